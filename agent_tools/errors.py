@@ -1,0 +1,173 @@
+"""The one exception tree of agent_tools.
+
+Everything the library raises on purpose derives from :class:`AgentToolsError`. Backend exceptions
+(asyncssh, OSError, sqlite3) are translated at the seam where they occur (``hosts/``, ``jobs/journal``)
+and chained with ``from exc``; nothing above ``hosts/`` catches asyncssh types.
+
+::
+
+    AgentToolsError                 base; ``retryable`` says whether the same call may succeed later
+    ├── BadArguments                the caller's arguments are wrong: fix them and call again
+    ├── HostError                   something about reaching or using a host (field ``host``)
+    │   ├── UnknownHost             no such alias (not ``local``, not in the SSH config or policy)
+    │   ├── HostUnreachable         connect refused / timed out / DNS failed within the connect deadline
+    │   ├── AuthenticationFailed    the host refused every credential offered
+    │   ├── HostKeyError            host key unknown or changed (strict known_hosts)
+    │   ├── ConnectionLost          an open connection dropped (exit status unknown: never success)
+    │   └── ChannelOpenFailed       the host refused a new session (e.g. OpenSSH MaxSessions)
+    ├── JobError                    about a durable job (field ``job_id``)
+    │   └── JobNotFound             no such job in the journal or on the host
+    ├── JournalError                the local job journal cannot be opened or is damaged
+    ├── PolicyError                 a policy file or decision problem
+    │   └── PolicyFileError         a malformed policy file (fields ``path``, ``line``, ``key``)
+    └── ReplayError                 a replayed cassette does not match the requests made
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentToolsError",
+    "AuthenticationFailed",
+    "BadArguments",
+    "ChannelOpenFailed",
+    "ConnectionLost",
+    "HostError",
+    "HostKeyError",
+    "HostUnreachable",
+    "JobError",
+    "JobNotFound",
+    "JournalError",
+    "PolicyError",
+    "PolicyFileError",
+    "ReplayError",
+    "UnknownHost",
+]
+
+
+class AgentToolsError(Exception):
+    """Base of every error agent_tools raises on purpose.
+
+    :param message: a sentence for a person or a model: what failed and, where known, what to do.
+    """
+
+    #: whether the same call may succeed if tried again later (network faults: yes; bad input: no)
+    retryable: bool = False
+    #: short machine-readable kind used in ``error`` outcomes
+    kind: str = "internal"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BadArguments(AgentToolsError):
+    """The arguments of a call are wrong; fix them and call again."""
+
+    kind = "bad_arguments"
+
+
+class HostError(AgentToolsError):
+    """A problem reaching or using a host.
+
+    :param host: the host alias as the caller named it.
+    """
+
+    kind = "host"
+
+    def __init__(self, host: str, message: str) -> None:
+        super().__init__(message)
+        self.host = host
+
+
+class UnknownHost(HostError):
+    """No host is known under this alias."""
+
+    kind = "unknown_host"
+
+
+class HostUnreachable(HostError):
+    """The host could not be reached within its connect deadline (refused, timed out, no route)."""
+
+    kind = "unreachable"
+    retryable = True
+
+
+class AuthenticationFailed(HostError):
+    """The host refused every credential offered."""
+
+    kind = "auth"
+
+
+class HostKeyError(HostError):
+    """The host's key is unknown or does not match known_hosts (strict checking)."""
+
+    kind = "host_key"
+
+
+class ConnectionLost(HostError):
+    """An open connection dropped. Any command in flight has an unknown exit status (never success)."""
+
+    kind = "connection_lost"
+    retryable = True
+
+
+class ChannelOpenFailed(HostError):
+    """The host refused to open a new session channel (for example OpenSSH ``MaxSessions``)."""
+
+    kind = "channel_open_failed"
+    retryable = True
+
+
+class JobError(AgentToolsError):
+    """A problem with a durable job.
+
+    :param job_id: the job's id (``j_...``).
+    """
+
+    kind = "job"
+
+    def __init__(self, job_id: str, message: str) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+
+
+class JobNotFound(JobError):
+    """No job with this id is in the journal (and none was found on the host)."""
+
+    kind = "job_not_found"
+
+
+class JournalError(AgentToolsError):
+    """The local job journal cannot be opened, read or written (missing directory, corrupted file)."""
+
+    kind = "journal"
+
+
+class PolicyError(AgentToolsError):
+    """A policy problem (loading or deciding)."""
+
+    kind = "policy"
+
+
+class PolicyFileError(PolicyError):
+    """A malformed policy file.
+
+    :param path: the file's path.
+    :param line: 1-based line number, or None when unknown.
+    :param key: the dotted key path inside the file (``rules.3.match``), or None.
+    """
+
+    kind = "policy_file"
+
+    def __init__(self, path: str, line: int | None, key: str | None, message: str) -> None:
+        where = path + (f":{line}" if line is not None else "") + (f" ({key})" if key else "")
+        super().__init__(f"{where}: {message}")
+        self.path = path
+        self.line = line
+        self.key = key
+
+
+class ReplayError(AgentToolsError):
+    """A replayed cassette did not match: an unmatched request or unused recorded interactions."""
+
+    kind = "replay"

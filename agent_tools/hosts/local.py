@@ -1,0 +1,104 @@
+"""``LocalHost``: this machine, through anyio subprocesses."""
+
+from __future__ import annotations
+
+import os
+import signal as _signal
+import subprocess
+from collections.abc import Mapping
+
+import anyio
+from anyio.abc import ByteStream, Process
+
+from ..errors import ConnectionLost
+from .base import ExecResult, HostProcess
+
+__all__ = ["LocalHost"]
+
+
+class _LocalProcess(HostProcess):
+    def __init__(self, proc: Process) -> None:
+        self._proc = proc
+
+    async def _read(self, stream: anyio.abc.ByteReceiveStream | None, max_bytes: int) -> bytes:
+        if stream is None:
+            return b""
+        try:
+            return await stream.receive(max_bytes)
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return b""
+
+    async def read_stdout(self, max_bytes: int = 65536) -> bytes:
+        return await self._read(self._proc.stdout, max_bytes)
+
+    async def read_stderr(self, max_bytes: int = 65536) -> bytes:
+        return await self._read(self._proc.stderr, max_bytes)
+
+    async def write_stdin(self, data: bytes) -> None:
+        if self._proc.stdin is None:
+            return
+        try:
+            await self._proc.stdin.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, BrokenPipeError) as exc:
+            raise ConnectionLost("local", f"stdin closed: {exc}") from exc
+
+    async def close_stdin(self) -> None:
+        if self._proc.stdin is not None:
+            try:
+                await self._proc.stdin.aclose()
+            except (anyio.BrokenResourceError, BrokenPipeError):
+                pass
+
+    async def wait(self) -> ExecResult:
+        rc = await self._proc.wait()
+        if rc < 0:
+            try:
+                name = _signal.Signals(-rc).name.removeprefix("SIG")
+            except ValueError:
+                name = str(-rc)
+            return ExecResult(None, name)
+        return ExecResult(rc)
+
+    async def close(self) -> None:
+        # Close our ends of the pipes; the process itself is not signalled (same as an SSH channel close).
+        for stream in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
+            if stream is not None:
+                try:
+                    await stream.aclose()
+                except (anyio.BrokenResourceError, BrokenPipeError, OSError):
+                    pass
+
+
+class LocalHost:
+    """This machine. Each command runs as ``/bin/sh -c COMMAND`` in its own session (``setsid``), so a
+    signal to the caller's process group never reaches it and its whole process group can be killed.
+
+    :param name: the alias jobs are filed under (default ``local``).
+    """
+
+    def __init__(self, name: str = "local") -> None:
+        self.name = name
+
+    async def start(self, command: str, *, env: Mapping[str, str] | None = None) -> HostProcess:
+        full_env = None
+        if env:
+            full_env = dict(os.environ)
+            full_env.update(env)
+        proc = await anyio.open_process(
+            ["/bin/sh", "-c", command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=full_env,
+            start_new_session=True,
+        )
+        return _LocalProcess(proc)
+
+    async def open_tcp(self, host: str, port: int) -> ByteStream:
+        return await anyio.connect_tcp(host, port)
+
+    async def aclose(self) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return f"LocalHost(name={self.name!r})"

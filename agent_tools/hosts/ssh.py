@@ -1,0 +1,365 @@
+"""``SshHost``: a remote machine over one pooled asyncssh connection.
+
+Facts this module respects (checked at the sources):
+
+* OpenSSH's sshd allows ``MaxSessions`` (default 10) session channels per connection (sshd_config(5)); one
+  connection is shared by every call to the host and a semaphore keeps open channels below that limit
+  (default 8, leaving room for a person's own ssh multiplexing).
+* asyncssh sends no keepalives unless ``keepalive_interval`` is set; it is on here (10 s × 3 by default), so a
+  dead peer is noticed within ~30 s even while idle.
+* asyncssh's ``run(timeout=)`` does not cover connecting or opening the channel; callers wrap whole operations
+  in one anyio deadline scope. Connecting has its own deadline (``connect_timeout_s``).
+* asyncssh reports ``exit_status=None`` when the channel closed without an exit status (connection dropped):
+  that is :class:`~agent_tools.errors.ConnectionLost`, never success.
+* asyncssh reads OpenSSH client config files (``HostName``, ``Port``, ``User``, ``IdentityFile``,
+  ``UserKnownHostsFile``, ``ConnectTimeout``, ...) and always checks host keys against known_hosts; an
+  unknown key is refused unless this host's ``known_hosts_mode`` is ``accept-new``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import asyncssh
+import structlog
+from anyio.abc import ByteStream
+
+from ..errors import (
+    AuthenticationFailed,
+    ChannelOpenFailed,
+    ConnectionLost,
+    HostError,
+    HostKeyError,
+    HostUnreachable,
+)
+from .base import ExecResult, HostProcess
+
+__all__ = ["SshHost", "SshSettings"]
+
+log = structlog.get_logger(__name__)
+
+KnownHostsMode = Literal["strict", "accept-new"]
+
+
+class SshSettings:
+    """Connection settings for one SSH host.
+
+    :param alias: the name to connect to; looked up in the OpenSSH client config (``Host`` blocks).
+    :param config_paths: OpenSSH client config files to read (default: ``~/.ssh/config`` when it exists,
+        plus ``$AGENT_TOOLS_SSH_CONFIG`` when set).
+    :param hostname: override of ``HostName``.
+    :param port: override of ``Port``.
+    :param username: override of ``User``.
+    :param client_keys: private key files to offer (default: config ``IdentityFile`` / asyncssh defaults).
+    :param known_hosts: a known_hosts file path (default: config ``UserKnownHostsFile`` / ``~/.ssh/known_hosts``).
+    :param known_hosts_mode: ``strict`` (an unknown or changed key is refused) or ``accept-new`` (an unknown
+        key is added to the known_hosts file; a changed key is still refused).
+    :param connect_timeout_s: seconds allowed for TCP connect + SSH handshake + auth (float).
+    :param keepalive_interval_s: seconds between keepalive requests (0 disables; not recommended).
+    :param keepalive_count_max: unanswered keepalives before the connection counts as dead.
+    :param max_channels: session channels open at once on the pooled connection (keep below the server's
+        ``MaxSessions``, default 10).
+    """
+
+    def __init__(
+        self,
+        alias: str,
+        *,
+        config_paths: Sequence[str | os.PathLike[str]] | None = None,
+        hostname: str | None = None,
+        port: int | None = None,
+        username: str | None = None,
+        client_keys: Sequence[str] | None = None,
+        known_hosts: str | None = None,
+        known_hosts_mode: KnownHostsMode = "strict",
+        connect_timeout_s: float = 10.0,
+        keepalive_interval_s: float = 10.0,
+        keepalive_count_max: int = 3,
+        max_channels: int = 8,
+    ) -> None:
+        if max_channels < 1:
+            raise ValueError("max_channels must be >= 1")
+        self.alias = alias
+        self.config_paths = [str(p) for p in config_paths] if config_paths is not None else default_config_paths()
+        self.hostname = hostname
+        self.port = port
+        self.username = username
+        self.client_keys = list(client_keys) if client_keys is not None else None
+        self.known_hosts = known_hosts
+        self.known_hosts_mode: KnownHostsMode = known_hosts_mode
+        self.connect_timeout_s = connect_timeout_s
+        self.keepalive_interval_s = keepalive_interval_s
+        self.keepalive_count_max = keepalive_count_max
+        self.max_channels = max_channels
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {
+            "config": self.config_paths,
+            "keepalive_interval": self.keepalive_interval_s,
+            "keepalive_count_max": self.keepalive_count_max,
+            "connect_timeout": self.connect_timeout_s,
+        }
+        if self.port is not None:
+            kw["port"] = self.port
+        if self.username is not None:
+            kw["username"] = self.username
+        if self.client_keys is not None:
+            kw["client_keys"] = self.client_keys
+        if self.known_hosts is not None:
+            kw["known_hosts"] = self.known_hosts
+        return kw
+
+
+def default_config_paths() -> list[str]:
+    """OpenSSH client config files read by default: ``$AGENT_TOOLS_SSH_CONFIG`` (``:``-separated) first,
+    then ``~/.ssh/config`` when it exists."""
+    paths: list[str] = []
+    env = os.environ.get("AGENT_TOOLS_SSH_CONFIG")
+    if env:
+        paths.extend(p for p in env.split(os.pathsep) if p)
+    user_cfg = Path("~/.ssh/config").expanduser()
+    if user_cfg.exists():
+        paths.append(str(user_cfg))
+    return paths
+
+
+def _translate(alias: str, exc: BaseException, during: str) -> HostError:
+    """Map an asyncssh/OS exception to the project's tree (the only place that knows asyncssh types)."""
+    if isinstance(exc, HostError):
+        return exc
+    if isinstance(exc, asyncssh.HostKeyNotVerifiable):
+        return HostKeyError(alias, f"{alias}: host key not verifiable ({exc.reason}); check known_hosts "
+                                   "(a changed key is refused; an unknown one needs accept-new or ssh-keyscan)")
+    if isinstance(exc, asyncssh.PermissionDenied):
+        return AuthenticationFailed(alias, f"{alias}: authentication failed ({exc.reason})")
+    if isinstance(exc, asyncssh.ChannelOpenError):
+        return ChannelOpenFailed(alias, f"{alias}: the host refused a new session channel ({exc.reason})")
+    if isinstance(exc, asyncssh.ConnectionLost | asyncssh.DisconnectError | BrokenPipeError |
+                  ConnectionResetError):
+        return ConnectionLost(alias, f"{alias}: connection lost during {during} ({exc})")
+    if isinstance(exc, TimeoutError):
+        return HostUnreachable(alias, f"{alias}: no SSH connection within the connect deadline ({during})")
+    if isinstance(exc, OSError):
+        return HostUnreachable(alias, f"{alias}: cannot connect ({exc.strerror or exc})")
+    if isinstance(exc, asyncssh.Error):
+        return HostError(alias, f"{alias}: SSH error during {during}: {exc.reason}")
+    return HostError(alias, f"{alias}: {type(exc).__name__} during {during}: {exc}")
+
+
+class _SshProcess(HostProcess):
+    def __init__(self, host: SshHost, proc: asyncssh.SSHClientProcess[bytes],
+                 release: anyio.Semaphore) -> None:
+        self._host = host
+        self._proc = proc
+        self._release = release
+        self._released = False
+
+    async def _read(self, reader: asyncssh.SSHReader[bytes], max_bytes: int) -> bytes:
+        try:
+            return await reader.read(max_bytes)
+        except (asyncssh.Error, OSError) as exc:
+            self._host._drop_if_closed()
+            raise _translate(self._host.name, exc, "read") from exc
+
+    async def read_stdout(self, max_bytes: int = 65536) -> bytes:
+        return await self._read(self._proc.stdout, max_bytes)
+
+    async def read_stderr(self, max_bytes: int = 65536) -> bytes:
+        return await self._read(self._proc.stderr, max_bytes)
+
+    async def write_stdin(self, data: bytes) -> None:
+        try:
+            self._proc.stdin.write(data)
+            await self._proc.stdin.drain()
+        except (asyncssh.Error, OSError) as exc:
+            raise _translate(self._host.name, exc, "write") from exc
+
+    async def close_stdin(self) -> None:
+        try:
+            self._proc.stdin.write_eof()
+        except (asyncssh.Error, OSError):
+            pass
+
+    async def wait(self) -> ExecResult:
+        try:
+            await self._proc.wait_closed()
+        except (asyncssh.Error, OSError) as exc:
+            raise _translate(self._host.name, exc, "wait") from exc
+        status = self._proc.exit_status
+        sig = self._proc.exit_signal
+        if sig is not None:
+            return ExecResult(None, sig[0])
+        if status is None or status < 0:
+            self._host._drop_if_closed()
+            raise ConnectionLost(self._host.name, f"{self._host.name}: the session closed without an exit "
+                                                  "status (connection dropped?); the outcome is unknown")
+        return ExecResult(status)
+
+    async def close(self) -> None:
+        try:
+            self._proc.close()
+        except Exception:
+            pass
+        if not self._released:
+            self._released = True
+            self._release.release()
+
+
+class SshHost:
+    """A remote host over one pooled SSH connection, opened lazily and reopened after a drop.
+
+    :param settings: an :class:`SshSettings` (or just pass ``alias`` and keyword settings).
+    :param name: the alias jobs are filed under (default: ``settings.alias``).
+    """
+
+    def __init__(self, settings: SshSettings | str, *, name: str | None = None, **kwargs: Any) -> None:
+        self.settings = settings if isinstance(settings, SshSettings) else SshSettings(settings, **kwargs)
+        self.name = name or self.settings.alias
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._lock = anyio.Lock()
+        self._channels = anyio.Semaphore(self.settings.max_channels)
+
+    def __repr__(self) -> str:
+        return f"SshHost(name={self.name!r})"
+
+    def _drop_if_closed(self) -> None:
+        conn = self._conn
+        if conn is not None and conn.is_closed():
+            self._conn = None
+
+    def drop_connection(self) -> None:
+        """Forget the pooled connection (closing it); the next call reconnects."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    async def connection(self) -> asyncssh.SSHClientConnection:
+        """Return the pooled connection, connecting if needed (within ``connect_timeout_s``).
+
+        :raises HostUnreachable, AuthenticationFailed, HostKeyError: as the connect failed.
+        """
+        self._drop_if_closed()
+        if self._conn is not None:
+            return self._conn
+        async with self._lock:
+            self._drop_if_closed()
+            if self._conn is not None:
+                return self._conn
+            self._conn = await self._connect()
+            return self._conn
+
+    async def _connect(self) -> asyncssh.SSHClientConnection:
+        s = self.settings
+        target = s.hostname or s.alias
+        log.debug("ssh.connect", host=self.name, target=target)
+        try:
+            with anyio.fail_after(s.connect_timeout_s):
+                try:
+                    return await asyncssh.connect(target, **s.connect_kwargs())
+                except asyncssh.HostKeyNotVerifiable:
+                    if s.known_hosts_mode != "accept-new":
+                        raise
+                    if not await self._accept_new_key(target):
+                        raise
+                    return await asyncssh.connect(target, **s.connect_kwargs())
+        except TimeoutError as exc:
+            raise HostUnreachable(self.name, f"{self.name}: no SSH connection within "
+                                             f"{s.connect_timeout_s:g} s (connect deadline)") from exc
+        except (asyncssh.Error, OSError) as exc:
+            raise _translate(self.name, exc, "connect") from exc
+
+    async def _accept_new_key(self, target: str) -> bool:
+        """accept-new: add the server's key when the known_hosts file has no entry for the host at all."""
+        s = self.settings
+        opts = asyncssh.SSHClientConnectionOptions(config=s.config_paths, host=target)
+        host = str(opts.host or target)
+        port = int(opts.port or s.port or 22)
+        path = await anyio.to_thread.run_sync(_expand, s.known_hosts or "~/.ssh/known_hosts")
+        text = await anyio.to_thread.run_sync(_read_or_empty, path)
+        if text:
+            trusted, *_ = asyncssh.import_known_hosts(text).match(host, "", port)
+            if trusted:
+                return False  # the host is known and its key changed: never accept silently
+        key = await asyncssh.get_server_host_key(host, port)
+        if key is None:
+            return False
+        pattern = host if port == 22 else f"[{host}]:{port}"
+        line = f"{pattern} {key.export_public_key().decode().strip()}\n"
+        await anyio.to_thread.run_sync(_append, path, line)
+        log.warning("ssh.host_key_accepted_new", host=self.name, known_hosts=str(path))
+        return True
+
+    async def start(self, command: str, *, env: Mapping[str, str] | None = None) -> HostProcess:
+        await self._channels.acquire()
+        try:
+            conn = await self.connection()
+            try:
+                proc = await conn.create_process(command, encoding=None, env=dict(env or {}))
+            except (asyncssh.Error, OSError) as exc:
+                self._drop_if_closed()
+                raise _translate(self.name, exc, "channel open") from exc
+        except BaseException:
+            self._channels.release()
+            raise
+        return _SshProcess(self, proc, self._channels)
+
+    async def open_tcp(self, host: str, port: int) -> ByteStream:
+        conn = await self.connection()
+        try:
+            reader, writer = await conn.open_connection(host, port, encoding=None)
+        except asyncssh.ChannelOpenError as exc:
+            if exc.code == asyncssh.OPEN_CONNECT_FAILED:
+                raise ConnectionRefusedError(f"{host}:{port} on {self.name}: {exc.reason}") from exc
+            raise OSError(f"{host}:{port} on {self.name}: {exc.reason}") from exc
+        except (asyncssh.Error, OSError) as exc:
+            raise _translate(self.name, exc, "tcp open") from exc
+        return _SshTcpStream(reader, writer)
+
+    async def aclose(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+            with anyio.move_on_after(2):
+                await conn.wait_closed()
+
+
+def _expand(p: str) -> Path:
+    return Path(p).expanduser()
+
+
+def _read_or_empty(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+def _append(path: Path, line: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        fh.write(line)
+
+
+class _SshTcpStream(ByteStream):
+    """anyio ByteStream over an asyncssh direct-tcpip channel."""
+
+    def __init__(self, reader: asyncssh.SSHReader[bytes], writer: asyncssh.SSHWriter[bytes]) -> None:
+        self._reader = reader
+        self._writer = writer
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        data = await self._reader.read(max_bytes)
+        if not data:
+            raise anyio.EndOfStream
+        return data
+
+    async def send(self, item: bytes) -> None:
+        self._writer.write(item)
+        await self._writer.drain()
+
+    async def send_eof(self) -> None:
+        self._writer.write_eof()
+
+    async def aclose(self) -> None:
+        self._writer.close()

@@ -1,0 +1,550 @@
+"""Running commands under a budget as durable jobs, and following, paging and cancelling them.
+
+Every command starts as a job (see :mod:`agent_tools.jobs.scripts`): when it ends within its budget the
+launcher reports exit status and output in the same round trip (``finished``); when the budget runs out
+first, the controller sends EOF and closes the channel, and the job goes on under its monitor on the host
+(``detached``) or its whole process tree is killed (``killed``).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import signal as _signal
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import anyio
+import structlog
+
+from ..errors import AgentToolsError, BadArguments, HostError, JobNotFound
+from ..hosts.base import Host
+from ..outcomes import (
+    Detached,
+    ErrorOutcome,
+    Finished,
+    JobCancelResult,
+    JobOutput,
+    JobStatus,
+    Killed,
+    NeedsInput,
+)
+from ..output import OutputView, split_budget
+from .journal import JobRecord, Journal, now
+from .scripts import cancel_script, launch_script, status_script
+from .wire import HostJobState, RawView, WireError, WireReader, parse_status, read_view
+
+__all__ = ["DEFAULT_JOBS_DIR", "JobRunner", "new_job_id"]
+
+log = structlog.get_logger(__name__)
+
+#: jobs directory on every host; expanded by the host's shell (so ``$HOME`` is the remote user's).
+DEFAULT_JOBS_DIR = "${XDG_STATE_HOME:-$HOME/.local/state}/agent-tools/jobs"
+
+#: largest command accepted (Linux MAX_ARG_STRLEN is 128 KiB per argument; execve(2)).
+MAX_COMMAND_BYTES = 100_000
+
+_ID_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"
+_JOB_ID_RE = re.compile(r"^j_[a-z0-9]{8,32}$")
+
+# Prompts and refusals that mean "this wanted a person at a terminal" (stdin is /dev/null here).
+_PROMPT_RE = re.compile(
+    r"(sudo: (?:a password is required|a terminal is required[^\n]*|no tty present[^\n]*)"
+    r"|\[sudo\] password for [^\n]*"
+    r"|^[^\n]{0,80}(?:[Pp]assword|[Pp]assphrase)[^\n]{0,40}:\s*$"
+    r"|terminal prompts disabled[^\n]*"
+    r"|Are you sure you want to continue connecting[^\n]*"
+    r"|[^\n]{0,120}\[[yY]/[nN]\]\s*$|[^\n]{0,120}\(yes/no(?:/\[fingerprint\])?\)\??\s*$"
+    r"|Do you want to continue\? \[Y/n\][^\n]*)",
+    re.MULTILINE,
+)
+
+
+def new_job_id() -> str:
+    """A fresh, unguessable job id: ``j_`` + 16 characters (80 bits from :mod:`secrets`)."""
+    return "j_" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(16))
+
+
+def check_job_id(job_id: str) -> None:
+    """:raises BadArguments: ``job_id`` is not of the form ``j_...``."""
+    if not _JOB_ID_RE.match(job_id):
+        raise BadArguments(f"job_id {job_id!r} is not a job id (expected 'j_' followed by letters/digits, "
+                           "as returned by run_command)")
+
+
+def _signal_name(code: int) -> str | None:
+    if code > 128:
+        try:
+            return _signal.Signals(code - 128).name.removeprefix("SIG")
+        except ValueError:
+            return None
+    return None
+
+
+def find_prompt(*texts: str) -> str | None:
+    """The first password/confirmation prompt or refusal in ``texts`` (tail first), else None."""
+    for text in texts:
+        found = _PROMPT_RE.findall(text[-4000:])
+        if found:
+            return str(found[-1]).strip()
+    return None
+
+
+class JobRunner:
+    """Runs commands as durable jobs on hosts and keeps them in a :class:`Journal`.
+
+    :param journal: where jobs are recorded.
+    :param jobs_dir: the jobs directory on every host (shell-expanded there).
+    :param view_bytes: bytes of each stream shown to the agent per result (head + tail), int.
+    """
+
+    def __init__(self, journal: Journal, *, jobs_dir: str = DEFAULT_JOBS_DIR, view_bytes: int = 6144) -> None:
+        self.journal = journal
+        self.jobs_dir = jobs_dir
+        self.view_bytes = view_bytes
+
+    # ------------------------------------------------------------------ run
+    async def run(
+        self,
+        host: Host,
+        command: str,
+        *,
+        budget_s: float = 15.0,
+        on_timeout: Literal["detach", "kill"] = "detach",
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        detach_immediately: bool = False,
+        deadline_s: float | None = None,
+        probes: list[dict[str, Any]] | None = None,
+        idempotency_key: str | None = None,
+        kill_grace_s: float = 0.5,
+        display_command: str | None = None,
+    ) -> Finished | NeedsInput | Detached | Killed | ErrorOutcome:
+        """Run ``command`` on ``host`` within ``budget_s`` seconds.
+
+        Steps: (1) record the job in the journal; (2) start the launcher on the host (connect + channel
+        open + exec all count against the budget); (3) wait for the exit report until the budget runs out;
+        (4) on time-out, detach (EOF to the launcher, channel closed, job keeps running) or kill the job's
+        whole process tree (TERM, ``kill_grace_s``, KILL, survivors checked). Returns by about
+        ``budget_s`` + 1 s whatever happens, an unreachable host included.
+
+        :param budget_s: seconds the call may block (float > 0).
+        :param on_timeout: ``detach`` (keep running as a job) or ``kill``.
+        :param cwd: working directory on the host (None: the login directory).
+        :param env: extra environment variables for the command.
+        :param detach_immediately: start the job and return ``detached`` at once (services, restarts).
+        :param deadline_s: seconds from start after which the job counts as past its deadline.
+        :param probes: probe specs (dicts) to judge the job's readiness by.
+        :param idempotency_key: a second call with the same key on the same host returns the first job
+            instead of starting another one (client retries after a dropped connection).
+        :param display_command: the command as shown in outcomes and the journal (secrets redacted);
+            defaults to ``command``.
+        :returns: ``finished``, ``needs_input``, ``detached``, ``killed`` or ``error``; never raises for
+            host problems (they become ``error`` outcomes).
+        :raises BadArguments: invalid arguments (also returned as ``error`` by the tools layer).
+        """
+        shown = display_command if display_command is not None else command
+        if not command.strip():
+            raise BadArguments("command is empty")
+        if len(command.encode()) > MAX_COMMAND_BYTES:
+            raise BadArguments(f"command is {len(command.encode())} bytes; the limit is {MAX_COMMAND_BYTES}: "
+                               "write a script with write_file and run that")
+        if not budget_s > 0:
+            raise BadArguments(f"budget_s must be > 0 seconds, got {budget_s}")
+        if on_timeout not in ("detach", "kill"):
+            raise BadArguments(f"on_timeout must be 'detach' or 'kill', got {on_timeout!r}")
+
+        if idempotency_key:
+            prior = self.journal.find_idempotent(host.name, idempotency_key)
+            if prior is not None:
+                log.info("job.idempotent_hit", host=host.name, job_id=prior.job_id)
+                return await self._outcome_of_existing(host, prior, budget_s)
+
+        t0 = anyio.current_time()
+        job_id = new_job_id()
+        rec = JobRecord(job_id=job_id, host=host.name, command=shown, base=self.jobs_dir, created_at=now(),
+                        cwd=cwd, budget_s=budget_s, deadline_s=deadline_s, probes=list(probes or []),
+                        readiness="pending" if probes else "none", idempotency_key=idempotency_key,
+                        meta={"on_timeout": on_timeout})
+        self.journal.add(rec)
+        head, tail = split_budget(self.view_bytes)
+        script = launch_script(self.jobs_dir, job_id, command, cwd=cwd,
+                               mode="bg" if detach_immediately else "fg", head_bytes=head, tail_bytes=tail,
+                               env=dict(env) if env else None)
+        log.debug("job.start", host=host.name, job_id=job_id, budget_s=budget_s, on_timeout=on_timeout)
+
+        started = False
+        sent = False
+        exit_code: int | None = None
+        views: dict[str, RawView] = {}
+        launch_error: str | None = None
+        proc = None
+        try:
+            with anyio.move_on_after(budget_s):
+                proc = await host.start(script)
+                sent = True
+                reader = WireReader(proc.read_stdout)
+                while True:
+                    words = await reader.header()
+                    if words is None:
+                        break
+                    if words[0] == "started":
+                        started = True
+                        if detach_immediately:
+                            break
+                    elif words[0] == "error":
+                        launch_error = " ".join(words[1:])
+                    elif words[0] == "exit":
+                        exit_code = int(words[1]) if words[1].lstrip("-").isdigit() else None
+                    elif words[0] == "view":
+                        name, raw = await read_view(reader, words)
+                        views[name] = raw
+                    elif words[0] == "end":
+                        break
+        except HostError as exc:
+            if proc is not None:
+                with anyio.CancelScope(shield=True):
+                    await proc.close()
+            if not sent:
+                self.journal.update(job_id, state="lost", finished_at=now(),
+                                    meta={**rec.meta, "error": exc.message})
+                return _error(exc, host.name, shown)
+            # the command was sent; the job may be running: report it as detached-unknown via status later
+            log.warning("job.start_connection_error", host=host.name, job_id=job_id, error=exc.message)
+            return self._detached(rec, anyio.current_time() - t0, None,
+                                  why=f"the connection failed after the command was sent ({exc.message}); "
+                                      "the job may be running on the host",
+                                  next_hint=f"job_status(job_id='{job_id}') once the host is reachable")
+        except WireError as exc:
+            launch_error = f"unexpected launcher output: {exc}"
+
+        elapsed = anyio.current_time() - t0
+        if proc is not None and (exit_code is None or detach_immediately):
+            # Budget ran out (or detach-at-once): EOF makes the launcher exit; the monitor keeps the job.
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(1.0):
+                    await proc.close_stdin()
+                await proc.close()
+        elif proc is not None:
+            with anyio.CancelScope(shield=True):
+                await proc.close()
+
+        if launch_error is not None:
+            self.journal.update(job_id, state="lost", finished_at=now(), meta={**rec.meta, "error": launch_error})
+            return ErrorOutcome(host=host.name, command=shown, kind="launch", message=launch_error,
+                                retryable=False, job_id=job_id)
+
+        if not sent:
+            self.journal.update(job_id, state="lost", finished_at=now(),
+                                meta={**rec.meta, "error": "no connection within the budget"})
+            return ErrorOutcome(host=host.name, command=shown, kind="unreachable", retryable=True,
+                                message=f"{host.name}: no session within the {budget_s:g} s budget "
+                                        "(connect + channel open); nothing was started")
+
+        if exit_code is not None and not detach_immediately:
+            return self._finished(rec, exit_code, views, elapsed)
+
+        if detach_immediately and started:
+            return self._detached(rec, elapsed, None, why="the rule says detach at once; the job runs on "
+                                                          "the host")
+
+        # Budget ran out.
+        if on_timeout == "kill":
+            return await self._kill_after_budget(host, rec, t0, kill_grace_s, started)
+        # One quick look: it may have ended right at the budget.
+        st: HostJobState | None = None
+        with anyio.move_on_after(1.0):
+            try:
+                st = (await self._status(host, [(job_id, 0, 0, head, tail)])).get(job_id)
+            except (HostError, WireError) as exc:
+                log.warning("job.status_after_budget_failed", job_id=job_id, error=str(exc))
+        if st is not None and st.present and st.exit_code is not None:
+            return self._finished(rec, st.exit_code, st.views, anyio.current_time() - t0)
+        why = f"still running when its {budget_s:g} s budget ran out; the job keeps running on the host"
+        if not started:
+            why += " (the start was not confirmed before the budget ran out)"
+        return self._detached(rec, anyio.current_time() - t0, st, why=why)
+
+    def _finished(self, rec: JobRecord, code: int, views: dict[str, RawView],
+                  elapsed: float) -> Finished | NeedsInput:
+        out = views.get("stdout", RawView(0, b"", b""))
+        err = views.get("stderr", RawView(0, b"", b""))
+        ov, ev = out.view(), err.view()
+        sig = _signal_name(code)
+        self.journal.update(rec.job_id, state="exited", exit_status=code, signal=sig, finished_at=now(),
+                            stdout_seen=out.size, stderr_seen=err.size)
+        log.debug("job.finished", host=rec.host, job_id=rec.job_id, exit_status=code, duration_s=round(elapsed, 3))
+        if code != 0:
+            prompt = find_prompt(ev.text, ov.text)
+            if prompt is not None:
+                return NeedsInput(host=rec.host, command=rec.command, prompt=prompt, exit_status=code,
+                                  duration_s=round(elapsed, 3), stdout=ov, stderr=ev, job_id=rec.job_id,
+                                  next="the command asked for input and stdin is /dev/null: run it "
+                                       "non-interactively (sudo -n with NOPASSWD, --yes/-y, key-based auth), "
+                                       "or ask the operator")
+        return Finished(host=rec.host, command=rec.command, exit_status=code, signal=sig,
+                        duration_s=round(elapsed, 3), stdout=ov, stderr=ev, job_id=rec.job_id)
+
+    def _detached(self, rec: JobRecord, elapsed: float, st: HostJobState | None, *, why: str,
+                  next_hint: str | None = None) -> Detached:
+        ov = ev = OutputView()
+        if st is not None:
+            if "stdout" in st.views:
+                ov = st.views["stdout"].view()
+            if "stderr" in st.views:
+                ev = st.views["stderr"].view()
+            self.journal.update(rec.job_id, stdout_seen=st.stdout_bytes, stderr_seen=st.stderr_bytes)
+        wait = 60.0 if rec.deadline_s is None or rec.deadline_s > 120 else 30.0
+        hint = next_hint or (f"job_status(job_id='{rec.job_id}', wait_s={wait:g}) to follow it; "
+                             f"job_cancel(job_id='{rec.job_id}') to stop it")
+        log.debug("job.detached", host=rec.host, job_id=rec.job_id, elapsed_s=round(elapsed, 3))
+        return Detached(host=rec.host, command=rec.command, job_id=rec.job_id, elapsed_s=round(elapsed, 3),
+                        budget_s=rec.budget_s or 0.0, deadline_s=rec.deadline_s, why=why, stdout=ov,
+                        stderr=ev, next=hint)
+
+    async def _kill_after_budget(self, host: Host, rec: JobRecord, t0: float, grace_s: float,
+                                 started: bool) -> Killed | Detached:
+        reason = f"still running when its {rec.budget_s or 0:g} s budget ran out (on_timeout=kill)"
+        res: JobCancelResult | None = None
+        with anyio.move_on_after(grace_s + 2.5):
+            res = await self.cancel(host, rec.job_id, grace_s=grace_s, reason=reason, by="budget")
+        if res is None:
+            return self._detached(rec, anyio.current_time() - t0, None,
+                                  why=reason + "; the kill did not complete in time: the job may still run",
+                                  next_hint=f"job_cancel(job_id='{rec.job_id}')")
+        head, tail = split_budget(self.view_bytes)
+        st: HostJobState | None = None
+        with anyio.move_on_after(1.0):
+            try:
+                st = (await self._status(host, [(rec.job_id, 0, 0, head, tail)])).get(rec.job_id)
+            except (HostError, WireError):
+                st = None
+        ov = st.views["stdout"].view() if st and "stdout" in st.views else OutputView()
+        ev = st.views["stderr"].view() if st and "stderr" in st.views else OutputView()
+        return Killed(host=rec.host, command=rec.command, job_id=rec.job_id,
+                      signal="KILL" if res.escalated else "TERM", by="budget", reason=reason,
+                      survivors=res.survivors, duration_s=round(anyio.current_time() - t0, 3),
+                      exit_status=st.exit_code if st else None, stdout=ov, stderr=ev)
+
+    async def _outcome_of_existing(self, host: Host, rec: JobRecord,
+                                   budget_s: float) -> Finished | NeedsInput | Detached | Killed | ErrorOutcome:
+        try:
+            status = await self.job_status(host, rec.job_id, wait_s=0)
+        except AgentToolsError as exc:
+            return _error(exc, host.name, rec.command)
+        why = "a job with this idempotency key was already started; no second job was launched"
+        if status.state == "exited" and status.exit_status is not None:
+            head, tail = split_budget(self.view_bytes)
+            st = (await self._status(host, [(rec.job_id, 0, 0, head, tail)])).get(rec.job_id)
+            return self._finished(rec, status.exit_status, st.views if st else {}, status.elapsed_s)
+        return Detached(host=rec.host, command=rec.command, job_id=rec.job_id, elapsed_s=status.elapsed_s,
+                        budget_s=budget_s, deadline_s=rec.deadline_s, why=why + f" (state: {status.state})",
+                        stdout=status.new_stdout, stderr=status.new_stderr,
+                        next=f"job_status(job_id='{rec.job_id}', wait_s=30)")
+
+    # ------------------------------------------------------------------ status
+    async def _status(self, host: Host, specs: list[tuple[str, int, int, int, int]]) -> dict[str, HostJobState]:
+        """One round trip: the host-side state of several jobs (see :func:`status_script`)."""
+        proc = await host.start(status_script(self.jobs_dir, specs))
+        try:
+            await proc.close_stdin()
+            return await parse_status(WireReader(proc.read_stdout))
+        finally:
+            with anyio.CancelScope(shield=True):
+                await proc.close()
+
+    async def host_states(self, host: Host, job_ids: list[str]) -> dict[str, HostJobState]:
+        """Host-side state of many jobs on one host in one round trip (no output views).
+
+        :raises HostError: the host cannot be reached.
+        """
+        if not job_ids:
+            return {}
+        return await self._status(host, [(j, 0, 0, 0, 0) for j in job_ids])
+
+    def apply_state(self, rec: JobRecord, st: HostJobState) -> tuple[str, int | None, str | None, str]:
+        """Derive (state, exit_status, signal, why) from host facts, and record terminal states.
+
+        "pid gone and no exit status" is ``killed`` (when a cancel was recorded) or ``lost`` — never success.
+        """
+        state: str
+        code: int | None = None
+        sig: str | None = None
+        if not st.present:
+            state, why = "lost", "the job directory is missing on the host (deleted, or never started)"
+        elif st.exit_code is not None:
+            code = st.exit_code
+            sig = _signal_name(code)
+            if st.cancelled and code > 128:
+                state, why = "killed", f"cancelled: {st.cancel_reason or rec.cancel_reason or 'on request'}"
+            else:
+                state, why = "exited", f"exited with status {code}" + (f" (signal {sig} by the shell's 128+N "
+                                                                        "convention)" if sig else "")
+        elif st.boot_id and st.current_boot and st.boot_id != st.current_boot:
+            state, why = "lost", (f"the host rebooted (boot id {st.boot_id[:8]}… → {st.current_boot[:8]}…) and "
+                                  "no exit status was written: the job died with it")
+        elif st.alive or st.monitor_alive:
+            state, why = "running", "running"
+        elif st.pid is None and now() - rec.created_at < 10:
+            state, why = "running", "starting"
+        elif st.cancelled:
+            reason = st.cancel_reason or rec.cancel_reason or "on request"
+            state, why = "killed", f"cancelled ({reason}); no exit status"
+        else:
+            state, why = "lost", ("the job's processes are gone and no exit status was written: it was killed "
+                                  "from outside or the host lost it (never counted as success)")
+        if state != "running" and rec.state != state:
+            self.journal.update(rec.job_id, state=state, exit_status=code, signal=sig, finished_at=now())
+            rec.state, rec.exit_status, rec.signal = state, code, sig
+        return state, code, sig, why
+
+    async def job_status(self, host: Host, job_id: str, *, wait_s: float = 0.0) -> JobStatus:
+        """State of job ``job_id`` and the output it wrote since the previous status call.
+
+        Long-polls: returns as soon as the job's state changes, or after ``wait_s`` seconds (float, >= 0).
+
+        :raises JobNotFound: unknown job id.
+        :raises HostError: the host cannot be reached.
+        """
+        check_job_id(job_id)
+        if wait_s < 0:
+            raise BadArguments("wait_s must be >= 0 seconds")
+        rec = self.journal.get(job_id)
+        head, tail = split_budget(self.view_bytes)
+        t_end = anyio.current_time() + wait_s
+        first_state: str | None = None
+        delay = 0.2
+        while True:
+            st = (await self._status(host, [(job_id, 0, 0, 0, 0)]))[job_id]
+            state, code, sig, why = self.apply_state(rec, st)
+            if first_state is None:
+                first_state = state
+            remaining = t_end - anyio.current_time()
+            if state != first_state or state != "running" or remaining <= 0:
+                break
+            await anyio.sleep(min(delay, remaining))
+            delay = min(delay * 1.6, 2.0)
+        # fetch the new output since what the agent has seen
+        rec = self.journal.get(job_id)
+        view_states = await self._status(host, [(job_id, rec.stdout_seen, rec.stderr_seen, head, tail)])
+        vst = view_states[job_id]
+        new_out = vst.views["stdout"].view(rec.stdout_seen) if "stdout" in vst.views else OutputView()
+        new_err = vst.views["stderr"].view(rec.stderr_seen) if "stderr" in vst.views else OutputView()
+        self.journal.update(job_id, stdout_seen=max(rec.stdout_seen, vst.stdout_bytes),
+                            stderr_seen=max(rec.stderr_seen, vst.stderr_bytes))
+        elapsed = round(now() - rec.created_at, 3)
+        nxt = _next_hint(job_id, state, rec)
+        return JobStatus(job_id=job_id, host=rec.host, command=rec.command, state=state,  # type: ignore[arg-type]
+                         exit_status=code, signal=sig, readiness=rec.readiness,  # type: ignore[arg-type]
+                         elapsed_s=elapsed, deadline_s=rec.deadline_s, why=why, new_stdout=new_out,
+                         new_stderr=new_err, next=nxt)
+
+    # ------------------------------------------------------------------ output
+    async def job_output(self, host: Host, job_id: str, *, stream: Literal["stdout", "stderr"] = "stdout",
+                         offset: int = 0, limit: int = 16384) -> JobOutput:
+        """A page of raw output: bytes ``[offset, offset + limit)`` of ``stream``, cleaned for reading.
+
+        :param offset: byte offset into the stream (int >= 0).
+        :param limit: bytes to return at most (int, 1..1048576).
+        :raises JobNotFound, BadArguments, HostError:
+        """
+        check_job_id(job_id)
+        if stream not in ("stdout", "stderr"):
+            raise BadArguments("stream must be 'stdout' or 'stderr'")
+        if offset < 0 or not 0 < limit <= 1 << 20:
+            raise BadArguments("offset must be >= 0 and limit between 1 and 1048576 bytes")
+        rec = self.journal.get(job_id)
+        o, e = (offset, 0) if stream == "stdout" else (0, offset)
+        # head-only view of [offset, offset+limit): ask for `limit` head bytes and no tail
+        st = (await self._status(host, [(job_id, o, e, limit, 0)]))[job_id]
+        if not st.present:
+            raise JobNotFound(job_id, f"job {job_id}: its directory is gone from {rec.host}")
+        raw = st.views.get(stream, RawView(0, b"", b""))
+        total = st.stdout_bytes if stream == "stdout" else st.stderr_bytes
+        data = raw.head
+        from ..output import clean_text
+
+        nxt = offset + len(data)
+        return JobOutput(job_id=job_id, stream=stream, offset=offset, next_offset=nxt, total_bytes=total,
+                         text=clean_text(data), eof=nxt >= total)
+
+    # ------------------------------------------------------------------ cancel
+    async def cancel(self, host: Host, job_id: str, *, grace_s: float = 5.0, reason: str = "cancelled on request",
+                     by: str = "cancel") -> JobCancelResult:
+        """Kill job ``job_id``'s whole process tree: TERM, wait up to ``grace_s`` seconds, KILL; then check.
+
+        The cancel reason is written to the job directory before any signal, so the job reads ``killed``.
+
+        :raises JobNotFound, HostError:
+        """
+        check_job_id(job_id)
+        rec = self.journal.get(job_id)
+        self.journal.update(job_id, cancel_reason=reason)
+        proc = await host.start(cancel_script(self.jobs_dir, job_id, grace_s=grace_s, reason=reason))
+        signalled: list[int] = []
+        escalated: list[int] = []
+        survivors: list[int] = []
+        missing = False
+        try:
+            await proc.close_stdin()
+            reader = WireReader(proc.read_stdout)
+            while (words := await reader.header()) is not None:
+                pids = [int(w) for w in words[1:] if w.isdigit()]
+                if words[0] == "missing":
+                    missing = True
+                elif words[0] == "targets":
+                    signalled = pids
+                elif words[0] == "escalated":
+                    escalated = pids
+                elif words[0] == "survivors":
+                    survivors = pids
+        finally:
+            with anyio.CancelScope(shield=True):
+                await proc.close()
+        if missing:
+            self.journal.update(job_id, state="lost", finished_at=now())
+            return JobCancelResult(job_id=job_id, host=rec.host, state="lost",
+                                   message="the job directory is gone from the host; nothing to kill")
+        # wait briefly for the monitor to record the exit status of the killed command
+        state = "killed"
+        with anyio.move_on_after(1.0):
+            while True:
+                st = (await self.host_states(host, [job_id]))[job_id]
+                if st.exit_code is not None or not st.monitor_alive:
+                    s, *_ = self.apply_state(rec, st)
+                    state = s
+                    break
+                await anyio.sleep(0.05)
+        if state == "running":
+            state = "killed"
+        if not signalled:
+            msg = "nothing of the job was running; no signal sent"
+        else:
+            msg = (f"sent TERM to {len(signalled)} process(es)"
+                   + (f", KILL to {len(escalated)} that outlived the {grace_s:g} s grace" if escalated else "")
+                   + ("; no survivors" if not survivors else f"; SURVIVORS: {survivors}"))
+        log.info("job.cancelled", host=rec.host, job_id=job_id, by=by, signalled=len(signalled),
+                 escalated=len(escalated), survivors=survivors)
+        final_state: Literal["killed", "exited", "lost"] = (
+            "exited" if state == "exited" and not signalled else "lost" if state == "lost" else "killed")
+        if final_state == "killed":
+            self.journal.update(job_id, state="killed", finished_at=now())
+        return JobCancelResult(job_id=job_id, host=rec.host, state=final_state, signalled=signalled,
+                               escalated=escalated, survivors=survivors, message=msg)
+
+
+def _next_hint(job_id: str, state: str, rec: JobRecord) -> str:
+    if state == "running":
+        return (f"job_status(job_id='{job_id}', wait_s=60) to keep following; job_output(job_id='{job_id}') "
+                "pages the full output")
+    if state == "exited":
+        return (f"done; job_output(job_id='{job_id}', offset=0) pages the full output" if rec.exit_status == 0
+                else f"it failed: read job_output(job_id='{job_id}', stream='stderr') and fix the cause")
+    if state == "lost":
+        return "the job's outcome is unknown: check the host's state before acting (do not assume success)"
+    return "it was killed; run it again only if that is still wanted"
+
+
+def _error(exc: AgentToolsError, host: str | None, command: str | None) -> ErrorOutcome:
+    return ErrorOutcome(host=host, command=command, kind=exc.kind, message=exc.message, retryable=exc.retryable,
+                        job_id=getattr(exc, "job_id", None))

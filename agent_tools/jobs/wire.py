@@ -1,0 +1,149 @@
+"""Parsing the scripts' stdout: ``@@AT`` header lines and exact-length byte views."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from ..output import OutputView, make_view
+
+__all__ = ["HostJobState", "RawView", "WireReader", "parse_status"]
+
+
+class WireError(Exception):
+    """The host's script output did not have the expected shape (truncated stream, foreign output)."""
+
+
+class WireReader:
+    """Reads lines and exact byte counts from an async chunk source (``read() -> bytes``, b"" at EOF)."""
+
+    def __init__(self, read: Callable[[], Awaitable[bytes]]) -> None:
+        self._read = read
+        self._buf = bytearray()
+        self.eof = False
+
+    async def _fill(self) -> bool:
+        if self.eof:
+            return False
+        chunk = await self._read()
+        if not chunk:
+            self.eof = True
+            return False
+        self._buf.extend(chunk)
+        return True
+
+    async def readline(self) -> bytes | None:
+        """Next line without its newline, or None at EOF (a partial last line is returned)."""
+        while True:
+            i = self._buf.find(b"\n")
+            if i >= 0:
+                line = bytes(self._buf[:i])
+                del self._buf[: i + 1]
+                return line
+            if not await self._fill():
+                if self._buf:
+                    line = bytes(self._buf)
+                    self._buf.clear()
+                    return line
+                return None
+
+    async def readexactly(self, n: int) -> bytes:
+        while len(self._buf) < n:
+            if not await self._fill():
+                raise WireError(f"stream ended {n - len(self._buf)} bytes short")
+        data = bytes(self._buf[:n])
+        del self._buf[:n]
+        return data
+
+    async def header(self) -> list[str] | None:
+        """Next ``@@AT`` header as its words (foreign lines skipped), or None at EOF."""
+        while True:
+            line = await self.readline()
+            if line is None:
+                return None
+            if line.startswith(b"@@AT "):
+                return line[5:].decode("utf-8", "replace").split(" ")
+
+
+@dataclass
+class RawView:
+    """One stream's view as sent by the host: size, and the raw head/tail bytes from an offset."""
+
+    size: int
+    head: bytes
+    tail: bytes
+
+    def view(self, offset: int = 0) -> OutputView:
+        """The agent-facing view of bytes ``[offset, size)``."""
+        if not self.tail:
+            return make_view(self.head, b"", len(self.head))
+        return make_view(self.head, self.tail, self.size - offset)
+
+
+async def read_view(reader: WireReader, words: list[str]) -> tuple[str, RawView]:
+    """Read the bytes announced by a ``view NAME SIZE HL TL`` header (already split into ``words``)."""
+    name, size, hl, tl = words[1], int(words[2]), int(words[3]), int(words[4])
+    head = await reader.readexactly(hl)
+    tail = await reader.readexactly(tl)
+    return name, RawView(size, head, tail)
+
+
+@dataclass
+class HostJobState:
+    """What the host's job directory says about one job (see :mod:`agent_tools.jobs.scripts`)."""
+
+    job_id: str
+    present: bool
+    exit_code: int | None = None
+    pid: int | None = None
+    boot_id: str | None = None
+    alive: bool = False
+    monitor_alive: bool = False
+    cancelled: bool = False
+    cancel_reason: str = ""
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    current_boot: str | None = None
+    views: dict[str, RawView] = field(default_factory=dict)
+
+
+def _int(word: str) -> int | None:
+    try:
+        return int(word)
+    except ValueError:
+        return None
+
+
+async def parse_status(reader: WireReader) -> dict[str, HostJobState]:
+    """Parse the status script's output into one :class:`HostJobState` per job id."""
+    states: dict[str, HostJobState] = {}
+    boot: str | None = None
+    last: HostJobState | None = None
+    while True:
+        words = await reader.header()
+        if words is None:
+            raise WireError("status report ended early")
+        kind = words[0]
+        if kind == "end":
+            break
+        if kind == "boot":
+            boot = words[1] if words[1] != "-" else None
+        elif kind == "job":
+            jid = words[1]
+            if words[2] == "missing":
+                last = HostJobState(jid, present=False, current_boot=boot)
+            else:
+                rc, pid, bt, alive, malive, ca, os_, es = words[3:11]
+                last = HostJobState(
+                    jid, present=True, exit_code=_int(rc), pid=_int(pid), boot_id=None if bt == "-" else bt,
+                    alive=alive == "1", monitor_alive=malive == "1", cancelled=ca == "1",
+                    stdout_bytes=int(os_), stderr_bytes=int(es), current_boot=boot)
+            states[jid] = last
+        elif kind == "view" and last is not None:
+            name, raw = await read_view(reader, words)
+            last.views[name] = raw
+        elif kind == "cancel":
+            st = states.get(words[1])
+            if st is not None:
+                st.cancel_reason = " ".join(words[2:])
+    return states

@@ -1,0 +1,85 @@
+"""Shared fixtures. Real parts: ``real_sshd`` (OpenSSH on loopback), ``systemd_hosts`` (nspawn test hosts)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from agent_tools.hosts import LocalHost, SshHost, SshSettings
+from agent_tools.hosts.base import Host
+from agent_tools.jobs.journal import Journal
+from agent_tools.jobs.manager import JobRunner
+
+from .sshd import RealSshd, real_sshd  # noqa: F401  (fixture)
+
+try:  # the systemd test hosts harness (needs root + systemd-nspawn)
+    from .hosts.fixtures import systemd_hosts  # noqa: F401  (fixture)
+except ImportError:  # pragma: no cover - harness not present
+    pass
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private agent-tools state dir (journal) for one test."""
+    d = tmp_path / "state"
+    monkeypatch.setenv("AGENT_TOOLS_STATE_DIR", str(d))
+    return d
+
+
+@pytest.fixture
+def journal(state_dir: Path) -> Iterator[Journal]:
+    j = Journal(state_dir / "journal.sqlite3")
+    yield j
+    j.close()
+
+
+@pytest.fixture
+def runner(journal: Journal) -> JobRunner:
+    return JobRunner(journal)
+
+
+def ssh_host_for(server: RealSshd, alias: str | None = None, **kw: object) -> SshHost:
+    return SshHost(SshSettings(alias or server.alias, config_paths=[str(server.config_path)], **kw))  # type: ignore[arg-type]
+
+
+@pytest.fixture(params=["local", "sshd"])
+async def any_host(request: pytest.FixtureRequest) -> AsyncIterator[Host]:
+    """The same test against this machine and against the real OpenSSH sshd on loopback."""
+    if request.param == "local":
+        yield LocalHost()
+        return
+    server: RealSshd = request.getfixturevalue("real_sshd")
+    host = ssh_host_for(server)
+    try:
+        yield host
+    finally:
+        await host.aclose()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """CI guard: with AGENT_TOOLS_REQUIRE_SSHD=1 / AGENT_TOOLS_REQUIRE_SYSTEMD=1 a skipped real-parts test fails
+    the run (the fixtures fail instead of skipping; this catches skips from anywhere else)."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    need = {"sshd": os.environ.get("AGENT_TOOLS_REQUIRE_SSHD") == "1",
+            "systemd": os.environ.get("AGENT_TOOLS_REQUIRE_SYSTEMD") == "1"}
+    for rep in reporter.stats.get("skipped", []):
+        for mark, required in need.items():
+            if required and mark in rep.keywords:
+                reporter.write_line(f"REQUIRED {mark} test was skipped: {rep.nodeid}", red=True)
+                session.exitstatus = 1
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that uses a real sshd / systemd host, so the CI guard above can see skips."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        callspec = getattr(item, "callspec", None)
+        if "real_sshd" in names or (callspec is not None and callspec.params.get("any_host") == "sshd"):
+            item.add_marker(pytest.mark.sshd)
+        if "systemd_hosts" in names:
+            item.add_marker(pytest.mark.systemd)
