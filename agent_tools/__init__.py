@@ -52,6 +52,6 @@ __all__ = [
     "SshHost",
     "SshSettings",
     "Toolkit",
-    "errors",
     "__version__",
+    "errors",
 ]
