@@ -18,6 +18,7 @@ import typer
 from pydantic import BaseModel
 from rich.console import Console
 
+from .cli_mcp import mcp
 from .hosts.registry import HostRegistry
 from .jobs.journal import Journal
 from .logs import configure_logging
@@ -228,10 +229,55 @@ def jobs(
     out.print(table)
 
 
+app.command()(mcp)
+
+
 def main() -> None:
     """Console-script entry point."""
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     app()
+
+
+
+demo_app = typer.Typer(help="End-to-end examples.", no_args_is_help=True)
+app.add_typer(demo_app, name="demo")
+
+
+@demo_app.command("hicache")
+def demo_hicache(
+    host: Annotated[str | None, typer.Option("--host", help="run on this SSH alias instead of the embedded node")
+                    ] = None,
+    profile: Annotated[str, typer.Option("--profile", help="embedded node: default (fits) | small_ram (rolls back)")
+                       ] = "default",
+    load_s: Annotated[float, typer.Option("--load-s", help="embedded node: simulated model load seconds")] = 8.0,
+    as_json: Annotated[bool, typer.Option("--json", help="transcript as JSON lines")] = False,
+    ssh_config: SshConfigOpt = None,
+) -> None:
+    """Memory analysis → add hicache flags → restart detached → follow readiness → verify (or roll back)."""
+    from .demo.hicache import embedded_node, run_walkthrough
+
+    def emit(line: str) -> None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    async def go() -> str:
+        if host is not None:
+            async with _toolkit(ssh_config) as tk:
+                res = await run_walkthrough(tk, host, emit=emit, json_lines=as_json)
+                emit(json.dumps({"result": res.result, "summary": res.summary}) if as_json else
+                     f"RESULT: {res.result} — {res.summary}")
+                return res.result
+        if not as_json:
+            emit(f"# starting the embedded simulated GPU node (profile {profile}, model load {load_s:g} s)")
+        async with embedded_node(profile, load_s=load_s) as (alias, registry):
+            tk = Toolkit(registry, journal=Journal())
+            res = await run_walkthrough(tk, alias, emit=emit, json_lines=as_json)
+            emit(json.dumps({"result": res.result, "summary": res.summary}) if as_json else
+                 f"RESULT: {res.result} — {res.summary}")
+            return res.result
+
+    result = anyio.run(go)
+    raise typer.Exit(0 if result in ("verified", "rolled_back") else 1)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import shlex
 import signal as _signal
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -18,7 +19,7 @@ import anyio
 import structlog
 
 from ..errors import AgentToolsError, BadArguments, HostError, JobNotFound
-from ..hosts.base import Host
+from ..hosts.base import Host, run_on
 from ..outcomes import (
     Detached,
     ErrorOutcome,
@@ -28,8 +29,10 @@ from ..outcomes import (
     JobStatus,
     Killed,
     NeedsInput,
+    ProbeReport,
 )
 from ..output import OutputView, split_budget
+from ..probes.checks import check_probes
 from .journal import JobRecord, Journal, now
 from .scripts import cancel_script, launch_script, status_script
 from .wire import HostJobState, RawView, WireError, WireReader, parse_status, read_view
@@ -412,15 +415,21 @@ class JobRunner:
         rec = self.journal.get(job_id)
         head, tail = split_budget(self.view_bytes)
         t_end = anyio.current_time() + wait_s
-        first_state: str | None = None
+        first: tuple[str, str] | None = None
         delay = 0.2
+        reports: list[ProbeReport] = []
         while True:
             st = (await self._status(host, [(job_id, 0, 0, 0, 0)]))[job_id]
             state, code, sig, why = self.apply_state(rec, st)
-            if first_state is None:
-                first_state = state
+            if rec.probes and rec.readiness == "pending":
+                reports, why = await self._evaluate_probes(host, rec, state, code, why)
+            elif rec.probes:
+                reports = [ProbeReport(**r) for r in rec.meta.get("last_probes", [])]
+            if first is None:
+                first = (state, rec.readiness)
             remaining = t_end - anyio.current_time()
-            if state != first_state or state != "running" or remaining <= 0:
+            settled = rec.readiness != "pending" if rec.probes else state != "running"
+            if (state, rec.readiness) != first or settled or remaining <= 0:
                 break
             await anyio.sleep(min(delay, remaining))
             delay = min(delay * 1.6, 2.0)
@@ -436,8 +445,55 @@ class JobRunner:
         nxt = _next_hint(job_id, state, rec)
         return JobStatus(job_id=job_id, host=rec.host, command=rec.command, state=state,  # type: ignore[arg-type]
                          exit_status=code, signal=sig, readiness=rec.readiness,  # type: ignore[arg-type]
-                         elapsed_s=elapsed, deadline_s=rec.deadline_s, why=why, new_stdout=new_out,
-                         new_stderr=new_err, next=nxt)
+                         elapsed_s=elapsed, deadline_s=rec.deadline_s, why=why, probes=reports,
+                         new_stdout=new_out, new_stderr=new_err, next=nxt)
+
+    async def _evaluate_probes(self, host: Host, rec: JobRecord, state: str, code: int | None,
+                               why: str) -> tuple[list[ProbeReport], str]:
+        """Check a job's probes once and move its readiness: ready when the command exited 0 (or still runs)
+        and every probe passed; failed when a probe failed terminally or the command failed;
+        deadline_exceeded past ``deadline_s``. Terminal readiness is recorded in the journal."""
+        results = await check_probes(host, rec.probes)
+        specs = [dict(spec, **r.updates) for spec, r in zip(rec.probes, results, strict=True)]
+        reports = [ProbeReport(kind=r.kind, target=r.target, state=r.state, evidence=r.evidence) for r in results]
+        elapsed = now() - rec.created_at
+        readiness = "pending"
+        if any(r.state == "failed" for r in results):
+            readiness = "failed"
+            failed = [r for r in results if r.state == "failed"]
+            why = "; ".join(f"{r.kind} {r.target}: {r.evidence}" for r in failed)
+            for r in failed:
+                if r.kind == "systemd_unit":
+                    lines = await self._journal_tail(host, r.target, r.details.get("InvocationID", ""))
+                    if lines:
+                        why += "\njournal:\n" + lines
+                        reports.append(ProbeReport(kind="log", target=r.target, state="failed", evidence=lines[-1500:]))
+        elif state in ("killed", "lost") or (state == "exited" and code != 0):
+            readiness, why = "failed", f"the command did not succeed ({why})"
+        elif all(r.state == "passed" for r in results):
+            readiness, why = "ready", "all probes passed: " + "; ".join(f"{r.kind} {r.evidence}" for r in results)
+        elif rec.deadline_s is not None and elapsed > rec.deadline_s:
+            readiness = "deadline_exceeded"
+            why = (f"not ready {elapsed:.0f} s after start (deadline {rec.deadline_s:g} s): "
+                   + "; ".join(f"{r.kind} {r.target}: {r.evidence}" for r in results if r.state != "passed"))
+        else:
+            why = "waiting for readiness: " + "; ".join(f"{r.kind} {r.evidence}" for r in results)
+        meta = dict(rec.meta, last_probes=[p.model_dump() for p in reports])
+        self.journal.update(rec.job_id, probes=specs, readiness=readiness, meta=meta)
+        rec.probes, rec.readiness, rec.meta = specs, readiness, meta
+        if readiness != "pending":
+            log.info("job.readiness", host=rec.host, job_id=rec.job_id, readiness=readiness)
+        return reports, why
+
+    async def _journal_tail(self, host: Host, unit: str, invocation: str) -> str:
+        match = f" _SYSTEMD_INVOCATION_ID={invocation}" if invocation else ""
+        with anyio.move_on_after(5):
+            try:
+                res = await run_on(host, f"journalctl -u {shlex.quote(unit)} -n 15 -o cat --no-pager{match}")
+                return res.stdout.decode("utf-8", "replace").strip()
+            except HostError:
+                return ""
+        return ""
 
     # ------------------------------------------------------------------ output
     async def job_output(self, host: Host, job_id: str, *, stream: Literal["stdout", "stderr"] = "stdout",

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["JobCancelArgs", "JobOutputArgs", "JobStatusArgs", "ListJobsArgs", "RunCommandArgs"]
+__all__ = ["HostArgs", "HttpGetArgs", "JobCancelArgs", "JobOutputArgs", "JobStatusArgs", "ListJobsArgs", "ReadFileArgs",
+           "RestartServiceArgs", "RestoreFileArgs", "RunCommandArgs", "ServiceStatusArgs", "WaitForArgs",
+           "WriteFileArgs"]
 
 
 class _Args(BaseModel):
@@ -52,3 +54,60 @@ class JobCancelArgs(_Args):
 class ListJobsArgs(_Args):
     host: str | None = Field(default=None, description="only jobs on this host; also rediscovers jobs from "
                                                        "the host's job directories")
+
+
+class RestartServiceArgs(_Args):
+    host: str = Field(description="host alias")
+    unit: str = Field(description="systemd unit, e.g. sglang.service")
+    daemon_reload: bool = Field(default=True, description="run systemctl daemon-reload first (after editing "
+                                                          "a unit file)")
+    probes: list[dict[str, Any]] = Field(default_factory=list,
+                                         description="extra readiness probes, e.g. {'kind':'http','url':"
+                                                     "'http://127.0.0.1:30000/health'} or {'kind':'log','unit':"
+                                                     "'sglang.service','pattern':'ready to roll'}")
+    deadline_s: float | None = Field(default=None, gt=0, description="seconds until the restart counts as "
+                                                                      "failed (default: the unit's "
+                                                                      "TimeoutStartSec + 30)")
+    approval_id: str | None = Field(default=None, description="approval id from a needs_approval outcome")
+
+
+class ServiceStatusArgs(_Args):
+    host: str = Field(description="host alias")
+    unit: str = Field(description="systemd unit")
+    journal_lines: int = Field(default=10, ge=0, le=200, description="recent journal lines to include")
+
+
+class ReadFileArgs(_Args):
+    host: str = Field(description="host alias")
+    path: str = Field(description="absolute path on the host")
+    offset: int = Field(default=0, ge=0, description="byte offset")
+    limit: int = Field(default=65536, ge=1, le=1048576, description="bytes at most")
+
+
+class WriteFileArgs(_Args):
+    host: str = Field(description="host alias")
+    path: str = Field(description="absolute path on the host")
+    content: str = Field(description="the complete new content (UTF-8)")
+    backup: bool = Field(default=True, description="keep a backup of the old content (restore_file undoes)")
+    approval_id: str | None = Field(default=None, description="approval id from a needs_approval outcome")
+
+
+class RestoreFileArgs(_Args):
+    host: str = Field(description="host alias")
+    path: str = Field(description="the file to restore")
+    backup_id: str = Field(description="backup id from write_file (b_...)")
+
+
+class HostArgs(_Args):
+    host: str = Field(description="host alias")
+
+
+class WaitForArgs(_Args):
+    host: str = Field(description="host alias")
+    probes: list[dict[str, Any]] = Field(min_length=1, description="probe specs that must all pass")
+    deadline_s: float = Field(default=60.0, gt=0, le=3600, description="seconds to wait at most")
+
+
+class HttpGetArgs(_Args):
+    host: str = Field(description="host alias")
+    url: str = Field(description="http:// URL as seen from the host, e.g. http://127.0.0.1:30000/get_server_info")

@@ -22,8 +22,33 @@ from ..errors import AgentToolsError, BadArguments
 from ..hosts.registry import HostRegistry
 from ..jobs.journal import Journal
 from ..jobs.manager import JobRunner, _error
-from ..outcomes import ErrorOutcome, JobInfo, JobList
-from .args import JobCancelArgs, JobOutputArgs, JobStatusArgs, ListJobsArgs, RunCommandArgs
+from ..outcomes import Denied, ErrorOutcome, JobInfo, JobList, NeedsApproval
+from ..redact import redact
+from . import ops
+from .args import (
+    HostArgs,
+    HttpGetArgs,
+    JobCancelArgs,
+    JobOutputArgs,
+    JobStatusArgs,
+    ListJobsArgs,
+    ReadFileArgs,
+    RestartServiceArgs,
+    RestoreFileArgs,
+    RunCommandArgs,
+    ServiceStatusArgs,
+    WaitForArgs,
+    WriteFileArgs,
+)
+
+# policy objects (agent_tools.policy.PolicySet / ApprovalStore / Decision), typed loosely so this layer does
+# not depend on the policy package at import time
+PolicySet = Any
+ApprovalStore = Any
+Decision = Any
+
+#: an approver callback: given the needs_approval outcome, return True to approve (Python API / CLI prompt)
+Approver = Callable[[NeedsApproval], Awaitable[bool]]
 
 __all__ = ["ToolSpec", "Toolkit"]
 
@@ -64,6 +89,23 @@ JOB_OUTPUT_DESC = "Page a job's full output by byte offset (stdout or stderr); a
 JOB_CANCEL_DESC = ("Stop a job: TERM to its whole process tree (including daemons it spawned), KILL after "
                    "grace_s, then verify no process of it is left. Reports what was killed and any survivors.")
 LIST_JOBS_DESC = "List known jobs (newest first), optionally for one host, with their last known state."
+RESTART_SERVICE_DESC = (
+    "Restart a systemd unit safely: daemon-reload, `systemctl restart --no-block`, and return at once a "
+    "'detached' job whose readiness is judged by probes (the unit active in a new invocation, plus any HTTP "
+    "health / log-line probes you pass). The deadline defaults to the unit's own TimeoutStartSec + 30 s. "
+    "Follow with job_status(job_id, wait_s=60) until readiness is ready, failed (with journal lines) or "
+    "deadline_exceeded. Use this instead of run_command for restarts that take minutes (model servers).")
+SERVICE_STATUS_DESC = "A systemd unit's state (ActiveState/SubState/Result/...) and its recent journal lines."
+READ_FILE_DESC = "Read a file on a host by byte offset (bounded); total_bytes tells how much there is."
+WRITE_FILE_DESC = ("Replace a file's whole content atomically (temp file + rename, mode kept), keeping a backup; "
+                   "returns a unified diff and a backup_id for restore_file.")
+RESTORE_FILE_DESC = "Put back a file's content from a backup made by write_file (atomically); returns the diff."
+GPU_MEMORY_DESC = "Per-GPU memory used/total/free in MiB (nvidia-smi)."
+HOST_MEMORY_DESC = "Host memory total/available/used in bytes (free -b)."
+HTTP_GET_DESC = ("HTTP GET a URL as seen from the host itself (reaches services bound to 127.0.0.1 there); "
+                 "returns status and body. Read-only.")
+WAIT_FOR_DESC = ("Wait until probes pass on a host (systemd_unit, http, log, port, gpu_memory, host_memory), "
+                 "until one fails terminally, or until deadline_s.")
 
 
 class Toolkit:
@@ -82,13 +124,21 @@ class Toolkit:
         *,
         journal: Journal | None = None,
         runner: JobRunner | None = None,
-        policy: Any = None,
+        policy: PolicySet | None = None,
+        approvals: ApprovalStore | None = None,
+        approver: Approver | None = None,
         default_budget_s: float = DEFAULT_BUDGET_S,
     ) -> None:
         self.hosts = hosts or HostRegistry()
         self.journal = journal or (runner.journal if runner else Journal())
         self.runner = runner or JobRunner(self.journal)
         self.policy = policy
+        if policy is not None and approvals is None:
+            from ..policy import ApprovalStore  # type: ignore[import-not-found,unused-ignore]
+
+            approvals = ApprovalStore()
+        self.approvals = approvals
+        self.approver = approver
         self.default_budget_s = default_budget_s
         self._specs: dict[str, tuple[ToolSpec, Callable[..., Awaitable[BaseModel]]]] = {}
         self.register(ToolSpec("run_command", RUN_COMMAND_DESC, RunCommandArgs), self.run_command)
@@ -96,6 +146,72 @@ class Toolkit:
         self.register(ToolSpec("job_output", JOB_OUTPUT_DESC, JobOutputArgs), self.job_output)
         self.register(ToolSpec("job_cancel", JOB_CANCEL_DESC, JobCancelArgs), self.job_cancel)
         self.register(ToolSpec("list_jobs", LIST_JOBS_DESC, ListJobsArgs), self.list_jobs)
+        for name, desc, model, fn in (
+            ("restart_service", RESTART_SERVICE_DESC, RestartServiceArgs, ops.restart_service),
+            ("service_status", SERVICE_STATUS_DESC, ServiceStatusArgs, ops.service_status),
+            ("read_file", READ_FILE_DESC, ReadFileArgs, ops.read_file),
+            ("write_file", WRITE_FILE_DESC, WriteFileArgs, ops.write_file),
+            ("restore_file", RESTORE_FILE_DESC, RestoreFileArgs, ops.restore_file),
+            ("gpu_memory", GPU_MEMORY_DESC, HostArgs, ops.gpu_memory),
+            ("host_memory", HOST_MEMORY_DESC, HostArgs, ops.host_memory),
+            ("wait_for", WAIT_FOR_DESC, WaitForArgs, ops.wait_for),
+            ("http_get", HTTP_GET_DESC, HttpGetArgs, ops.http_get),
+        ):
+            self.register(ToolSpec(name, desc, model), self._bind(fn))
+
+    def _bind(self, fn: Callable[..., Awaitable[BaseModel]]) -> Callable[..., Awaitable[BaseModel]]:
+        async def call(**kwargs: Any) -> BaseModel:
+            try:
+                return await fn(self, **kwargs)
+            except AgentToolsError as exc:
+                return _error(exc, kwargs.get("host"), None)
+
+        call.__name__ = fn.__name__
+        call.__doc__ = fn.__doc__
+        return call
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[BaseModel]]:
+        # toolkit.restart_service(...), toolkit.write_file(...): the registered ops tools as methods
+        specs = self.__dict__.get("_specs", {})
+        if name in specs:
+            return specs[name][1]  # type: ignore[no-any-return]
+        raise AttributeError(name)
+
+    # ---------------------------------------------------------------- policy
+    def decide(self, host: str, command: str) -> Decision | None:
+        """The policy decision for ``command`` on ``host`` (None without a policy)."""
+        return self.policy.decide(host, command) if self.policy is not None else None
+
+    def check_policy(self, host: str, command: str, approval_id: str | None,
+                     decision: Decision | None = None) -> Denied | NeedsApproval | None:
+        """Apply the policy: a ``denied`` or ``needs_approval`` outcome when the command may not run now,
+        else None (allowed, or asked and approved — the approval is used up)."""
+        if self.policy is None:
+            return None
+        decision = decision or self.policy.decide(host, command)
+        shown = redact(command)
+        if decision.decision == "deny":
+            return Denied(host=host, command=shown, rule_id=decision.rule_id, reason=decision.reason)
+        if decision.decision == "ask":
+            from ..policy import ApprovalRefused  # type: ignore[import-not-found,unused-ignore]
+
+            assert self.approvals is not None
+            if approval_id is not None:
+                try:
+                    self.approvals.consume(host, command, approval_id=approval_id)
+                    return None
+                except ApprovalRefused as exc:
+                    refused = f" (approval {approval_id} not usable: {exc})"
+            else:
+                refused = ""
+            appr = self.approvals.request(host, command, decision.rule_id)
+            outcome = NeedsApproval(host=host, command=shown, approval_id=appr.id, rule_id=decision.rule_id,
+                                    reason=(decision.reason or "the policy asks for approval") + refused,
+                                    expires_s=round(appr.expires_at - appr.created_at, 1),
+                                    next=f"ask the operator to approve {appr.id}; then call again with the same "
+                                         f"arguments and approval_id='{appr.id}'")
+            return outcome
+        return None
 
     # ---------------------------------------------------------------- registry
     def register(self, spec: ToolSpec, handler: Callable[..., Awaitable[BaseModel]]) -> None:
@@ -153,18 +269,45 @@ class Toolkit:
         cwd: str | None = None,
         idempotency_key: str | None = None,
         approval_id: str | None = None,
+        _probes: list[dict[str, Any]] | None = None,
+        _deadline_s: float | None = None,
     ) -> BaseModel:
         """Run ``command`` on ``host`` under a budget; see :data:`RUN_COMMAND_DESC` and
-        :meth:`JobRunner.run`. Returns an outcome model (never raises for host failures)."""
+        :meth:`JobRunner.run`. With a policy: ``deny`` → ``denied`` and ``ask`` → ``needs_approval`` without
+        touching the host (unless ``approval_id`` is an approved, unused approval for exactly this command and
+        host, or the ``approver`` callback says yes); ``allow`` runs with the rule's budget, on_timeout,
+        deadline, detach and probes. Returns an outcome model (never raises for host failures)."""
+        shown = redact(command)
         try:
             h = self.hosts.get(host)
+            decision = self.decide(host, command)
+            blocked = self.check_policy(host, command, approval_id, decision)
+            if isinstance(blocked, NeedsApproval) and self.approver is not None and await self.approver(blocked):
+                assert self.approvals is not None
+                self.approvals.approve(blocked.approval_id, by="approver")
+                blocked = self.check_policy(host, command, blocked.approval_id, decision)
+            if blocked is not None:
+                return blocked
+            probes = list(_probes or [])
+            deadline_s = _deadline_s
+            detach_now = False
+            if decision is not None:
+                budget_s = budget_s if budget_s is not None else decision.budget_s
+                on_timeout = on_timeout or decision.on_timeout
+                detach_now = decision.detach_immediately
+                if not probes and decision.probes:
+                    probes = await _prepare_probes(h, decision.probes)
+                deadline_s = deadline_s or decision.deadline_s
+                if decision.deadline_from == "unit_timeout":
+                    deadline_s = await _unit_deadline(h, probes) or deadline_s
             return await self.runner.run(
                 h, command,
                 budget_s=budget_s if budget_s is not None else self.default_budget_s,
                 on_timeout=on_timeout or "detach",  # type: ignore[arg-type]
-                cwd=cwd, idempotency_key=idempotency_key)
+                cwd=cwd, idempotency_key=idempotency_key, probes=probes or None, deadline_s=deadline_s,
+                detach_immediately=detach_now, display_command=shown)
         except AgentToolsError as exc:
-            return _error(exc, host, command)
+            return _error(exc, host, shown)
 
     async def job_status(self, job_id: str, wait_s: float = 0.0) -> BaseModel:
         """State of a job and its new output; long-polls up to ``wait_s`` seconds."""
@@ -220,3 +363,27 @@ class Toolkit:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+async def _prepare_probes(host: Any, probes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pin systemd_unit probes to a *new* invocation (the one before the command runs must not count)."""
+    out = []
+    for p in probes:
+        p = dict(p)
+        if p.get("kind") == "systemd_unit" and "not_invocation" not in p:
+            props = await ops.unit_props(host, str(p["unit"]), "InvocationID")
+            p["not_invocation"] = props.get("InvocationID") or None
+        out.append(p)
+    return out
+
+
+async def _unit_deadline(host: Any, probes: list[dict[str, Any]]) -> float | None:
+    """systemd.service(5): TimeoutStartSec bounds a start; the unit's own value (+30 s) is the natural deadline."""
+    from ..probes.parse import parse_timespan_s
+
+    for p in probes:
+        if p.get("kind") == "systemd_unit":
+            props = await ops.unit_props(host, str(p["unit"]), "TimeoutStartUSec")
+            t = parse_timespan_s(props.get("TimeoutStartUSec", ""))
+            return t + 30.0 if t is not None else None
+    return None

@@ -1,0 +1,300 @@
+"""The Toolkit as an MCP server (official MCP Python SDK 2.x, low-level ``Server``).
+
+Every tool registered on the :class:`~agent_tools.tools.toolkit.Toolkit` is listed with the schema and
+description of :func:`~agent_tools.adapters.schemas.tool_schemas` (``"mcp"``) — the low-level server is used
+so the schema sent is exactly ours, not one re-derived from a Python signature. A call goes through
+:meth:`Toolkit.dispatch`; its result is returned as compact JSON text (bounded, see
+:func:`~agent_tools.adapters.schemas.encode_result`) plus the same JSON as ``structuredContent``, with
+``isError`` set for ``error`` and ``denied`` outcomes.
+
+Long calls (``job_status`` with ``wait_s``, a ``run_command`` within its budget, ``wait_for``): while the
+dispatch runs, a progress notification goes out every ``progress_interval_s`` seconds — ``progress`` is the
+seconds elapsed, ``total`` the call's ``wait_s``/``budget_s``/``timeout_s``/``deadline_s`` when it has one —
+provided the client sent a progress token (the SDK sends nothing otherwise). Clients that reset their request timeout on
+progress keep long polls alive this way.
+
+Cancellation: when the client cancels a call (``notifications/cancelled``), the SDK cancels the handler and
+so the dispatch — that is the wait, never the job: jobs run on their host under their own monitor and are
+only stopped by ``job_cancel``. The cancel is logged (``mcp.call_cancelled``).
+
+Approval: when a call ends in ``needs_approval`` and the client declared the elicitation capability, the
+operator is asked through it — by an ``elicitation/create`` request on handshake-era connections, or by an
+``InputRequiredResult`` on 2026-07-28 connections (which forbid server-to-client requests). Accept: the
+approval is recorded (``approvals.approve(approval_id, by="mcp-elicitation")`` when an approval store is
+given or the toolkit has an ``approvals`` attribute) and the call is made again with ``approval_id``.
+Decline/cancel: the approval is rejected and the call returns ``denied``. Without elicitation the
+``needs_approval`` outcome itself is the tool result. Note that elicitation trusts the client: it is as
+strong as the client's promise to show the form to a person.
+
+Logs go to stderr only (stdout carries the protocol on stdio); entry points configure structlog.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Protocol
+
+import anyio
+import mcp.types as types
+import structlog
+from mcp.server import Server, ServerRequestContext
+from mcp.types.version import MODERN_PROTOCOL_VERSIONS
+
+from .. import __version__
+from ..outcomes import Denied, ErrorOutcome
+from ..tools.toolkit import Toolkit
+from .schemas import DEFAULT_MAX_RESULT_CHARS, encode_result, is_error_result, tool_schema, tool_schemas
+
+__all__ = ["APPROVAL_STATE_PREFIX", "ApprovalSink", "McpToolServer", "build_mcp_server", "serve_http",
+           "serve_stdio"]
+
+log = structlog.get_logger(__name__)
+
+APPROVAL_STATE_PREFIX = "agent-tools/approval:"
+"""``request_state`` of the ``InputRequiredResult`` that asks for an approval (2026-07-28 connections):
+``PREFIX + approval_id + "/" + digest`` of the tool name and arguments, checked on the retry."""
+
+INSTRUCTIONS = (
+    "Shell commands on local and SSH hosts under per-command budgets. run_command always returns one "
+    "outcome; work that outlives its budget is 'detached' into a durable job that keeps running on the host: "
+    "follow it with job_status(job_id, wait_s=...) (long-poll; progress is reported while waiting), page its "
+    "output with job_output, stop it with job_cancel. Cancelling a call stops the wait, never the job. "
+    "Results lead with the state and name the next call in 'next'.")
+
+_APPROVAL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"approve": {"type": "boolean", "title": "Run this command",
+                               "description": "approve this exact command on this host, once",
+                               "default": False}},
+    "required": ["approve"],
+}
+_WAIT_KEYS = ("wait_s", "budget_s", "timeout_s", "deadline_s")
+
+
+class ApprovalSink(Protocol):
+    """Where an operator's answer is recorded (``agent_tools.policy.ApprovalStore`` fits)."""
+
+    def approve(self, approval_id: str, *, by: str | None = None) -> Any: ...
+
+    def reject(self, approval_id: str, *, by: str | None = None) -> Any: ...
+
+
+def _accepted(answer: types.ElicitResult | None) -> bool:
+    return bool(answer is not None and answer.action == "accept" and (answer.content or {}).get("approve") is True)
+
+
+def _call_digest(name: str, arguments: dict[str, Any]) -> str:
+    """Binds an approval round trip to the exact call it was asked for (the retry must not change it)."""
+    canonical = json.dumps([name, {k: v for k, v in arguments.items() if k != "approval_id"}], sort_keys=True,
+                           separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+def _expected_wait_s(arguments: dict[str, Any]) -> float | None:
+    for key in _WAIT_KEYS:
+        value = arguments.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            return float(value)
+    return None
+
+
+class McpToolServer:
+    """The handlers behind :func:`build_mcp_server` (one per server; holds no connection state).
+
+    :param toolkit: the tools to serve (its registry is read at every ``tools/list``).
+    :param progress_interval_s: seconds between progress notifications during a call (float > 0).
+    :param max_result_chars: bound on each result's JSON text (characters).
+    :param approvals: where elicitation answers are recorded; None: ``toolkit.approvals`` if it exists.
+    :param elicitation_timeout_s: seconds to wait for the operator's answer (then the outcome is returned).
+    """
+
+    def __init__(self, toolkit: Toolkit, *, progress_interval_s: float = 1.0,
+                 max_result_chars: int = DEFAULT_MAX_RESULT_CHARS, approvals: ApprovalSink | None = None,
+                 elicitation_timeout_s: float = 600.0) -> None:
+        if not progress_interval_s > 0:
+            raise ValueError("progress_interval_s must be > 0 seconds")
+        self.toolkit = toolkit
+        self.progress_interval_s = progress_interval_s
+        self.max_result_chars = max_result_chars
+        self.approvals = approvals
+        self.elicitation_timeout_s = elicitation_timeout_s
+
+    # ------------------------------------------------------------------ tools/list
+    def tools(self) -> list[types.Tool]:
+        """The MCP ``Tool`` of every registered tool, in registration order."""
+        return [types.Tool.model_validate(d) for d in tool_schemas(self.toolkit, "mcp")]
+
+    def input_schema(self, name: str) -> dict[str, Any] | None:
+        """One tool's input schema (None: unknown tool)."""
+        spec = next((s for s in self.toolkit.specs if s.name == name), None)
+        return None if spec is None else dict(tool_schema(spec, "mcp")["inputSchema"])
+
+    async def list_tools(self, ctx: ServerRequestContext[Any],
+                         params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=self.tools())
+
+    # ------------------------------------------------------------------ tools/call
+    async def call_tool(self, ctx: ServerRequestContext[Any],
+                        params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
+        name = params.name
+        arguments = dict(params.arguments or {})
+        state = params.request_state
+        if state is not None and state.startswith(APPROVAL_STATE_PREFIX) and params.input_responses is not None:
+            approval_id, _, digest = state[len(APPROVAL_STATE_PREFIX):].partition("/")
+            if digest != _call_digest(name, arguments):
+                return self._result(name, ErrorOutcome(
+                    kind="bad_arguments", retryable=False,
+                    message="the call was changed between the approval request and its answer; call again "
+                            "without request_state").model_dump(mode="json"))
+            answer = params.input_responses.get("approval")
+            result = await self._after_answer(ctx, name, arguments, approval_id,
+                                              _accepted(answer if isinstance(answer, types.ElicitResult) else None))
+            return self._result(name, result)
+        result = await self.dispatch(ctx, name, arguments)
+        if result.get("outcome") == "needs_approval":
+            asked = await self._ask_operator(ctx, name, arguments, result)
+            if isinstance(asked, types.InputRequiredResult):
+                return asked
+            result = asked
+        return self._result(name, result)
+
+    async def dispatch(self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """``toolkit.dispatch(name, arguments)`` with progress notifications every ``progress_interval_s``.
+
+        :raises anyio.get_cancelled_exc_class(): the client cancelled the call (logged; the job keeps running).
+        """
+        total = _expected_wait_s(arguments)
+        t0 = anyio.current_time()
+
+        async def tick() -> None:
+            while True:
+                await anyio.sleep(self.progress_interval_s)
+                elapsed = round(anyio.current_time() - t0, 1)
+                within = total is not None and elapsed <= total
+                message = (f"{name}: {elapsed:g} s" + (f" of {total:g} s" if within else "")
+                           + "; cancelling stops this wait, not the job")
+                try:
+                    await ctx.session.report_progress(elapsed, total if within else None, message)
+                except Exception as exc:  # a closed stream must not fail the call itself
+                    log.debug("mcp.progress_failed", tool=name, error=repr(exc))
+                    return
+
+        result: dict[str, Any] = {}
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(tick)
+                result = await self.toolkit.dispatch(name, arguments)
+                tg.cancel_scope.cancel()
+        except anyio.get_cancelled_exc_class():
+            log.info("mcp.call_cancelled", tool=name, elapsed_s=round(anyio.current_time() - t0, 3),
+                     note="the wait was cancelled; any job keeps running on its host")
+            raise
+        log.info("mcp.tool_call", tool=name, outcome=result.get("outcome") or result.get("state") or "ok",
+                 elapsed_s=round(anyio.current_time() - t0, 3))
+        return result
+
+    def _result(self, name: str, result: dict[str, Any]) -> types.CallToolResult:
+        text = encode_result(result, max_chars=self.max_result_chars)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                    structured_content=json.loads(text), is_error=is_error_result(result))
+
+    # ------------------------------------------------------------------ approvals
+    def _sink(self) -> ApprovalSink | None:
+        sink = self.approvals if self.approvals is not None else getattr(self.toolkit, "approvals", None)
+        return sink if hasattr(sink, "approve") and hasattr(sink, "reject") else None
+
+    def _takes_approval_id(self, name: str) -> bool:
+        spec = next((s for s in self.toolkit.specs if s.name == name), None)
+        return spec is not None and "approval_id" in spec.args_model.model_fields
+
+    async def _ask_operator(self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any],
+                            outcome: dict[str, Any]) -> dict[str, Any] | types.InputRequiredResult:
+        approval_id = outcome.get("approval_id")
+        caps = ctx.session.client_capabilities
+        elicitation = caps.elicitation if caps is not None else None
+        # an empty elicitation capability means form mode (MCP 2025-11-25)
+        form = elicitation is not None and (elicitation.form is not None or elicitation.url is None)
+        if not isinstance(approval_id, str) or not form or not self._takes_approval_id(name):
+            return outcome
+        message = (f"The agent wants to run on {outcome.get('host')}:\n\n    {outcome.get('command')}\n\n"
+                   f"Policy rule {outcome.get('rule_id') or '(none)'} asks first: {outcome.get('reason')}")
+        if ctx.session.can_send_request:
+            answer: types.ElicitResult | None = None
+            try:
+                with anyio.fail_after(self.elicitation_timeout_s):
+                    answer = await ctx.session.elicit_form(message, _APPROVAL_SCHEMA, related_request_id=ctx.request_id)
+            except Exception as exc:  # no answer (timeout, client error): the agent gets needs_approval
+                log.warning("mcp.elicitation_failed", tool=name, approval_id=approval_id, error=repr(exc))
+                return outcome
+            return await self._after_answer(ctx, name, arguments, approval_id, _accepted(answer))
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            request = types.ElicitRequest(params=types.ElicitRequestFormParams(message=message,
+                                                                              requested_schema=_APPROVAL_SCHEMA))
+            return types.InputRequiredResult(input_requests={"approval": request},
+                                             request_state=f"{APPROVAL_STATE_PREFIX}{approval_id}/"
+                                                           f"{_call_digest(name, arguments)}")
+        return outcome
+
+    async def _after_answer(self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any],
+                            approval_id: str, accepted: bool) -> dict[str, Any]:
+        sink = self._sink()
+        log.info("mcp.approval_answer", tool=name, approval_id=approval_id, accepted=accepted)
+        host, command = str(arguments.get("host") or ""), str(arguments.get("command") or "")
+        if not accepted:
+            if sink is not None:
+                try:
+                    sink.reject(approval_id, by="mcp-elicitation")
+                except Exception as exc:  # already decided/expired: the answer stands anyway
+                    log.info("mcp.approval_reject_failed", approval_id=approval_id, error=repr(exc))
+            return Denied(host=host, command=command, reason="the operator declined the approval request").model_dump(
+                mode="json")
+        if sink is not None:
+            try:
+                sink.approve(approval_id, by="mcp-elicitation")
+            except Exception as exc:  # unknown / expired / used approval: say so, run nothing
+                return ErrorOutcome(host=host or None, command=command or None, kind="approval", retryable=False,
+                                    message=f"approval {approval_id} could not be recorded: {exc}").model_dump(
+                                        mode="json")
+        return await self.dispatch(ctx, name, {**arguments, "approval_id": approval_id})
+
+
+def build_mcp_server(
+    toolkit: Toolkit,
+    *,
+    name: str = "agent-tools",
+    progress_interval_s: float = 1.0,
+    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
+    approvals: ApprovalSink | None = None,
+    elicitation_timeout_s: float = 600.0,
+) -> Server[Any]:
+    """An MCP server (SDK low-level :class:`mcp.server.Server`) serving every tool of ``toolkit``.
+
+    Run it with :func:`serve_stdio` / :func:`serve_http`, or ``server.run(read, write, options)`` on any
+    transport. Parameters as :class:`McpToolServer`. The toolkit is not closed by the server.
+    """
+    handlers = McpToolServer(toolkit, progress_interval_s=progress_interval_s, max_result_chars=max_result_chars,
+                             approvals=approvals, elicitation_timeout_s=elicitation_timeout_s)
+    return Server(name, version=__version__, instructions=INSTRUCTIONS,
+                  get_tool_input_schema=handlers.input_schema,
+                  on_list_tools=handlers.list_tools, on_call_tool=handlers.call_tool)
+
+
+async def serve_stdio(server: Server[Any]) -> None:
+    """Serve ``server`` on this process's stdin/stdout until the client closes stdin."""
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+async def serve_http(server: Server[Any], *, host: str = "127.0.0.1", port: int = 8765, path: str = "/mcp") -> None:
+    """Serve ``server`` over streamable HTTP at ``http://HOST:PORT/PATH`` (uvicorn) until cancelled or
+    SIGINT/SIGTERM. On a loopback ``host`` the SDK enables DNS-rebinding protection (Host/Origin checks).
+    No authentication: bind to loopback, or put an authenticating proxy in front."""
+    import uvicorn
+
+    app = server.streamable_http_app(streamable_http_path=path, host=host)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    log.info("mcp.http_listening", url=f"http://{host}:{port}{path}")
+    await uvicorn.Server(config).serve()

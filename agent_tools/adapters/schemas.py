@@ -1,0 +1,385 @@
+"""Tool schemas for every agent runtime, and tool results the model can afford to read — from one source.
+
+Schemas: each :class:`~agent_tools.tools.toolkit.ToolSpec` (name, description, pydantic args model) becomes
+the runtime's tool declaration. Nothing is kept by hand per vendor: the args model's JSON Schema is cleaned
+once (:func:`clean_schema`: local ``$ref`` inlined, ``$defs`` and ``title`` dropped) and wrapped:
+
+=====================  ===========================================================================
+``mcp``                ``{"name", "description", "inputSchema"}`` (MCP ``Tool``)
+``openai``             ``{"type": "function", "function": {"name", "description", "parameters"}}``
+                       (Chat Completions ``ChatCompletionFunctionToolParam``)
+``openai-responses``   ``{"type": "function", "name", "description", "parameters", "strict": false}``
+                       (Responses ``FunctionToolParam``; ``strict`` is a required key there)
+``anthropic``          ``{"name", "description", "input_schema"}`` (Messages ``ToolParam``)
+=====================  ===========================================================================
+
+Why OpenAI ``strict`` stays off: strict mode (Structured Outputs) accepts a schema only when every property
+is listed in ``required`` (optional ones as ``["T", "null"]``) and every object has ``additionalProperties:
+false``, and it supports a subset of keywords. Our arguments have real defaults (``wait_s=0``, ``budget_s``
+from the host policy), so strict mode would force the model to spell out every default on every call, and
+the schema would have to be rewritten per vendor. Validation happens anyway in
+:meth:`Toolkit.dispatch <agent_tools.tools.toolkit.Toolkit.dispatch>`, whose ``bad_arguments`` error tells
+the model what to fix. (Sources: OpenAI function-calling guide, "strict mode"; ``FunctionDefinition.strict``
+and ``FunctionToolParam.strict`` in the openai SDK.)
+
+Results: :func:`encode_result` turns a tool's JSON-ready dict into compact JSON of at most
+:data:`DEFAULT_MAX_RESULT_CHARS` characters (about 2,000 tokens). When a result is larger, output views are
+shortened head + tail first, then other long strings, then long lists; the result says so in
+``adapter_note`` and the full output stays on the host for ``job_output``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, get_args
+
+import anyio
+import structlog
+
+from ..tools.toolkit import Toolkit, ToolSpec
+
+__all__ = [
+    "DEFAULT_MAX_RESULT_CHARS",
+    "ERROR_OUTCOMES",
+    "ToolFormat",
+    "anthropic_tools",
+    "attr_or_key",
+    "bound_result",
+    "clean_schema",
+    "dispatch_all",
+    "encode_result",
+    "is_error_result",
+    "mcp_tools",
+    "openai_responses_tools",
+    "openai_tools",
+    "tool_schema",
+    "tool_schemas",
+]
+
+log = structlog.get_logger(__name__)
+
+ToolFormat = Literal["mcp", "openai", "openai-responses", "anthropic"]
+"""The runtimes :func:`tool_schemas` can declare tools for."""
+
+DEFAULT_MAX_RESULT_CHARS = 8000
+"""Bound on one tool result as the model reads it (characters of compact JSON; ~4 characters a token)."""
+
+ERROR_OUTCOMES = frozenset({"error", "denied"})
+"""Outcomes that adapters flag as failed calls (MCP ``isError``, Anthropic ``is_error``)."""
+
+# JSON Schema keywords whose value is one subschema / a list of subschemas / a map of name -> subschema.
+_SUBSCHEMA = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
+              "unevaluatedItems", "unevaluatedProperties")
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "dependentSchemas")
+
+
+# ---------------------------------------------------------------------------------------------- schemas
+def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A self-contained copy of a pydantic JSON Schema that every runtime accepts.
+
+    Local references (``{"$ref": "#/$defs/Name"}``) are replaced by the definition they name (sibling
+    keywords such as ``description`` kept), ``$defs``/``definitions`` are dropped, and so is every
+    ``title`` keyword (pydantic's generated titles repeat the property names and cost tokens; a property
+    *named* ``title`` is kept). The root is an object schema (``"type": "object"`` and ``"properties"``).
+
+    :param schema: the schema as :meth:`pydantic.BaseModel.model_json_schema` returns it (not modified).
+    :returns: a new dict.
+    :raises ValueError: a ``$ref`` that is not local or names a missing definition, or a recursive model
+        (it cannot be inlined; give the tool flat arguments).
+    """
+    defs: dict[str, Any] = {**schema.get("definitions", {}), **schema.get("$defs", {})}
+
+    def walk(node: Any, stack: tuple[str, ...]) -> Any:
+        if isinstance(node, list):
+            return [walk(n, stack) for n in node]
+        if not isinstance(node, dict):
+            return node
+        if "$ref" in node:
+            ref = node["$ref"]
+            prefix = next((p for p in ("#/$defs/", "#/definitions/") if isinstance(ref, str)
+                           and ref.startswith(p)), None)
+            if prefix is None or ref[len(prefix):] not in defs:
+                raise ValueError(f"cannot inline $ref {ref!r}: only local #/$defs references are supported")
+            name = ref[len(prefix):]
+            if name in stack:
+                raise ValueError(f"recursive schema ({' -> '.join((*stack, name))}) cannot be inlined")
+            target = walk(defs[name], (*stack, name))
+            siblings = walk({k: v for k, v in node.items() if k != "$ref"}, stack)
+            return {**target, **siblings}
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key in ("title", "$defs", "definitions"):
+                continue
+            if key in _SUBSCHEMA_MAPS and isinstance(value, dict):
+                out[key] = {name: walk(sub, stack) for name, sub in value.items()}
+            elif key in _SUBSCHEMA or key in _SUBSCHEMA_LISTS:
+                out[key] = walk(value, stack)
+            else:
+                out[key] = copy.deepcopy(value)
+        return out
+
+    cleaned: dict[str, Any] = walk(schema, ())
+    cleaned.setdefault("type", "object")
+    cleaned.setdefault("properties", {})
+    if cleaned["type"] != "object":
+        raise ValueError(f"tool arguments must be an object schema, got type {cleaned['type']!r}")
+    return cleaned
+
+
+def tool_schema(spec: ToolSpec, format: ToolFormat) -> dict[str, Any]:
+    """One tool's declaration for runtime ``format`` (see the module docstring for the shapes).
+
+    :raises ValueError: unknown ``format``, or an args model that cannot be inlined (:func:`clean_schema`).
+    """
+    params = clean_schema(spec.args_model.model_json_schema())
+    if format == "mcp":
+        return {"name": spec.name, "description": spec.description, "inputSchema": params}
+    if format == "openai":
+        return {"type": "function",
+                "function": {"name": spec.name, "description": spec.description, "parameters": params}}
+    if format == "openai-responses":
+        return {"type": "function", "name": spec.name, "description": spec.description, "parameters": params,
+                "strict": False}
+    if format == "anthropic":
+        return {"name": spec.name, "description": spec.description, "input_schema": params}
+    raise ValueError(f"unknown tool format {format!r}; one of {', '.join(get_args(ToolFormat))}")
+
+
+def tool_schemas(toolkit: Toolkit, format: ToolFormat) -> list[dict[str, Any]]:
+    """Declarations of every tool registered on ``toolkit`` (registration order) for runtime ``format``.
+
+    :param toolkit: any :class:`Toolkit`; tools added later with ``register()`` are included.
+    :param format: ``"mcp"``, ``"openai"`` (Chat Completions), ``"openai-responses"`` or ``"anthropic"``.
+    :returns: JSON-ready dicts, ready to pass as ``tools=`` to the runtime's SDK.
+    :raises ValueError: unknown ``format``, or an args model that cannot be inlined.
+    """
+    return [tool_schema(spec, format) for spec in toolkit.specs]
+
+
+def mcp_tools(toolkit: Toolkit) -> list[dict[str, Any]]:
+    """``tool_schemas(toolkit, "mcp")``."""
+    return tool_schemas(toolkit, "mcp")
+
+
+def openai_tools(toolkit: Toolkit) -> list[dict[str, Any]]:
+    """``tool_schemas(toolkit, "openai")``: the ``tools=`` of ``client.chat.completions.create``."""
+    return tool_schemas(toolkit, "openai")
+
+
+def openai_responses_tools(toolkit: Toolkit) -> list[dict[str, Any]]:
+    """``tool_schemas(toolkit, "openai-responses")``: the ``tools=`` of ``client.responses.create``."""
+    return tool_schemas(toolkit, "openai-responses")
+
+
+def anthropic_tools(toolkit: Toolkit) -> list[dict[str, Any]]:
+    """``tool_schemas(toolkit, "anthropic")``: the ``tools=`` of ``client.messages.create``."""
+    return tool_schemas(toolkit, "anthropic")
+
+
+# ---------------------------------------------------------------------------------------------- results
+def is_error_result(result: dict[str, Any]) -> bool:
+    """True for ``error`` and ``denied`` outcomes (what adapters flag as a failed tool call)."""
+    return result.get("outcome") in ERROR_OUTCOMES
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+_MIN_TEXT_CHARS = 160
+_MARKER = "\n… [{n} chars shortened by the adapter] …\n"
+
+
+def _shorten_middle(text: str, keep: int) -> tuple[str, str]:
+    """Keep a quarter of ``keep`` from the head and the rest from the tail; returns (new text, removed)."""
+    keep = max(keep, _MIN_TEXT_CHARS)
+    if len(text) <= keep:
+        return text, ""
+    head = keep // 4
+    tail = keep - head
+    removed = text[head:len(text) - tail]
+    return text[:head] + _MARKER.format(n=len(removed)) + text[len(text) - tail:], removed
+
+
+def _water_level(lengths: list[int], budget: int) -> int:
+    """The largest cap C with ``sum(min(n, C) for n in lengths) <= budget`` (0 when the budget is negative)."""
+    remaining = max(budget, 0)
+    ordered = sorted(lengths)
+    for i, n in enumerate(ordered):
+        left = len(ordered) - i
+        if n * left > remaining:
+            return remaining // left
+        remaining -= n
+    return ordered[-1] if ordered else 0
+
+
+def _raw_bytes_at_most(text: str) -> int:
+    """Bytes of host output that ``text`` (cleaned by agent_tools.output) stands for, never overestimated:
+    U+FFFD stands for >= 1 raw byte, ``\\0`` for 1 NUL byte; removed escapes and CRs only make it larger."""
+    return max(0, len(text.encode()) - 2 * text.count("\ufffd") - text.count("\\0"))
+
+
+def _text_slots(node: Any, path: tuple[str | int, ...] = ()) -> list[tuple[dict[str, Any], tuple[str | int, ...]]]:
+    """Every dict holding a ``text`` string (output views and output pages), depth first."""
+    found: list[tuple[dict[str, Any], tuple[str | int, ...]]] = []
+    if isinstance(node, dict):
+        if isinstance(node.get("text"), str):
+            found.append((node, path))
+        for k, v in node.items():
+            found.extend(_text_slots(v, (*path, k)))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            found.extend(_text_slots(v, (*path, i)))
+    return found
+
+
+def _shrink_text_slot(slot: dict[str, Any], keep: int) -> bool:
+    text: str = slot["text"]
+    if len(text) <= max(keep, _MIN_TEXT_CHARS):
+        return False
+    if "next_offset" in slot and "offset" in slot:
+        # a page of job_output: keep its head so paging continues from the shown end (never skips a byte)
+        kept = text[:max(keep, _MIN_TEXT_CHARS)]
+        slot["text"] = kept
+        if isinstance(slot["offset"], int):
+            slot["next_offset"] = min(int(slot["next_offset"]), slot["offset"] + _raw_bytes_at_most(kept))
+            if "eof" in slot:
+                slot["eof"] = slot["next_offset"] >= int(slot.get("total_bytes") or 0)
+        return True
+    new, removed = _shorten_middle(text, keep)
+    slot["text"] = new
+    if isinstance(slot.get("omitted_bytes"), int):
+        slot["omitted_bytes"] += len(removed.encode())
+    return True
+
+
+def _long_strings(node: Any, out: list[tuple[Any, str | int]]) -> None:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if isinstance(v, str) and len(v) > _MIN_TEXT_CHARS:
+                out.append((node, k))
+            else:
+                _long_strings(v, out)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            if isinstance(v, str) and len(v) > _MIN_TEXT_CHARS:
+                out.append((node, i))
+            else:
+                _long_strings(v, out)
+
+
+def _lists(node: Any, path: str, out: list[tuple[list[Any], str]]) -> None:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            _lists(v, f"{path}.{k}" if path else str(k), out)
+    elif isinstance(node, list):
+        out.append((node, path or "result"))
+        for v in node:
+            _lists(v, path, out)
+
+
+def bound_result(result: dict[str, Any], *, max_chars: int = DEFAULT_MAX_RESULT_CHARS) -> dict[str, Any]:
+    """``result`` made to fit ``max_chars`` characters of compact JSON (a new dict when it had to change).
+
+    Steps, each only while the JSON is still too long: (1) shorten output texts (``stdout``/``stderr``
+    views: head + tail with a marker, ``omitted_bytes`` raised by what was cut; ``job_output`` pages: the
+    head is kept and ``next_offset`` moved back so paging never skips a byte); (2) shorten any other long
+    string the same way; (3) drop the tail of the longest lists. Every change is named in
+    ``adapter_note``. A result that still does not fit is replaced by its top-level scalars and the note.
+
+    :param result: a JSON-ready dict (as :meth:`Toolkit.dispatch` returns).
+    :param max_chars: the bound (characters, > 500).
+    """
+    if len(_dumps(result)) <= max_chars:
+        return result
+    data: dict[str, Any] = copy.deepcopy(result)
+    notes: list[str] = []
+    reserve = 400  # room for adapter_note
+
+    def size() -> int:
+        return len(_dumps(data)) + reserve
+
+    def shrink(items: list[Any], text_of: Callable[[Any], str], cut: Callable[[Any, int], bool]) -> bool:
+        """Cut the longest texts down to one common length (water-filling), so every stream keeps a share."""
+        changed = False
+        for _ in range(6):
+            over = size() - max_chars
+            if over <= 0 or not items:
+                break
+            lengths = [len(text_of(it)) for it in items]
+            cap = max(_MIN_TEXT_CHARS, _water_level(lengths, sum(lengths) - over - 80 * len(items)))
+            progressed = False
+            for it in items:
+                if len(text_of(it)) > cap:
+                    progressed = cut(it, cap) or progressed
+            if not progressed:
+                break
+            changed = True
+        return changed
+
+    slots = [s for s, _ in _text_slots(data)]
+    if shrink(slots, lambda s: str(s["text"]), _shrink_text_slot):
+        notes.append("output text shortened to fit the result size; job_output(job_id=..., offset=..., "
+                     "stream=...) pages the full output, which stays on the host")
+    if size() > max_chars:
+        strings: list[tuple[Any, str | int]] = []
+        _long_strings(data, strings)
+
+        def cut_string(item: tuple[Any, str | int], keep: int) -> bool:
+            container, key = item
+            new, removed = _shorten_middle(container[key], keep)
+            container[key] = new
+            return bool(removed)
+
+        if shrink(strings, lambda it: str(it[0][it[1]]), cut_string):
+            notes.append("long strings shortened in the middle")
+    if size() > max_chars:
+        lists: list[tuple[list[Any], str]] = []
+        _lists(data, "", lists)
+        lists.sort(key=lambda item: len(_dumps(item[0])), reverse=True)
+        for lst, where in lists:
+            total = len(lst)
+            while len(lst) > 1 and size() > max_chars:
+                lst.pop()
+            if len(lst) < total:
+                notes.append(f"{where}: showing the first {len(lst)} of {total} items")
+            if size() <= max_chars:
+                break
+    if size() > max_chars:
+        scalars = {k: v for k, v in data.items() if not isinstance(v, dict | list)}
+        data = {k: (v if not isinstance(v, str) else _shorten_middle(v, 400)[0]) for k, v in scalars.items()}
+        notes.append("the result was too large to show; only its top-level fields are kept")
+    data["adapter_note"] = "; ".join(notes) if notes else f"shortened to {max_chars} chars"
+    log.debug("adapter.result_bounded", before=len(_dumps(result)), after=len(_dumps(data)), notes=notes)
+    return data
+
+
+def attr_or_key(obj: Any, name: str) -> Any:
+    """``obj[name]`` for a mapping, else ``getattr(obj, name, None)`` (SDK objects and plain dicts alike)."""
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+async def dispatch_all(toolkit: Toolkit, calls: Sequence[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """Dispatch ``(name, arguments)`` pairs concurrently; results in the same order (never raises for bad
+    input: see :meth:`Toolkit.dispatch`)."""
+    results: list[dict[str, Any]] = [{} for _ in calls]
+
+    async def one(i: int, name: str, arguments: Any) -> None:
+        log.debug("adapter.tool_call", tool=name)
+        results[i] = await toolkit.dispatch(name, arguments)
+
+    async with anyio.create_task_group() as tg:
+        for i, (name, arguments) in enumerate(calls):
+            tg.start_soon(one, i, name, arguments)
+    return results
+
+
+def encode_result(result: dict[str, Any], *, max_chars: int = DEFAULT_MAX_RESULT_CHARS) -> str:
+    """Compact JSON text of ``result`` (``separators=(",", ":")``, UTF-8 kept), bounded by
+    :func:`bound_result` to ``max_chars`` characters. This is what the model reads."""
+    return _dumps(bound_result(result, max_chars=max_chars))

@@ -1,0 +1,102 @@
+"""Probe specifications (pydantic; JSON-ready so they live in the journal and in policy files)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from ..errors import BadArguments
+
+__all__ = ["GpuMemoryProbe", "HostMemoryProbe", "HttpProbe", "LogProbe", "PortProbe", "ProbeSpec",
+           "SystemdUnitProbe", "probe_from_dict"]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SystemdUnitProbe(_Spec):
+    """A systemd unit reached ``active`` in a *new* invocation (systemctl show; systemd.service(5)).
+
+    Passes on ``ActiveState=active``; fails (terminal) on ``ActiveState=failed`` or a new invocation that went
+    ``inactive`` with ``Result`` other than ``success``; otherwise not yet (``activating/start`` while a
+    Type=notify service has not sent READY=1).
+    """
+
+    kind: Literal["systemd_unit"] = "systemd_unit"
+    unit: str = Field(description="unit name, e.g. sglang.service")
+    not_invocation: str | None = Field(default=None, description="InvocationID before the restart: the unit "
+                                                                  "must be in a different invocation to pass")
+
+
+class HttpProbe(_Spec):
+    """An HTTP endpoint answers ``expect_status`` (and ``body_regex``), reached from the host itself.
+
+    "Connection refused" and 503 are "not yet" (SGLang keeps its port closed while loading and answers 503
+    on /health while starting).
+    """
+
+    kind: Literal["http"] = "http"
+    url: str = Field(description="http://HOST:PORT/PATH as seen from the host, e.g. http://127.0.0.1:30000/health")
+    expect_status: int = Field(default=200, ge=100, le=599)
+    body_regex: str | None = Field(default=None, description="regex the body must match")
+    timeout_s: float = Field(default=5.0, gt=0, description="seconds for one request")
+
+
+class LogProbe(_Spec):
+    """A line matching ``pattern`` appears in a unit's journal (``journalctl -u UNIT -o json --after-cursor``)
+    or in a log file, after the probe's start point. ``fail_pattern`` makes a matching line a terminal failure."""
+
+    kind: Literal["log"] = "log"
+    unit: str | None = Field(default=None, description="systemd unit whose journal to follow")
+    path: str | None = Field(default=None, description="log file to follow (instead of a unit)")
+    pattern: str = Field(description="regex of the ready line")
+    fail_pattern: str | None = Field(default=None, description="regex of a line that means failure")
+    cursor: str | None = Field(default=None, description="journal cursor to start after (set by the tools)")
+    offset: int = Field(default=0, ge=0, description="file byte offset to start at (for path)")
+
+
+class PortProbe(_Spec):
+    """A TCP port accepts connections (from the host itself)."""
+
+    kind: Literal["port"] = "port"
+    port: int = Field(ge=1, le=65535)
+    address: str = Field(default="127.0.0.1")
+
+
+class GpuMemoryProbe(_Spec):
+    """GPU memory (``nvidia-smi --query-gpu=index,memory.used,memory.total``) is in a range on every GPU
+    (e.g. ``min_used_mib`` once weights are loaded, ``max_used_mib`` after a stop)."""
+
+    kind: Literal["gpu_memory"] = "gpu_memory"
+    min_used_mib: int | None = Field(default=None, ge=0)
+    max_used_mib: int | None = Field(default=None, ge=0)
+
+
+class HostMemoryProbe(_Spec):
+    """Host memory available (``free -b``) is at least ``min_available_bytes``."""
+
+    kind: Literal["host_memory"] = "host_memory"
+    min_available_bytes: int = Field(ge=0)
+
+
+ProbeSpec = Annotated[
+    SystemdUnitProbe | HttpProbe | LogProbe | PortProbe | GpuMemoryProbe | HostMemoryProbe,
+    Field(discriminator="kind"),
+]
+_ADAPTER: TypeAdapter[Any] = TypeAdapter(ProbeSpec)
+
+
+def probe_from_dict(data: dict[str, Any] | BaseModel) -> SystemdUnitProbe | HttpProbe | LogProbe | PortProbe | \
+        GpuMemoryProbe | HostMemoryProbe:
+    """Validate a probe spec given as a dict (``{"kind": "http", "url": ...}``).
+
+    :raises BadArguments: unknown kind or invalid fields (the message names them).
+    """
+    if isinstance(data, BaseModel):
+        return data  # type: ignore[return-value]
+    try:
+        return _ADAPTER.validate_python(data)  # type: ignore[no-any-return]
+    except Exception as exc:  # pydantic.ValidationError
+        raise BadArguments(f"invalid probe {data!r}: {exc}") from exc

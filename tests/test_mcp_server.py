@@ -1,0 +1,288 @@
+"""Issue 5: the Toolkit as an MCP server — real ``agent-tools mcp`` subprocesses driven by the official SDK client
+(stdio and streamable HTTP), and the approval/elicitation flow in process (both protocol eras)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp.types as types
+import pytest
+from mcp import Client, ClientSession, StdioServerParameters, stdio_client
+from mcp.client.session import ClientRequestContext
+from mcp.client.streamable_http import streamable_http_client
+from pydantic import BaseModel, ConfigDict
+
+import agent_tools
+from agent_tools.adapters import tool_schemas
+from agent_tools.adapters.mcp_server import build_mcp_server
+from agent_tools.outcomes import NeedsApproval
+from agent_tools.policy.approvals import ApprovalStore
+from agent_tools.tools.toolkit import Toolkit, ToolSpec
+
+REPO = Path(agent_tools.__file__).resolve().parent.parent
+CORE_TOOLS = {"run_command", "job_status", "job_output", "job_cancel", "list_jobs"}
+
+
+def server_env(tmp_path: Path) -> dict[str, str]:
+    # PYTHONPATH: the server runs exactly the code under test, whatever the installed entry point points at
+    return {"AGENT_TOOLS_STATE_DIR": str(tmp_path / "state"), "XDG_STATE_HOME": str(tmp_path / "xdg"),
+            "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+
+
+def agent_tools_cmd(*args: str) -> list[str]:
+    """``agent-tools -v mcp ARGS`` (the console script's own entry point, run by this interpreter)."""
+    return [sys.executable, "-m", "agent_tools.cli", "-v", "mcp", *args]
+
+
+def structured(result: types.CallToolResult) -> dict[str, Any]:
+    """The result's JSON: text content and structuredContent must agree."""
+    assert len(result.content) == 1 and isinstance(result.content[0], types.TextContent)
+    data = json.loads(result.content[0].text)
+    assert result.structured_content == data
+    assert isinstance(data, dict)
+    return data
+
+
+async def test_stdio_server_end_to_end(tmp_path: Path, state_dir: Path) -> None:
+    cmd = agent_tools_cmd()
+    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=server_env(tmp_path), cwd=str(tmp_path))
+    errlog_path = tmp_path / "server-stderr.log"
+    with errlog_path.open("w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+            with anyio.fail_after(30):
+                await session.initialize()
+
+            # every registered tool, with exactly the schema and description of the one source
+            listed = {t.name: t for t in (await session.list_tools()).tools}
+            assert CORE_TOOLS <= set(listed)
+            expected = {d["name"]: d for d in tool_schemas(Toolkit(), "mcp")}
+            assert set(listed) == set(expected)
+            for name, tool in listed.items():
+                assert tool.input_schema == expected[name]["inputSchema"]
+                assert tool.description == expected[name]["description"]
+            assert set(listed["run_command"].input_schema["required"]) == {"host", "command"}
+
+            # a command that outlives its budget detaches; a second one is followed, cancelled, and survives
+            first = structured(await session.call_tool(
+                "run_command", {"host": "local", "command": "sleep 3; echo done", "budget_s": 1}))
+            assert first["outcome"] == "detached", first
+            second = structured(await session.call_tool(
+                "run_command", {"host": "local", "command": "sleep 4; echo late", "budget_s": 0.5}))
+            assert second["outcome"] == "detached", second
+
+            seen: list[tuple[float, float | None, str | None]] = []
+            cancelled_progress: list[float] = []
+
+            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                seen.append((progress, total, message))
+
+            async def on_cancelled_progress(progress: float, total: float | None, message: str | None) -> None:
+                cancelled_progress.append(progress)
+
+            status: dict[str, Any] = {}
+
+            async def follow_first() -> None:
+                status.update(structured(await session.call_tool(
+                    "job_status", {"job_id": first["job_id"], "wait_s": 10}, progress_callback=on_progress)))
+
+            async def wait_then_cancel_second() -> None:
+                with anyio.move_on_after(2.2) as scope:
+                    await session.call_tool("job_status", {"job_id": second["job_id"], "wait_s": 30},
+                                            progress_callback=on_cancelled_progress)
+                assert scope.cancelled_caught, "the 30 s wait was expected to be cancelled by the client"
+
+            with anyio.fail_after(20):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(follow_first)
+                    tg.start_soon(wait_then_cancel_second)
+            assert (status["state"], status["exit_status"]) == ("exited", 0), status
+            assert status["new_stdout"]["text"] == "done\n"
+            # progress notifications arrived while waiting: elapsed seconds, rising, out of wait_s
+            assert seen, "no progress notification during a ~2 s wait"
+            assert [p for p, _, _ in seen] == sorted(p for p, _, _ in seen)
+            assert all(total == 10 for _, total, _ in seen)
+            assert "not the job" in (seen[0][2] or "")
+            assert cancelled_progress, "no progress before the cancel"
+
+            # the cancel stopped the wait, never the job: it still ends on its own with its output
+            with anyio.fail_after(15):
+                late = structured(await session.call_tool("job_status", {"job_id": second["job_id"], "wait_s": 10}))
+            assert (late["state"], late["exit_status"], late["new_stdout"]["text"]) == ("exited", 0, "late\n"), late
+
+            # bad arguments: a structured error the model can fix, flagged isError
+            bad = await session.call_tool("job_status", {"job_idx": "j_1"})
+            assert bad.is_error
+            err = structured(bad)
+            assert (err["outcome"], err["kind"], err["retryable"]) == ("error", "bad_arguments", False)
+            assert "job_id" in err["message"] and "job_idx" in err["message"]
+            unknown = await session.call_tool("no_such_tool", {})
+            assert unknown.is_error and structured(unknown)["kind"] == "bad_arguments"
+
+    log_text = errlog_path.read_text()
+    assert "mcp.call_cancelled" in log_text, log_text[-2000:]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@asynccontextmanager
+async def http_server(tmp_path: Path) -> AsyncIterator[str]:
+    """``agent-tools mcp --transport http`` on a free loopback port; yields the endpoint URL."""
+    port = free_port()
+    errlog = (tmp_path / "http-stderr.log").open("w")
+    env = {**server_env(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path)}
+    proc = await anyio.open_process(agent_tools_cmd("--transport", "http", "--port", str(port)),
+                                    stdin=None, stdout=errlog, stderr=errlog, env=env, cwd=str(tmp_path))
+    try:
+        with anyio.fail_after(30):  # bounded poll for the port
+            while True:
+                assert proc.returncode is None, (tmp_path / "http-stderr.log").read_text()
+                try:
+                    stream = await anyio.connect_tcp("127.0.0.1", port)
+                except OSError:
+                    await anyio.sleep(0.1)
+                    continue
+                await stream.aclose()
+                break
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        with anyio.move_on_after(10):
+            await proc.wait()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        errlog.close()
+
+
+async def test_streamable_http_server(tmp_path: Path) -> None:
+    async with http_server(tmp_path) as url, streamable_http_client(url) as (read, write), \
+            ClientSession(read, write) as session:
+        with anyio.fail_after(20):
+            await session.initialize()
+            names = {t.name for t in (await session.list_tools()).tools}
+            assert CORE_TOOLS <= names
+            out = structured(await session.call_tool(
+                "run_command", {"host": "local", "command": "sleep 2.5; echo over-http", "budget_s": 0.5}))
+            assert out["outcome"] == "detached", out
+            seen: list[float] = []
+
+            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                seen.append(progress)
+
+            st = structured(await session.call_tool("job_status", {"job_id": out["job_id"], "wait_s": 10},
+                                                    progress_callback=on_progress))
+        assert (st["state"], st["exit_status"], st["new_stdout"]["text"]) == ("exited", 0, "over-http\n"), st
+        assert seen, "no progress notification over streamable HTTP"
+
+
+# ---------------------------------------------------------------------------------------------- approvals
+class GuardedArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    command: str
+    approval_id: str | None = None
+
+
+class Ran(BaseModel):
+    outcome: str = "finished"
+    command: str
+    approval_id: str
+
+
+def guarded_toolkit(store: ApprovalStore) -> Toolkit:
+    """A real Toolkit with one more tool registered the ordinary way: it asks first, then runs once approved."""
+    tk = Toolkit()
+
+    async def guarded(command: str, approval_id: str | None = None) -> BaseModel:
+        if approval_id is None:
+            appr = store.request("local", command, "test-ask")
+            return NeedsApproval(host="local", command=command, approval_id=appr.id, rule_id="test-ask",
+                                 reason="tests ask first", expires_s=900.0,
+                                 next=f"call again with approval_id='{appr.id}' once approved")
+        store.consume("local", command, approval_id=approval_id)
+        return Ran(command=command, approval_id=approval_id)
+
+    tk.register(ToolSpec("guarded", "runs a command once the operator approved it", GuardedArgs), guarded)
+    return tk
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])  # elicitation/create request | InputRequiredResult
+async def test_needs_approval_is_asked_through_elicitation(state_dir: Path, mode: str) -> None:
+    store = ApprovalStore()
+    asked: list[str] = []
+
+    async def operator(context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"approve": True})
+
+    async with guarded_toolkit(store) as tk:
+        async with Client(build_mcp_server(tk, approvals=store), mode=mode, elicitation_callback=operator) as client:
+            with anyio.fail_after(10):
+                result = await client.call_tool("guarded", {"command": "systemctl restart x"})
+    data = structured(result)
+    assert not result.is_error
+    assert data["outcome"] == "finished" and data["command"] == "systemctl restart x", data
+    assert len(asked) == 1 and "systemctl restart x" in asked[0] and "test-ask" in asked[0]
+    approval = store.get(data["approval_id"])
+    assert approval is not None and approval.status == "used" and approval.decided_by == "mcp-elicitation"
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_declined_approval_is_denied_and_recorded(state_dir: Path, mode: str) -> None:
+    store = ApprovalStore()
+
+    async def operator(context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="decline")
+
+    async with guarded_toolkit(store) as tk:
+        async with Client(build_mcp_server(tk, approvals=store), mode=mode, elicitation_callback=operator) as client:
+            with anyio.fail_after(10):
+                result = await client.call_tool("guarded", {"command": "rm -rf /srv/cache"})
+    data = structured(result)
+    assert result.is_error and data["outcome"] == "denied" and "declined" in data["reason"], data
+    assert [a.status for a in store.pending()] == []  # the request was rejected, not left pending
+
+
+async def test_without_elicitation_the_outcome_is_the_result(state_dir: Path) -> None:
+    store = ApprovalStore()
+    async with guarded_toolkit(store) as tk:
+        async with Client(build_mcp_server(tk, approvals=store), mode="legacy") as client:
+            with anyio.fail_after(10):
+                result = await client.call_tool("guarded", {"command": "reboot"})
+    data = structured(result)
+    assert not result.is_error and data["outcome"] == "needs_approval", data
+    assert data["approval_id"] in data["next"]
+
+
+async def test_an_approval_answer_only_applies_to_the_call_it_was_asked_for(state_dir: Path) -> None:
+    """2026-07-28 round trip driven by hand: the retry must carry the same call, or nothing runs."""
+    store = ApprovalStore()
+
+    async def operator(context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+        raise AssertionError("driven by hand")
+
+    yes: types.InputResponses = {"approval": types.ElicitResult(action="accept", content={"approve": True})}
+    async with guarded_toolkit(store) as tk:
+        async with Client(build_mcp_server(tk, approvals=store), mode="2026-07-28",
+                          elicitation_callback=operator) as client:
+            with anyio.fail_after(10):
+                asked = await client.session.call_tool("guarded", {"command": "ls /srv"}, allow_input_required=True)
+                assert isinstance(asked, types.InputRequiredResult) and asked.input_requests
+                assert asked.request_state is not None
+                swapped = await client.session.call_tool("guarded", {"command": "rm -rf /srv"}, input_responses=yes,
+                                                         request_state=asked.request_state)
+                same = await client.session.call_tool("guarded", {"command": "ls /srv"}, input_responses=yes,
+                                                      request_state=asked.request_state)
+    assert swapped.is_error and "changed" in structured(swapped)["message"]
+    assert structured(same)["outcome"] == "finished"
