@@ -443,8 +443,8 @@ class JobRunner:
                             stderr_seen=max(rec.stderr_seen, vst.stderr_bytes))
         elapsed = round(now() - rec.created_at, 3)
         nxt = _next_hint(job_id, state, rec)
-        return JobStatus(job_id=job_id, host=rec.host, command=rec.command, state=state,  # type: ignore[arg-type]
-                         exit_status=code, signal=sig, readiness=rec.readiness,  # type: ignore[arg-type]
+        return JobStatus(job_id=job_id, host=rec.host, command=rec.command, state=state,
+                         exit_status=code, signal=sig, readiness=rec.readiness,
                          elapsed_s=elapsed, deadline_s=rec.deadline_s, why=why, probes=reports,
                          new_stdout=new_out, new_stderr=new_err, next=nxt)
 

@@ -1,0 +1,348 @@
+"""Decide a command line on a host: :class:`PolicySet`.
+
+How a decision is made
+======================
+1. The files whose ``hosts`` globs match the host alias apply, most specific first: a glob without wildcards
+   beats any glob with one; then more literal characters win (``gpu-node-*`` before ``gpu-*`` before ``*``);
+   ties keep the order the files were given to :meth:`PolicySet.load`.
+2. The command line is split into simple commands (:func:`~agent_tools.policy.shell.parse_command`).
+3. Each simple command is decided on its own. Within one file the first matching rule decides (file order).
+   Across files, a more specific file refines a general one, except that a ``deny`` from any applying file
+   stands: the decision is the first ``deny`` found (most specific file first), otherwise the match of the
+   most specific file that has one, otherwise ``defaults.decision`` (most specific file that sets it, else
+   ``ask``). An opaque command is never ``allow``: an allow is lowered to ``ask`` (``rule_id: <opaque>``);
+   a ``deny`` rule still applies to it. A command run through ``ssh HOST`` is also decided with HOST's
+   files and the stricter of the two decisions is kept (``ask`` when no file covers HOST).
+4. The command line takes the strictest decision of its simple commands (deny > ask > allow); budget,
+   timeouts, deadline and detach come from the deciding command's rule (see
+   :class:`~agent_tools.policy.model.Decision`), falling back to the file defaults and then to
+   ``budget_s=30``, ``on_timeout=detach``. A command line with no simple command at all is ``ask``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, get_args
+
+import structlog
+
+from agent_tools.policy.errors import PolicyFileError
+from agent_tools.policy.loader import PolicyDocument, load_policy_file, load_policy_text
+from agent_tools.policy.matching import CompiledRule, compile_rule
+from agent_tools.policy.model import (
+    SEVERITY,
+    CommandDecision,
+    Connection,
+    Decision,
+    DecisionKind,
+    OnTimeout,
+    Policy,
+)
+from agent_tools.policy.shell import SimpleCommand, parse_command
+from agent_tools.redact import redact
+
+__all__ = ["BUILTIN_BUDGET_S", "LoadedPolicy", "PolicySet", "ResolvedDefaults"]
+
+log = structlog.get_logger(__name__)
+
+BUILTIN_BUDGET_S = 30.0
+"""Foreground budget (seconds) when neither a rule nor any file's defaults set one."""
+
+_UNIT_SUFFIXES = (
+    ".service", ".socket", ".device", ".mount", ".automount", ".swap", ".target", ".path", ".timer", ".slice",
+    ".scope",
+)  # fmt: skip
+_PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_WILDCARDS = frozenset("*?[")
+
+
+def _glob_specificity(glob: str) -> tuple[int, int]:
+    literal = sum(1 for c in glob if c not in _WILDCARDS)
+    return (0 if any(c in _WILDCARDS for c in glob) else 1, literal)
+
+
+@dataclass(frozen=True)
+class LoadedPolicy:
+    """A validated policy file with compiled rules; ``order`` is its position in the load list."""
+
+    document: PolicyDocument
+    order: int
+    rules: tuple[CompiledRule, ...]
+
+    @classmethod
+    def from_document(cls, document: PolicyDocument, order: int) -> LoadedPolicy:
+        rules = tuple(compile_rule(rule, i) for i, rule in enumerate(document.policy.rules))
+        return cls(document, order, rules)
+
+    @property
+    def policy(self) -> Policy:
+        return self.document.policy
+
+    @property
+    def path(self) -> str:
+        return self.document.path
+
+    def specificity(self, host: str) -> tuple[int, int] | None:
+        """How specifically this file names ``host`` (None: it does not apply)."""
+        matching = [_glob_specificity(g) for g in self.policy.hosts if fnmatch.fnmatchcase(host, g)]
+        return max(matching) if matching else None
+
+    def first_match(self, command: SimpleCommand) -> tuple[CompiledRule, dict[str, str]] | None:
+        for rule in self.rules:
+            captures = rule.match(command)
+            if captures is not None:
+                return rule, captures
+        return None
+
+
+@dataclass(frozen=True)
+class ResolvedDefaults:
+    """Defaults for a host after falling back across files and to built-ins."""
+
+    budget_s: float
+    on_timeout: OnTimeout
+    hard_deadline_s: float | None
+    decision: DecisionKind
+
+
+@dataclass(frozen=True)
+class _Decided:
+    """Internal: one simple command's decision with its rule and captures."""
+
+    command: SimpleCommand
+    decision: DecisionKind
+    rule_id: str
+    reason: str
+    rule: CompiledRule | None
+    captures: dict[str, str]
+    path: str | None
+    matched_rule_id: str | None = None
+
+    def public(self) -> CommandDecision:
+        return CommandDecision.from_command(
+            self.command, decision=self.decision, rule_id=self.rule_id, reason=self.reason,
+            matched_rule_id=self.matched_rule_id, policy_file=self.path,
+        )  # fmt: skip
+
+
+def _resolve_defaults(files: Sequence[LoadedPolicy]) -> ResolvedDefaults:
+    def pick(name: str) -> Any:
+        return next((v for f in files if (v := getattr(f.policy.defaults, name)) is not None), None)
+
+    budget = pick("budget_s")
+    on_timeout = pick("on_timeout")
+    decision = pick("decision")
+    return ResolvedDefaults(
+        budget_s=float(budget) if budget is not None else BUILTIN_BUDGET_S,
+        on_timeout=on_timeout if on_timeout is not None else "detach",
+        hard_deadline_s=pick("hard_deadline_s"),
+        decision=decision if decision is not None else "ask",
+    )
+
+
+def _label(command: SimpleCommand) -> str:
+    text = " ".join(command.argv) if command.argv else command.text
+    text = text if len(text) <= 80 else text[:77] + "..."
+    return text or "(empty)"
+
+
+def _decide_in(command: SimpleCommand, files: Sequence[LoadedPolicy], host: str) -> _Decided:
+    if not files:
+        return _Decided(command, "ask", "<no-policy>", f"no policy file covers host {host!r}", None, {}, None)
+    matches = [(f, m) for f in files if (m := f.first_match(command)) is not None]
+    chosen = next(((f, m) for f, m in matches if m[0].rule.decision == "deny"), None)
+    if chosen is None and matches:
+        chosen = matches[0]
+    if chosen is not None:
+        loaded, (rule, captures) = chosen
+        decided = _Decided(
+            command, rule.rule.decision, rule.rule.id, rule.rule.reason or f"rule {rule.rule.id}", rule, captures,
+            loaded.path,
+        )  # fmt: skip
+    else:
+        default = _resolve_defaults(files).decision
+        reason = f"no rule matches {command.program or 'this command'!r}; the default is {default}"
+        decided = _Decided(command, default, "<default>", reason, None, {}, files[0].path)
+    if command.opaque:
+        opaque_reason = command.opaque_reason or "the policy cannot see what this command runs"
+        if decided.decision == "allow":
+            return _Decided(
+                command, "ask", "<opaque>", opaque_reason, decided.rule, decided.captures, decided.path,
+                matched_rule_id=decided.rule_id,
+            )  # fmt: skip
+        if decided.decision == "ask" and decided.rule is None:
+            return _Decided(command, "ask", decided.rule_id, opaque_reason, None, {}, decided.path)
+    return decided
+
+
+def _stricter(a: _Decided, b: _Decided) -> _Decided:
+    return b if SEVERITY[b.decision] > SEVERITY[a.decision] else a
+
+
+def _render(value: Any, captures: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        return _PLACEHOLDER_RE.sub(lambda m: captures.get(m.group(1), m.group(0)), value)
+    if isinstance(value, dict):
+        return {k: _render(v, captures) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_render(v, captures) for v in value]
+    return value
+
+
+def _normalise_captures(captures: dict[str, str]) -> dict[str, str]:
+    unit = captures.get("unit")
+    if unit is not None and not unit.endswith(_UNIT_SUFFIXES):
+        return {**captures, "unit": unit + ".service"}
+    return captures
+
+
+class PolicySet:
+    """The loaded policy files; decides command lines per host.
+
+    Build with :meth:`load` (paths) or :meth:`from_text`; the object is immutable and holds no connections.
+    """
+
+    def __init__(self, policies: Sequence[LoadedPolicy]) -> None:
+        self._policies = tuple(policies)
+
+    @classmethod
+    def load(cls, paths: Iterable[str | Path]) -> PolicySet:
+        """Load, validate and self-test the policy files at ``paths`` (their order breaks specificity ties).
+
+        :raises PolicyFileError: a file is unreadable, invalid, or one of its ``examples`` is decided
+            differently from what it expects (the whole file is refused).
+        """
+        loaded = []
+        for order, path in enumerate(paths):
+            policy = LoadedPolicy.from_document(load_policy_file(path), order)
+            check_examples(policy)
+            loaded.append(policy)
+        log.info("policy.loaded", files=[p.path for p in loaded])
+        return cls(loaded)
+
+    @classmethod
+    def from_text(cls, *texts: str) -> PolicySet:
+        """Like :meth:`load` for YAML texts (named ``<string:N>`` in errors)."""
+        loaded = []
+        for order, text in enumerate(texts):
+            policy = LoadedPolicy.from_document(load_policy_text(text, f"<string:{order}>"), order)
+            check_examples(policy)
+            loaded.append(policy)
+        return cls(loaded)
+
+    @property
+    def policies(self) -> tuple[LoadedPolicy, ...]:
+        return self._policies
+
+    def policies_for(self, host: str) -> list[LoadedPolicy]:
+        """The files that apply to ``host``, most specific first."""
+        ranked = [(spec, p) for p in self._policies if (spec := p.specificity(host)) is not None]
+        ranked.sort(key=lambda item: (-item[0][0], -item[0][1], item[1].order))
+        return [p for _, p in ranked]
+
+    def defaults(self, host: str) -> ResolvedDefaults:
+        return _resolve_defaults(self.policies_for(host))
+
+    def connection(self, host: str) -> Connection:
+        """Connection settings for ``host``, merged field by field (most specific file first)."""
+        merged: dict[str, Any] = {}
+        for policy in reversed(self.policies_for(host)):
+            if policy.policy.connection is not None:
+                merged.update(policy.policy.connection.model_dump(exclude_none=True))
+        return Connection(**merged)
+
+    def redact_patterns(self, host: str) -> list[str]:
+        """Extra redaction regexes of every file that applies to ``host``."""
+        return [p for policy in self.policies_for(host) for p in policy.policy.redact]
+
+    def decide(self, host: str, command: str) -> Decision:
+        """Decide ``command`` (a bash command line) on the host alias ``host``. Never raises for any input."""
+        decision = _decide(host, command, self.policies_for)
+        log.debug(
+            "policy.decided", host=host, command=redact(command), decision=decision.decision,
+            rule_id=decision.rule_id,
+        )  # fmt: skip
+        return decision
+
+
+def _decide(host: str, command: str, files_for: Callable[[str], list[LoadedPolicy]]) -> Decision:
+    files = files_for(host)
+    defaults = _resolve_defaults(files)
+    decided: list[_Decided] = []
+    for simple in parse_command(command):
+        result = _decide_in(simple, files, host)
+        if simple.target_host is not None:
+            result = _stricter(result, _decide_in(simple, files_for(simple.target_host), simple.target_host))
+        decided.append(result)
+    paths = [f.path for f in files]
+    if not decided:
+        return Decision(
+            host=host, command=command, decision="ask", rule_id="<empty>",
+            reason="no command found in the command line", budget_s=defaults.budget_s,
+            on_timeout=defaults.on_timeout, hard_deadline_s=defaults.hard_deadline_s, policy_files=paths,
+        )  # fmt: skip
+    level = max(SEVERITY[d.decision] for d in decided)
+    at_level = [d for d in decided if SEVERITY[d.decision] == level]
+    deciding = next(
+        (d for d in at_level if d.rule is not None and not d.rule_id.startswith("<")),
+        next((d for d in at_level if d.rule is not None), at_level[0]),
+    )
+    rule = deciding.rule.rule if deciding.rule is not None else None
+    probes: list[dict[str, Any]] = []
+    for d in at_level:
+        if d.rule is None:
+            continue
+        captures = _normalise_captures(d.captures)
+        for probe in d.rule.rule.probes:
+            rendered = _render(probe, captures)
+            if rendered not in probes:
+                probes.append(rendered)
+    reasons = dict.fromkeys(f"{_label(d.command)}: {d.reason}" for d in at_level)
+    return Decision(
+        host=host,
+        command=command,
+        decision=deciding.decision,
+        rule_id=deciding.rule_id,
+        reason="; ".join(reasons),
+        budget_s=rule.budget_s if rule is not None and rule.budget_s is not None else defaults.budget_s,
+        on_timeout=rule.on_timeout if rule is not None and rule.on_timeout is not None else defaults.on_timeout,
+        deadline_s=rule.deadline_s if rule is not None else None,
+        deadline_from=rule.deadline_from if rule is not None else None,
+        hard_deadline_s=defaults.hard_deadline_s,
+        detach_immediately=rule is not None and rule.detach == "immediately",
+        probes=probes,
+        commands=[d.public() for d in decided],
+        policy_files=paths,
+    )
+
+
+_EXAMPLE_KINDS: tuple[tuple[str, DecisionKind], ...] = tuple((f"must_{kind}", kind) for kind in get_args(DecisionKind))
+
+
+def check_examples(policy: LoadedPolicy) -> None:
+    """Decide every example of ``policy`` with that file alone (also for ``ssh`` targets).
+
+    :raises PolicyFileError: naming the first failing example, its expected and actual decision and the rule.
+    """
+    failures: list[PolicyFileError] = []
+    for key, expected in _EXAMPLE_KINDS:
+        for index, example in enumerate(getattr(policy.policy.examples, key)):
+            decision = _decide("<example>", example, lambda _host: [policy])
+            if decision.decision != expected:
+                loc = ("examples", key, index)
+                failures.append(PolicyFileError(
+                    policy.path, policy.document.line_of(loc), ".".join(map(str, loc)),
+                    f"example {example!r} must be {expected} but is {decision.decision} "
+                    f"(rule {decision.rule_id!r}: {decision.reason})",
+                ))  # fmt: skip
+    if failures:
+        first = failures[0]
+        if len(failures) > 1:
+            first = PolicyFileError(
+                first.path, first.line, first.key, f"{first.message} (and {len(failures) - 1} more failing examples)"
+            )
+        raise first

@@ -1,0 +1,145 @@
+"""Compiled rule matching against one :class:`~agent_tools.policy.shell.SimpleCommand`.
+
+Token syntax is described in :mod:`agent_tools.policy.model`. Globs use :func:`fnmatch.fnmatchcase` (case
+sensitive; ``*`` also matches ``/``). Every argument is tried both as written and lexically normalised
+(:func:`~agent_tools.policy.shell.normalise_path`), so a rule written for ``/`` also sees ``//`` and ``/.``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from agent_tools.policy.model import Rule
+from agent_tools.policy.shell import SimpleCommand, normalise_path
+
+__all__ = ["CompiledRule", "Token", "compile_rule"]
+
+_CAPTURE_RE = re.compile(r"^\{([A-Za-z_][A-Za-z0-9_]*)(?::(.+))?\}$")
+_GLOB_CHARS = frozenset("*?[")
+
+
+@dataclass(frozen=True)
+class Token:
+    """One compiled pattern token."""
+
+    kind: Literal["any", "rest", "options", "capture", "alts"]
+    alts: tuple[str, ...] = ()
+    name: str = ""
+
+    @staticmethod
+    def parse(text: str) -> Token:
+        if text == "**":
+            return Token("rest")
+        if text == "-**":
+            return Token("options")
+        if text == "*":
+            return Token("any")
+        m = _CAPTURE_RE.match(text)
+        if m:
+            return Token("capture", alts=tuple(m.group(2).split("|")) if m.group(2) else (), name=m.group(1))
+        return Token("alts", alts=tuple(text.split("|")))
+
+    def matches_text(self, word: str) -> bool:
+        """Whether ``word`` (or its normalised path form) matches this token's alternatives."""
+        if self.kind in ("any", "rest"):
+            return True
+        if self.kind == "options":
+            return word.startswith("-")
+        if self.kind == "capture" and (word.startswith("-") or not self.alts):
+            return not word.startswith("-")
+        forms = {word, normalise_path(word)}
+        for alt in self.alts:
+            if any(c in _GLOB_CHARS for c in alt):
+                if any(fnmatch.fnmatchcase(form, alt) for form in forms):
+                    return True
+            elif alt in forms:
+                return True
+        return False
+
+
+@dataclass(frozen=True)
+class CompiledRule:
+    """A :class:`Rule` with its tokens parsed; ``index`` is its position in the file."""
+
+    rule: Rule
+    index: int
+    pattern: tuple[Token, ...]
+    args_contain: tuple[Token, ...]
+    match_any_arg: tuple[Token, ...]
+    only_args: tuple[Token, ...] | None
+    redirect_to: Token | None
+
+    def match(self, command: SimpleCommand) -> dict[str, str] | None:
+        """Captured words if every condition of the rule holds for ``command``, else None."""
+        argv = command.argv
+        dynamic = command.dynamic if len(command.dynamic) == len(argv) else [False] * len(argv)
+        args = argv[1:]
+        for token in self.args_contain:
+            if not any(token.matches_text(arg) for arg in args):
+                return None
+        if self.match_any_arg and not any(t.matches_text(arg) for t in self.match_any_arg for arg in args):
+            return None
+        if self.redirect_to is not None:
+            redirect_to = self.redirect_to
+            if not any(redirect_to.matches_text(target) for target in command.writes):
+                return None
+        return self._match_from(0, 0, argv, dynamic, command.args_from_stdin, {})
+
+    def _match_from(
+        self, ti: int, ai: int, argv: list[str], dynamic: list[bool], stdin_args: bool, caps: dict[str, str]
+    ) -> dict[str, str] | None:
+        if ti == len(self.pattern):
+            return caps if self._tail_ok(argv[ai:], stdin_args) else None
+        token = self.pattern[ti]
+        if token.kind == "rest":
+            for k in range(ai, len(argv) + 1):
+                found = self._match_from(ti + 1, k, argv, dynamic, stdin_args, caps)
+                if found is not None:
+                    return found
+            return None
+        if token.kind == "options":
+            k = ai
+            while True:  # shortest run of option words first
+                found = self._match_from(ti + 1, k, argv, dynamic, stdin_args, caps)
+                if found is not None or k >= len(argv) or dynamic[k] or not argv[k].startswith("-"):
+                    return found
+                k += 1
+        if ai >= len(argv):
+            return None
+        word = argv[ai]
+        if token.kind == "capture":
+            if dynamic[ai] or not token.matches_text(word):
+                return None
+            return self._match_from(ti + 1, ai + 1, argv, dynamic, stdin_args, {**caps, token.name: word})
+        if ai == 0 and token.kind == "alts":
+            ok = any(fnmatch.fnmatchcase(word, alt) if any(c in _GLOB_CHARS for c in alt) else word == alt
+                     for alt in token.alts)  # fmt: skip
+        else:
+            ok = token.matches_text(word)
+        return self._match_from(ti + 1, ai + 1, argv, dynamic, stdin_args, caps) if ok else None
+
+    def _tail_ok(self, tail: list[str], stdin_args: bool) -> bool:
+        if self.rule.exact and (tail or stdin_args):
+            return False
+        if self.only_args is not None:
+            if stdin_args:
+                return False  # arguments from stdin cannot be checked against an allow-list
+            only = self.only_args
+            return all(any(t.matches_text(word) for t in only) for word in tail)
+        return True
+
+
+def compile_rule(rule: Rule, index: int) -> CompiledRule:
+    """Parse the tokens of ``rule``."""
+    return CompiledRule(
+        rule=rule,
+        index=index,
+        pattern=tuple(Token.parse(t) for t in rule.match),
+        args_contain=tuple(Token.parse(t) for t in rule.args_contain),
+        match_any_arg=tuple(Token.parse(t) for t in rule.match_any_arg),
+        only_args=None if rule.only_args is None else tuple(Token.parse(t) for t in rule.only_args),
+        redirect_to=None if rule.redirect_to is None else Token.parse(rule.redirect_to),
+    )

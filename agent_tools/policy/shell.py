@@ -1,0 +1,1265 @@
+"""Split a shell command line into the simple commands it would run.
+
+The parser is tree-sitter-bash (grammar: https://github.com/tree-sitter/tree-sitter-bash). It sees through
+lists (``;`` ``&&`` ``||`` newlines ``&``), pipelines (``|`` ``|&``), subshells, groups, ``if/for/while/case``
+bodies, function bodies, command and process substitutions and here-documents; then it unwraps the programs
+that only run another program (``sudo``, ``env``, ``nice``, ``nohup``, ``timeout``, ``stdbuf``, ``xargs``,
+``command``, ``exec``, ``time``, ``ionice``, ``setsid``, ``chroot``, ``watch``, ``doas``, ``su -c``,
+``busybox``, ``bash -c``, ``eval``, ``ssh HOST CMD``, ``find -exec``).
+
+Anything the parser cannot see through is still returned, marked ``opaque`` with a reason: a parse error, a
+command word that is not static text (``$CMD``, ``$(echo rm)``), ``eval``/``bash -c`` of a dynamic string,
+``source``, a shell or interpreter reading its program from a pipe, a here-document or a file, inline
+interpreter code (``python -c``), a variable such as ``PATH`` or ``LD_PRELOAD`` that changes what runs, a program
+run from outside the system directories, or a wrapper option this module does not know.
+
+Word values are computed the way bash would after quote removal when they are static (``r''m`` -> ``rm``,
+``\\rm`` -> ``rm``, ``$'\\x72m'`` -> ``rm``, ``{a,b}`` brace expansion); a word holding an expansion keeps its
+source text (``$HOME``) and is flagged dynamic.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import tree_sitter
+import tree_sitter_bash
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["Redirect", "SimpleCommand", "normalise_path", "parse_command"]
+
+MAX_DEPTH = 8
+"""Maximum nesting of scripts inside scripts (``bash -c "sh -c '...'"``) before giving up (opaque)."""
+
+MAX_BRACE_WORDS = 64
+"""A word whose brace expansion would give more words than this is left unexpanded."""
+
+_DYNAMIC_NODES = frozenset(
+    {"simple_expansion", "expansion", "command_substitution", "process_substitution", "arithmetic_expansion"}
+)
+_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "yash", "fish", "csh", "tcsh", "rbash"})
+_INTERPRETER_RE = re.compile(
+    r"^(?:python[0-9.]*|pypy[0-9.]*|perl[0-9.]*|ruby[0-9.]*|node|nodejs|deno|bun|php[0-9.]*|lua[0-9.]*|"
+    r"luajit|Rscript|tclsh[0-9.]*|wish|osascript|jshell|irb|pwsh|powershell)$"
+)
+# Option letters that make an interpreter run the next word (or the rest of the cluster) as code.
+_INLINE_CODE_FLAGS: dict[str, tuple[str, ...]] = {
+    "python": ("c",),
+    "pypy": ("c",),
+    "perl": ("e", "E"),
+    "ruby": ("e",),
+    "node": ("e", "p"),
+    "nodejs": ("e", "p"),
+    "deno": (),
+    "bun": ("e",),
+    "php": ("r",),
+    "lua": ("e",),
+    "luajit": ("e",),
+    "Rscript": ("e",),
+    "pwsh": ("c",),
+    "powershell": ("c",),
+}
+_INLINE_CODE_LONG = frozenset({"--eval", "--print", "--command", "-Command", "-command"})
+_PY_EXEC_HINT = re.compile(r"os\.system|subprocess|os\.exec|os\.spawn|os\.popen|pty\.spawn|shutil\.rmtree|__import__")
+
+# Variables whose value changes which program runs or what a shell/interpreter executes at start-up.
+_DANGEROUS_VAR_RE = re.compile(
+    r"^(?:PATH|IFS|ENV|BASH_ENV|SHELLOPTS|BASHOPTS|PS4|PROMPT_COMMAND|CDPATH|GLOBIGNORE|BASH_LOADABLES_PATH|"
+    r"LD_[A-Z_]+|DYLD_[A-Z_]+|GCONV_PATH|HOSTALIASES|LOCPATH|NLSPATH|"
+    r"PYTHONSTARTUP|PYTHONPATH|PYTHONHOME|PYTHONINSPECT|PERL5OPT|PERL5LIB|PERLLIB|RUBYOPT|RUBYLIB|"
+    r"NODE_OPTIONS|NODE_PATH|JAVA_TOOL_OPTIONS|_JAVA_OPTIONS|"
+    r"GIT_[A-Z_]*(?:SSH|PAGER|EDITOR|EXEC_PATH|EXTERNAL_DIFF|ASKPASS|CONFIG[A-Z_]*|PROXY_COMMAND|TEMPLATE_DIR)|"
+    r"[A-Z_]*PAGER|[A-Z_]*EDITOR|VISUAL|LESSOPEN|LESSCLOSE|BROWSER|SUDO_ASKPASS|SSH_ASKPASS)$"
+)
+# Builtins that assign a variable named by an argument (`read PATH`, `printf -v PATH ...`).
+_ASSIGNING_BUILTINS = frozenset({"read", "printf", "mapfile", "readarray", "getopts"})
+_TRUSTED_DIRS = frozenset(
+    {"/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin", "/usr/lib/systemd"}
+)
+_BENIGN_WRITE_TARGETS = frozenset(
+    {"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/fd/1", "/dev/fd/2", "/proc/self/fd/1", "/proc/self/fd/2"}
+)
+_OUTPUT_OPS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&"})
+_GLOB_CHARS = frozenset("*?[")
+
+
+class Redirect(BaseModel):
+    """One redirection of a simple command, e.g. ``2>> /var/log/x`` or ``< list``.
+
+    ``op`` is the operator (``>``, ``>>``, ``>|``, ``&>``, ``&>>``, ``<``, ``<>``, ``>&``, ``<&``, ``<<``,
+    ``<<-``, ``<<<``); ``fd`` the explicit descriptor number if one was written; ``target`` the destination
+    word (a here-document's body for ``<<``), ``static`` whether the target is plain text.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    op: str
+    target: str
+    fd: int | None = None
+    static: bool = True
+
+
+class SimpleCommand(BaseModel):
+    """One program invocation found in a command line, after unwrapping wrappers.
+
+    ``argv[0]`` is the normalised program name (``/usr/bin/rm`` and ``\\rm`` become ``rm``;
+    ``program_path`` keeps what was written). ``dynamic[i]`` says whether ``argv[i]`` holds an expansion and so
+    is only its source text. ``wrappers`` lists what was unwrapped, outermost first (``["sudo", "bash -c"]``).
+    ``writes`` are the files this command writes through redirections, ``dd of=`` or ``tee`` (``/dev/null``,
+    the standard streams and descriptor duplications are left out). ``target_host`` is set when the command
+    runs on another host through ``ssh``. ``args_from_stdin`` is set for commands run by ``xargs``, whose
+    remaining arguments are not known. ``argv`` is empty for a pseudo-command standing for a parse error, a
+    dangerous variable assignment or a redirection without a command (``> /dev/sda``).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    argv: list[str]
+    dynamic: list[bool] = Field(default_factory=list)
+    program_path: str = ""
+    wrappers: list[str] = Field(default_factory=list)
+    assignments: list[str] = Field(default_factory=list)
+    redirects: list[Redirect] = Field(default_factory=list)
+    writes: list[str] = Field(default_factory=list)
+    opaque: bool = False
+    opaque_reason: str | None = None
+    target_host: str | None = None
+    args_from_stdin: bool = False
+    text: str = ""
+
+    @property
+    def program(self) -> str:
+        """The normalised program name, or ``""`` for a pseudo-command."""
+        return self.argv[0] if self.argv else ""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Words
+
+
+@dataclass(frozen=True)
+class _Word:
+    """A shell word after quote removal; ``quoted[i]`` marks characters protected from brace/glob expansion."""
+
+    text: str
+    quoted: tuple[bool, ...]
+    static: bool
+
+    @staticmethod
+    def literal(text: str, *, quoted: bool = True) -> _Word:
+        return _Word(text, (quoted,) * len(text), True)
+
+    def __add__(self, other: _Word) -> _Word:
+        return _Word(self.text + other.text, self.quoted + other.quoted, self.static and other.static)
+
+    def has_unquoted(self, chars: frozenset[str]) -> bool:
+        return any(c in chars and not q for c, q in zip(self.text, self.quoted, strict=True))
+
+
+_EMPTY = _Word("", (), True)
+
+
+def _unescape_unquoted(text: str) -> _Word:
+    """Backslash handling outside quotes: ``\\<newline>`` disappears, ``\\c`` is a quoted ``c``."""
+    chars: list[str] = []
+    quoted: list[bool] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            i += 2
+            if nxt == "\n":
+                continue
+            chars.append(nxt)
+            quoted.append(True)
+            continue
+        chars.append(ch)
+        quoted.append(False)
+        i += 1
+    return _Word("".join(chars), tuple(quoted), True)
+
+
+def _unescape_double(text: str) -> str:
+    """Backslash handling inside double quotes: only ``$ ` " \\`` and newline are escapable."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text) and text[i + 1] in '$`"\\\n':
+            if text[i + 1] != "\n":
+                out.append(text[i + 1])
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+_ANSI_SIMPLE = {
+    "a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
+    "\\": "\\", "'": "'", '"': '"', "?": "?",
+}  # fmt: skip
+
+
+def _decode_ansi_c(body: str) -> str:
+    """Decode the inside of ``$'...'`` (bash ANSI-C quoting)."""
+    out: list[str] = []
+    i = 0
+    while i < len(body):
+        ch = body[i]
+        if ch != "\\" or i + 1 >= len(body):
+            out.append(ch)
+            i += 1
+            continue
+        nxt = body[i + 1]
+        if nxt in _ANSI_SIMPLE:
+            out.append(_ANSI_SIMPLE[nxt])
+            i += 2
+        elif nxt in "01234567":
+            m = re.match(r"[0-7]{1,3}", body[i + 1 :])
+            assert m is not None
+            out.append(chr(int(m.group(0), 8) & 0xFF))
+            i += 1 + len(m.group(0))
+        elif nxt in "xuU":
+            width = {"x": 2, "u": 4, "U": 8}[nxt]
+            m = re.match(r"[0-9a-fA-F]{1,%d}" % width, body[i + 2 :])
+            if m is None:
+                out.append("\\" + nxt)
+                i += 2
+            else:
+                out.append(chr(min(int(m.group(0), 16), 0x10FFFF)))
+                i += 2 + len(m.group(0))
+        elif nxt == "c" and i + 2 < len(body):
+            out.append(chr(ord(body[i + 2]) & 0x1F))
+            i += 3
+        else:
+            out.append("\\" + nxt)
+            i += 2
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Brace expansion and paths
+
+
+def _find_brace(word: _Word, start: int) -> tuple[int, int, list[int]] | None:
+    """Find the first unquoted ``{...}`` with a top-level comma at or after ``start``: (open, close, commas)."""
+    text, quoted = word.text, word.quoted
+    i = start
+    while i < len(text):
+        if text[i] == "{" and not quoted[i]:
+            depth = 0
+            commas: list[int] = []
+            for j in range(i, len(text)):
+                if quoted[j]:
+                    continue
+                if text[j] == "{":
+                    depth += 1
+                elif text[j] == "}":
+                    depth -= 1
+                    if depth == 0:
+                        if commas:
+                            return i, j, commas
+                        break
+                elif text[j] == "," and depth == 1:
+                    commas.append(j)
+        i += 1
+    return None
+
+
+def _brace_range(word: _Word) -> list[_Word] | None:
+    m = re.search(r"\{(-?\d+|[A-Za-z])\.\.(-?\d+|[A-Za-z])\}", word.text)
+    if m is None or any(word.quoted[m.start() : m.end()]):
+        return None
+    a, b = m.group(1), m.group(2)
+    if a.lstrip("-").isdigit() and b.lstrip("-").isdigit():
+        lo, hi = int(a), int(b)
+        step = 1 if hi >= lo else -1
+        items = [str(v) for v in range(lo, hi + step, step)]
+    elif len(a) == 1 and len(b) == 1 and not a.isdigit() and not b.isdigit():
+        step = 1 if ord(b) >= ord(a) else -1
+        items = [chr(v) for v in range(ord(a), ord(b) + step, step)]
+    else:
+        return None
+    if len(items) > MAX_BRACE_WORDS:
+        return None
+    prefix = _Word(word.text[: m.start()], word.quoted[: m.start()], word.static)
+    suffix = _Word(word.text[m.end() :], word.quoted[m.end() :], word.static)
+    return [prefix + _Word.literal(item) + suffix for item in items]
+
+
+def _brace_expand(word: _Word) -> list[_Word]:
+    """Bash brace expansion of unquoted ``{a,b}`` and ``{1..3}``; gives up (returns the word) past the cap."""
+    found = _find_brace(word, 0)
+    if found is None:
+        ranged = _brace_range(word)
+        return [word] if ranged is None else ranged
+    open_i, close_i, commas = found
+    prefix = _Word(word.text[:open_i], word.quoted[:open_i], word.static)
+    suffix = _Word(word.text[close_i + 1 :], word.quoted[close_i + 1 :], word.static)
+    bounds = [open_i, *commas, close_i]
+    results: list[_Word] = []
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        alt = _Word(word.text[a + 1 : b], word.quoted[a + 1 : b], word.static)
+        for expanded in _brace_expand(prefix + alt + suffix):
+            results.append(expanded)
+            if len(results) > MAX_BRACE_WORDS:
+                return [word]
+    return results
+
+
+def normalise_path(arg: str) -> str:
+    """Lexically normalise an absolute or ``~`` path: ``//`` -> ``/``, ``/./etc/`` -> ``/etc``, ``/a/..`` -> ``/``.
+
+    Other strings are returned unchanged. Symlinks are not resolved (the host is not consulted).
+    """
+    if arg.startswith("/"):
+        root, rest = "/", arg
+    elif arg == "~" or arg.startswith("~/"):
+        root, rest = "~", arg[1:]
+    else:
+        return arg
+    parts: list[str] = []
+    for part in rest.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if parts:
+                parts.pop()
+            continue
+        parts.append(part)
+    if not parts:
+        return root
+    return root.rstrip("/") + "/" + "/".join(parts)
+
+
+def _normalise_program(text: str) -> tuple[str, str | None]:
+    """(program name, reason it cannot be trusted or None)."""
+    if "/" not in text:
+        return text, None
+    directory, _, base = text.rpartition("/")
+    directory = normalise_path(directory or "/")
+    if directory in _TRUSTED_DIRS:
+        return base, None
+    return base, f"program {text!r} runs from outside the system directories"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Unwrapping state
+
+
+StdinKind = Literal["inherit", "pipe", "heredoc", "herestring", "file"]
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    """What a simple command inherits from where it appears."""
+
+    depth: int = 0
+    wrappers: tuple[str, ...] = ()
+    target_host: str | None = None
+    redirects: tuple[Redirect, ...] = ()
+    stdin: StdinKind = "inherit"
+    stdin_text: str | None = None  # static here-document / here-string text
+    assignments: tuple[str, ...] = ()
+    args_from_stdin: bool = False
+    notes: tuple[str, ...] = ()  # opaque reasons collected while unwrapping
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class _Inner:
+    """The wrapper runs ``words`` as a command."""
+
+    words: list[_Word]
+    label: str
+    target_host: str | None = None
+    args_from_stdin: bool = False
+    assignments: tuple[str, ...] = ()
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class _Script:
+    """The wrapper runs ``text`` as a shell script (``None``: the script is not static)."""
+
+    text: str | None
+    label: str
+    target_host: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class _Self:
+    """Emit the command itself (no inner command), opaque when ``reason`` is set."""
+
+    reason: str | None = None
+
+
+_Result = _Inner | _Script | _Self
+
+
+@dataclass
+class _Opts:
+    """Result of scanning leading options of a wrapper."""
+
+    index: int  # index of the first non-option word
+    values: dict[str, str] = field(default_factory=dict)
+    flags: set[str] = field(default_factory=set)
+    unknown: list[str] = field(default_factory=list)
+    dynamic: bool = False
+
+
+def _scan_options(
+    args: Sequence[_Word],
+    *,
+    short_arg: str = "",
+    short_flag: str = "",
+    long_arg: frozenset[str] = frozenset(),
+    long_flag: frozenset[str] = frozenset(),
+    optional_arg: frozenset[str] = frozenset(),
+) -> _Opts:
+    """Scan getopt-style options at the head of ``args`` (stops at ``--`` or the first non-option word).
+
+    ``optional_arg`` lists short letters whose value is only taken when attached (``xargs -i{}``).
+    """
+    opts = _Opts(index=len(args))
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if not word.static:
+            opts.dynamic = True
+            opts.index = i
+            return opts
+        text = word.text
+        if text == "--":
+            opts.index = i + 1
+            return opts
+        if not text.startswith("-") or text == "-":
+            opts.index = i
+            return opts
+        if text.startswith("--"):
+            name, eq, value = text.partition("=")
+            if name in long_arg:
+                if eq:
+                    opts.values[name] = value
+                elif i + 1 < len(args):
+                    opts.values[name] = args[i + 1].text
+                    i += 1
+            elif name in long_flag:
+                opts.flags.add(name)
+                if eq:
+                    opts.values[name] = value
+            else:
+                opts.unknown.append(text)
+            i += 1
+            continue
+        j = 1
+        while j < len(text):
+            letter = text[j]
+            if letter in short_arg:
+                rest = text[j + 1 :]
+                if rest:
+                    opts.values["-" + letter] = rest
+                elif i + 1 < len(args):
+                    opts.values["-" + letter] = args[i + 1].text
+                    i += 1
+                break
+            if letter in optional_arg:
+                opts.values["-" + letter] = text[j + 1 :]
+                break
+            if letter in short_flag:
+                opts.flags.add("-" + letter)
+            else:
+                opts.unknown.append("-" + letter)
+            j += 1
+        i += 1
+    return opts
+
+
+def _unknown_note(name: str, opts: _Opts) -> str | None:
+    if opts.dynamic:
+        return f"{name}: an option is not static text"
+    if opts.unknown:
+        return f"{name}: unknown option {opts.unknown[0]}"
+    return None
+
+
+def _join_static(words: Sequence[_Word]) -> str | None:
+    if any(not w.static for w in words):
+        return None
+    return " ".join(w.text for w in words)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Wrapper handlers: (name, args, ctx) -> list of results
+
+
+def _wrap_sudo(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    opts = _scan_options(
+        args,
+        short_arg="ugpCDhrtUTR",
+        short_flag="AbEeHiKklnPSsVv",
+        long_arg=frozenset(
+            {"--user", "--group", "--prompt", "--close-from", "--chdir", "--host", "--role", "--type",
+             "--other-user", "--command-timeout", "--chroot"}
+        ),
+        long_flag=frozenset(
+            {"--askpass", "--background", "--preserve-env", "--edit", "--set-home", "--login", "--remove-timestamp",
+             "--reset-timestamp", "--list", "--non-interactive", "--preserve-groups", "--stdin", "--shell",
+             "--validate", "--version", "--help"}
+        ),
+    )  # fmt: skip
+    rest = args[opts.index :]
+    note = _unknown_note(name, opts)
+    if {"-e", "--edit"} & opts.flags:
+        return [_Inner([_Word.literal("sudoedit"), *rest], name, note=note)]
+    if not rest:
+        if {"-i", "-s", "--login", "--shell"} & opts.flags:
+            return [_Self("sudo opens an interactive shell")]
+        return [_Self(note)]
+    return [_Inner(rest, name, note=note)]
+
+
+def _wrap_doas(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    opts = _scan_options(args, short_arg="uC", short_flag="nsL")
+    rest = args[opts.index :]
+    if not rest:
+        return [_Self("doas opens an interactive shell" if "-s" in opts.flags else _unknown_note(name, opts))]
+    return [_Inner(rest, name, note=_unknown_note(name, opts))]
+
+
+def _wrap_env(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    opts = _scan_options(
+        args,
+        short_arg="uCSP",
+        short_flag="i0v",
+        long_arg=frozenset({"--unset", "--chdir", "--split-string", "--default-signal", "--ignore-signal",
+                            "--block-signal"}),
+        long_flag=frozenset({"--ignore-environment", "--null", "--debug", "--list-signal-handling", "--help",
+                             "--version"}),
+    )  # fmt: skip
+    i = opts.index
+    if i < len(args) and args[i].static and args[i].text == "-":  # `env -` means `env -i`
+        i += 1
+    assignments: list[str] = []
+    while i < len(args) and args[i].static and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", args[i].text):
+        assignments.append(args[i].text)
+        i += 1
+    rest = list(args[i:])
+    note = _unknown_note(name, opts)
+    split = opts.values.get("-S", opts.values.get("--split-string"))
+    if split is not None:
+        split_words = _split_words(split)
+        if split_words is None:
+            return [_Self(f"{name} -S: cannot split {split!r}")]
+        rest = split_words + rest
+    if not rest:
+        return [_Self(note)]
+    return [_Inner(rest, name, assignments=tuple(assignments), note=note)]
+
+
+def _wrap_nice(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    if args and args[0].static and re.match(r"^-\d+$", args[0].text):
+        args = args[1:]
+    opts = _scan_options(args, short_arg="n", long_arg=frozenset({"--adjustment"}))
+    rest = args[opts.index :]
+    return [_Inner(rest, name, note=_unknown_note(name, opts))] if rest else [_Self(_unknown_note(name, opts))]
+
+
+def _wrap_plain(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    """Wrappers without options of interest: nohup, builtin, coproc (``--`` skipped)."""
+    if args and args[0].static and args[0].text == "--":
+        args = args[1:]
+    return [_Inner(args, name)] if args else [_Self()]
+
+
+def _wrap_time(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    opts = _scan_options(
+        args, short_arg="fo", short_flag="apqv", long_arg=frozenset({"--format", "--output"}),
+        long_flag=frozenset({"--append", "--portability", "--verbose", "--quiet"}),
+    )  # fmt: skip
+    rest = args[opts.index :]
+    return [_Inner(rest, name, note=_unknown_note(name, opts))] if rest else [_Self()]
+
+
+def _wrap_timeout(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    opts = _scan_options(
+        args, short_arg="sk", short_flag="v", long_arg=frozenset({"--signal", "--kill-after"}),
+        long_flag=frozenset({"--preserve-status", "--foreground", "--verbose"}),
+    )  # fmt: skip
+    rest = args[opts.index + 1 :]  # skip DURATION
+    return [_Inner(rest, name, note=_unknown_note(name, opts))] if rest else [_Self(_unknown_note(name, opts))]
+
+
+def _wrap_stdbuf(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    opts = _scan_options(args, short_arg="ioe", long_arg=frozenset({"--input", "--output", "--error"}))
+    rest = args[opts.index :]
+    return [_Inner(rest, name, note=_unknown_note(name, opts))] if rest else [_Self(_unknown_note(name, opts))]
+
+
+def _wrap_ionice(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    opts = _scan_options(
+        args, short_arg="cnpPu", short_flag="t",
+        long_arg=frozenset({"--class", "--classdata", "--pid", "--pgid", "--uid"}), long_flag=frozenset({"--ignore"}),
+    )  # fmt: skip
+    rest = args[opts.index :]
+    return [_Inner(rest, name, note=_unknown_note(name, opts))] if rest else [_Self(_unknown_note(name, opts))]
+
+
+def _wrap_setsid(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    opts = _scan_options(args, short_flag="cfw", long_flag=frozenset({"--ctty", "--fork", "--wait"}))
+    rest = args[opts.index :]
+    return [_Inner(rest, name, note=_unknown_note(name, opts))] if rest else [_Self(_unknown_note(name, opts))]
+
+
+def _wrap_command(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    opts = _scan_options(args, short_flag="pvV")
+    rest = args[opts.index :]
+    if {"-v", "-V"} & opts.flags or not rest:
+        return [_Self(_unknown_note(name, opts))]  # `command -v x` only looks x up
+    return [_Inner(rest, name, note=_unknown_note(name, opts))]
+
+
+def _wrap_exec(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    opts = _scan_options(args, short_arg="a", short_flag="cl")
+    rest = args[opts.index :]
+    return [_Inner(rest, name, note=_unknown_note(name, opts))] if rest else [_Self(_unknown_note(name, opts))]
+
+
+def _wrap_chroot(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    opts = _scan_options(args, long_arg=frozenset({"--userspec", "--groups"}), long_flag=frozenset({"--skip-chdir"}))
+    rest = args[opts.index :]
+    if not rest:
+        return [_Self(_unknown_note(name, opts))]
+    root = rest[0].text
+    if len(rest) == 1:
+        return [_Self(f"chroot {root} opens an interactive shell")]
+    return [_Inner(rest[1:], f"chroot {root}", note=_unknown_note(name, opts))]
+
+
+def _wrap_watch(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    opts = _scan_options(
+        args, short_arg="nq", short_flag="bcdegprtwx", optional_arg=frozenset(),
+        long_arg=frozenset({"--interval", "--equexit", "--differences"}),
+        long_flag=frozenset({"--beep", "--color", "--no-color", "--errexit", "--chgexit", "--precise",
+                             "--no-title", "--no-wrap", "--exec", "--no-linewrap", "--no-rerun"}),
+    )  # fmt: skip
+    rest = args[opts.index :]
+    note = _unknown_note(name, opts)
+    if not rest:
+        return [_Self(note)]
+    if {"-x", "--exec"} & opts.flags:
+        return [_Inner(rest, name, note=note)]
+    return [_Script(_join_static(rest), name, note=note)]
+
+
+def _wrap_xargs(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    opts = _scan_options(
+        args, short_arg="adEILnPs", short_flag="0oprtx", optional_arg=frozenset("eil"),
+        long_arg=frozenset({"--arg-file", "--delimiter", "--max-lines", "--max-args", "--max-procs",
+                            "--max-chars", "--process-slot-var"}),
+        long_flag=frozenset({"--null", "--no-run-if-empty", "--verbose", "--interactive", "--exit",
+                             "--open-tty", "--show-limits", "--replace", "--eof"}),
+    )  # fmt: skip
+    rest = args[opts.index :] or [_Word.literal("echo")]
+    replace_str = opts.values.get("-I") or opts.values.get("-i") or opts.values.get("--replace")
+    if replace_str is None and ("-i" in opts.values or "--replace" in opts.flags):
+        replace_str = "{}"
+    if replace_str:
+        rest = _mark_substituted(rest, replace_str)
+    return [_Inner(rest, name, args_from_stdin=True, note=_unknown_note(name, opts))]
+
+
+def _mark_substituted(words: list[_Word], placeholder: str) -> list[_Word]:
+    """Words holding ``placeholder`` are replaced at run time (xargs -I, find -exec {}): not static."""
+    return [_Word(w.text, w.quoted, False) if placeholder in w.text else w for w in words]
+
+
+def _wrap_busybox(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    return [_Inner(args, name)] if args and not args[0].text.startswith("-") else [_Self()]
+
+
+def _wrap_eval(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    if not args:
+        return [_Self()]
+    script = _join_static(args)
+    if script is None:
+        return [_Self("eval runs a string built at run time")]
+    return [_Script(script, name)]
+
+
+def _wrap_source(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    target = args[0].text if args else "?"
+    return [_Self(f"{name} runs the commands in {target}, which the policy cannot see")]
+
+
+def _wrap_su(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    script: _Word | None = None
+    for i, word in enumerate(args):
+        if word.static and word.text in ("-c", "--command") and i + 1 < len(args):
+            script = args[i + 1]
+            break
+        if word.static and word.text.startswith("--command="):
+            script = _Word.literal(word.text.split("=", 1)[1])
+            break
+    if script is None:
+        return [_Self(f"{name} without -c opens an interactive shell")]
+    return [_Script(script.text if script.static else None, f"{name} -c")]
+
+
+def _wrap_shell(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    """``bash [opts] -c SCRIPT [argv0 args...]``, ``bash FILE``, ``bash`` reading stdin."""
+    has_c = reads_stdin = False
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if not word.static:
+            if has_c:
+                break  # the script itself
+            return [_Self(f"{name}: an option is not static text")]
+        text = word.text
+        if text in ("--", "-"):
+            i += 1
+            break
+        if text in ("--rcfile", "--init-file"):
+            i += 2
+            continue
+        if text.startswith("--"):
+            i += 1
+            continue
+        if text[:1] in ("-", "+") and len(text) > 1:
+            letters = text[1:]
+            i += 1
+            if "c" in letters:
+                has_c = True
+            if "s" in letters:
+                reads_stdin = True
+            if letters[-1] in "oO" and i < len(args):
+                i += 1  # `-o pipefail`
+            continue
+        break
+    rest = args[i:]
+    if has_c:
+        if not rest:
+            return [_Self(f"{name} -c without a script")]
+        script = rest[0]
+        return [_Script(script.text if script.static else None, f"{name} -c")]
+    if rest and not reads_stdin:
+        return [_Self(f"{name} runs the script file {rest[0].text}, which the policy cannot see")]
+    return _stdin_program(name, ctx, f"{name} reads its commands from stdin")
+
+
+def _stdin_program(name: str, ctx: _Ctx, what: str) -> list[_Result]:
+    if ctx.stdin in ("heredoc", "herestring") and ctx.stdin_text is not None and name in _SHELLS:
+        return [_Script(ctx.stdin_text, f"{name} <<")]
+    source = {"pipe": "a pipe", "heredoc": "a here-document", "herestring": "a here-string",
+              "file": "a file", "inherit": "the terminal"}[ctx.stdin]  # fmt: skip
+    return [_Self(f"{what} ({source}), which the policy cannot see")]
+
+
+_SSH_SHORT_ARG = "BbcDEeFIiJLlmOopQRSWw"
+_SSH_SHORT_FLAG = "46AaCfGgKkMNnqsTtVvXxYy"
+
+
+def _ssh_host(text: str) -> str:
+    text = re.sub(r"^ssh://", "", text)
+    text = text.rsplit("@", 1)[-1]
+    if text.startswith("["):
+        return text[1:].split("]", 1)[0]
+    return text.split(":", 1)[0] if text.count(":") == 1 else text
+
+
+def _wrap_ssh(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    opts = _scan_options(args, short_arg=_SSH_SHORT_ARG, short_flag=_SSH_SHORT_FLAG)
+    rest = args[opts.index :]
+    note = _unknown_note(name, opts)
+    if not rest:
+        return [_Self(note)]
+    if not rest[0].static:
+        return [_Self("ssh: the host is not static text")]
+    host = _ssh_host(rest[0].text)
+    if len(rest) == 1:
+        if "-N" in opts.flags or "-O" in opts.values or "-W" in opts.values:
+            return [_Self(note)]
+        return [_Self(f"ssh {host} opens an interactive session")]
+    return [_Script(_join_static(rest[1:]), f"ssh {host}", target_host=host, note=note)]
+
+
+_FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
+
+
+def _wrap_find(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    """``find`` is emitted itself, plus each ``-exec CMD ;|+`` as a command and ``-delete`` as ``rm -r -f``."""
+    results: list[_Result] = [_Self()]
+    starts: list[_Word] = []
+    i = 0
+    while i < len(args) and not (args[i].static and (args[i].text[:1] in ("-", "(", "!") and args[i].text != "-")):
+        if args[i].static and args[i].text in ("-H", "-L", "-P"):
+            i += 1
+            continue
+        starts.append(args[i])
+        i += 1
+    while i < len(args):
+        word = args[i]
+        if word.static and word.text in _FIND_EXEC:
+            j = i + 1
+            while j < len(args) and not (args[j].static and args[j].text in (";", "+")):
+                j += 1
+            inner = args[i + 1 : j]
+            if j >= len(args) or not inner:
+                results.append(_Self(f"find {word.text} without a terminating ';' or '+'"))
+            else:
+                results.append(_Inner(_mark_substituted(inner, "{}"), f"find {word.text}"))
+            i = j + 1
+            continue
+        if word.static and word.text == "-delete":
+            targets = starts or [_Word.literal(".")]
+            results.append(_Inner([_Word.literal("rm"), _Word.literal("-r"), _Word.literal("-f"), *targets],
+                                  "find -delete"))  # fmt: skip
+        i += 1
+    return results
+
+
+_WrapFn = Callable[[str, list[_Word], _Ctx], list[_Result]]
+_WRAPPERS: dict[str, _WrapFn] = {
+    "sudo": _wrap_sudo,
+    "doas": _wrap_doas,
+    "env": _wrap_env,
+    "nice": _wrap_nice,
+    "nohup": _wrap_plain,
+    "builtin": _wrap_plain,
+    "coproc": _wrap_plain,
+    "time": _wrap_time,
+    "timeout": _wrap_timeout,
+    "stdbuf": _wrap_stdbuf,
+    "ionice": _wrap_ionice,
+    "setsid": _wrap_setsid,
+    "command": _wrap_command,
+    "exec": _wrap_exec,
+    "chroot": _wrap_chroot,
+    "watch": _wrap_watch,
+    "xargs": _wrap_xargs,
+    "busybox": _wrap_busybox,
+    "eval": _wrap_eval,
+    "source": _wrap_source,
+    ".": _wrap_source,
+    "su": _wrap_su,
+    "runuser": _wrap_su,
+    "ssh": _wrap_ssh,
+    "find": _wrap_find,
+    **{shell: _wrap_shell for shell in _SHELLS},
+}
+
+
+def _interpreter_reason(name: str, args: list[_Word], ctx: _Ctx) -> str | None:
+    """Why an interpreter invocation is opaque (inline code or program from stdin), or None."""
+    if not _INTERPRETER_RE.match(name):
+        return None
+    family = re.sub(r"[0-9.]+$", "", name)
+    letters = _INLINE_CODE_FLAGS.get(family, ())
+    for i, word in enumerate(args):
+        text = word.text
+        if text == "--":
+            break
+        if text in _INLINE_CODE_LONG or (text.startswith("-") and not text.startswith("--")
+                                          and any(c in text[1:] for c in letters)):  # fmt: skip
+            code = args[i + 1].text if i + 1 < len(args) else ""
+            hint = " (calls os.system/subprocess)" if _PY_EXEC_HINT.search(code) else ""
+            return f"{name} {text} runs inline code{hint}, which the policy cannot see"
+        if text == "-":
+            return _self_reason(_stdin_program(name, ctx, f"{name} reads its program from stdin"))
+        if text in ("-m",) or not text.startswith("-"):
+            return None  # `python -m mod` / `python script.py`: judged by the rules
+    return _self_reason(_stdin_program(name, ctx, f"{name} reads its program from stdin"))
+
+
+def _self_reason(results: list[_Result]) -> str | None:
+    first = results[0]
+    return first.reason if isinstance(first, _Self) else None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The tree walk
+
+
+@functools.cache
+def _language() -> tree_sitter.Language:
+    return tree_sitter.Language(tree_sitter_bash.language())
+
+
+def _split_words(text: str) -> list[_Word] | None:
+    """Split ``text`` into words as the shell would (used for ``env -S``); None if not a plain command."""
+    walker = _Walker(text.encode(), _Ctx())
+    node = walker.root
+    commands = [c for c in node.children if c.type == "command"]
+    if node.has_error or len(commands) != 1:
+        return None
+    words = walker.command_words(commands[0])
+    return words if all(w.static for w in words) else None
+
+
+class _Walker:
+    """Walks one parsed script and produces its simple commands."""
+
+    def __init__(self, source: bytes, ctx: _Ctx) -> None:
+        self.source = source
+        self.ctx = ctx
+        self.root = tree_sitter.Parser(_language()).parse(source).root_node
+        self.out: list[SimpleCommand] = []
+
+    def text(self, node: tree_sitter.Node) -> str:
+        return self.source[node.start_byte : node.end_byte].decode("utf-8", "replace")
+
+    def gap(self, start: int, end: int) -> str:
+        return self.source[start:end].decode("utf-8", "replace")
+
+    # -- words --------------------------------------------------------------------------------------------
+
+    def word(self, node: tree_sitter.Node) -> _Word:
+        kind = node.type
+        if kind == "word":
+            return _unescape_unquoted(self.text(node))
+        if kind == "number" or kind == "brace_expression":
+            return _Word.literal(self.text(node), quoted=False)
+        if kind == "raw_string":
+            return _Word.literal(self.text(node)[1:-1])
+        if kind == "ansi_c_string":
+            return _Word.literal(_decode_ansi_c(self.text(node)[2:-1]))
+        if kind == "string":
+            return self.string(node)
+        if kind == "translated_string":
+            inner = [c for c in node.children if c.type == "string"]
+            return self.string(inner[0]) if inner else _Word.literal("")
+        if kind == "concatenation":
+            result = _EMPTY
+            pos = node.start_byte
+            for child in node.children:
+                if child.start_byte > pos:
+                    result = result + _unescape_unquoted(self.gap(pos, child.start_byte))
+                result = result + self.word(child)
+                pos = child.end_byte
+            return result
+        if kind == "$":
+            return _Word.literal("$", quoted=False)
+        # Expansions and anything this module does not know: keep the source text, flagged dynamic.
+        raw = self.text(node)
+        return _Word(raw, (True,) * len(raw), False)
+
+    def string(self, node: tree_sitter.Node) -> _Word:
+        result = _EMPTY
+        pos = node.start_byte + 1
+        end = node.end_byte - 1
+        for child in node.children:
+            if child.type == '"':
+                continue
+            if child.start_byte > pos:
+                result = result + _Word.literal(_unescape_double(self.gap(pos, child.start_byte)))
+            if child.type == "string_content":
+                result = result + _Word.literal(_unescape_double(self.text(child)))
+            else:
+                raw = self.text(child)
+                result = result + _Word(raw, (True,) * len(raw), False)
+            pos = child.end_byte
+        if end > pos:
+            result = result + _Word.literal(_unescape_double(self.gap(pos, end)))
+        return result
+
+    def command_words(self, node: tree_sitter.Node) -> list[_Word]:
+        """Name and arguments of a ``command`` node (joining words split by a ``\\<newline>`` continuation)."""
+        words: list[_Word] = []
+        prev_end: int | None = None
+        for i, child in enumerate(node.children):
+            fieldname = node.field_name_for_child(i)
+            if fieldname == "name":
+                target = child.children[0] if child.children else child
+            elif fieldname == "argument":
+                target = child
+            else:
+                continue
+            word = self.word(target)
+            if prev_end is not None and words and self.gap(prev_end, child.start_byte) == "\\\n":
+                words[-1] = words[-1] + word
+            else:
+                words.append(word)
+            prev_end = child.end_byte
+        return words
+
+    # -- redirects and stdin ------------------------------------------------------------------------------
+
+    def redirect(self, node: tree_sitter.Node) -> tuple[Redirect | None, list[_Word], str | None]:
+        """(redirect, extra words that are really arguments, static here-doc text)."""
+        fd: int | None = None
+        op = ""
+        targets: list[_Word] = []
+        heredoc_text: str | None = None
+        if node.type == "heredoc_redirect":
+            start = next((c for c in node.children if c.type == "heredoc_start"), None)
+            body = next((c for c in node.children if c.type == "heredoc_body"), None)
+            op = next((c.type for c in node.children if c.type in ("<<", "<<-")), "<<")
+            quoted_delim = start is not None and any(q in self.text(start) for q in "'\"\\")
+            body_text = self.text(body) if body is not None else ""
+            dynamic = body is not None and not quoted_delim and any(c.type in _DYNAMIC_NODES for c in body.children)
+            if op == "<<-":
+                body_text = re.sub(r"(?m)^\t+", "", body_text)
+            heredoc_text = None if dynamic else body_text
+            return Redirect(op=op, target=body_text, static=not dynamic), [], heredoc_text
+        for i, child in enumerate(node.children):
+            fieldname = node.field_name_for_child(i)
+            if fieldname == "descriptor" or child.type == "file_descriptor":
+                try:
+                    fd = int(self.text(child))
+                except ValueError:
+                    fd = None
+            elif fieldname == "destination" or (child.is_named and node.type == "herestring_redirect"):
+                targets.append(self.word(child))
+            elif not child.is_named:
+                op = self.text(child)
+        if not targets:
+            return None, [], None
+        first = targets[0]
+        if node.type == "herestring_redirect":
+            heredoc_text = first.text if first.static else None
+            return Redirect(op="<<<", target=first.text, static=first.static), [], heredoc_text
+        return Redirect(op=op, target=first.text, fd=fd, static=first.static), targets[1:], None
+
+    def context_for(self, node: tree_sitter.Node) -> tuple[list[Redirect], list[_Word], StdinKind, str | None]:
+        """Redirects that apply to ``node`` (its own and enclosing ones), extra argument words, stdin kind."""
+        redirects: list[Redirect] = []
+        extra: list[_Word] = []
+        stdin: StdinKind = "inherit"
+        stdin_text: str | None = None
+
+        def take(redir_node: tree_sitter.Node, own: bool) -> None:
+            nonlocal stdin, stdin_text
+            redir, more, text = self.redirect(redir_node)
+            if own:
+                extra.extend(more)
+            if redir is None:
+                return
+            redirects.append(redir)
+            if stdin == "inherit" and redir.fd in (None, 0):
+                if redir.op in ("<<", "<<-"):
+                    stdin, stdin_text = "heredoc", text
+                elif redir.op == "<<<":
+                    stdin, stdin_text = "herestring", text
+                elif redir.op in ("<", "<&", "<>"):
+                    stdin = "file"
+
+        for child in node.children:
+            if child.type.endswith("_redirect"):
+                take(child, True)
+        cur = node
+        parent = cur.parent
+        while parent is not None and parent.type not in ("command_substitution", "process_substitution",
+                                                         "command", "program"):  # fmt: skip
+            if parent.type == "redirected_statement":
+                body = parent.child_by_field_name("body")
+                own = body is not None and body == cur and cur.type == "command"
+                for child in parent.children:
+                    if child.type.endswith("_redirect"):
+                        take(child, own)
+            if parent.type == "pipeline" and stdin == "inherit":
+                idx = next(k for k, c in enumerate(parent.children) if c == cur)
+                if any(c.type in ("|", "|&") for c in parent.children[:idx]):
+                    stdin = "pipe"
+            if parent.type == "heredoc_redirect" and stdin == "inherit":
+                stdin = "pipe"  # `cat <<EOF | sh`: the pipeline hangs off the here-doc redirect
+            cur, parent = parent, parent.parent
+        return redirects, extra, stdin, stdin_text
+
+    # -- walking ------------------------------------------------------------------------------------------
+
+    def run(self) -> list[SimpleCommand]:
+        if self.root.has_error:
+            self.out.append(self.pseudo(self.error_reason(), self.text(self.root)))
+        self.visit(self.root)
+        return self.out
+
+    def error_reason(self) -> str:
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            if node.is_error or node.is_missing:
+                row, col = node.start_point.row + 1, node.start_point.column + 1
+                what = f"missing {node.type!r}" if node.is_missing else f"unexpected {self.text(node)[:40]!r}"
+                return f"the shell parser cannot read this command ({what} at line {row}, column {col})"
+            stack.extend(reversed(node.children))
+        return "the shell parser cannot read this command"
+
+    def pseudo(self, reason: str | None, text: str, redirects: Sequence[Redirect] = ()) -> SimpleCommand:
+        return SimpleCommand(
+            argv=[], wrappers=list(self.ctx.wrappers), redirects=[*self.ctx.redirects, *redirects],
+            writes=_writes([], [*self.ctx.redirects, *redirects]), opaque=reason is not None,
+            opaque_reason=reason, target_host=self.ctx.target_host, text=text,
+        )  # fmt: skip
+
+    def visit(self, root: tree_sitter.Node) -> None:
+        stack = [root]  # iterative pre-order walk: deeply nested input must not hit the recursion limit
+        while stack:
+            node = stack.pop()
+            kind = node.type
+            if kind == "command":
+                self.command(node)
+            elif kind == "redirected_statement" and node.child_by_field_name("body") is None:
+                redirects, _, _, _ = self.context_for(node)
+                self.out.append(self.pseudo(None, self.text(node), redirects))
+            elif kind == "variable_assignment" and (node.parent is None or node.parent.type != "command"):
+                self.assignment(node)
+            stack.extend(reversed(node.children))
+
+    def assignment(self, node: tree_sitter.Node) -> None:
+        name_node = node.child_by_field_name("name")
+        name = self.text(name_node) if name_node is not None else ""
+        if _DANGEROUS_VAR_RE.match(name):
+            reason = f"sets {name}, which changes what later commands run"
+            self.out.append(self.pseudo(reason, self.text(node)))
+
+    def command(self, node: tree_sitter.Node) -> None:
+        assignments = tuple(self.text(c) for c in node.children if c.type == "variable_assignment")
+        words = self.command_words(node)
+        redirects, extra, stdin, stdin_text = self.context_for(node)
+        ctx = replace(
+            self.ctx,
+            redirects=(*self.ctx.redirects, *redirects),
+            stdin=stdin if stdin != "inherit" else self.ctx.stdin,
+            stdin_text=stdin_text if stdin != "inherit" else self.ctx.stdin_text,
+            assignments=assignments,
+            text=self.text(node),
+        )
+        expanded: list[_Word] = []
+        for word in [*words, *extra]:
+            expanded.extend(_brace_expand(word))
+        self.out.extend(_resolve(expanded, ctx))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Resolution of one command's words
+
+
+def _writes(argv: Sequence[str], redirects: Sequence[Redirect]) -> list[str]:
+    targets: list[str] = []
+    for redir in redirects:
+        if redir.op not in _OUTPUT_OPS:
+            continue
+        if redir.op == ">&" and (redir.target.isdigit() or redir.target == "-"):
+            continue
+        if redir.target in _BENIGN_WRITE_TARGETS:
+            continue
+        targets.append(redir.target)
+    program = argv[0] if argv else ""
+    if program == "dd":
+        targets.extend(a[3:] for a in argv[1:] if a.startswith("of=") and a[3:] not in _BENIGN_WRITE_TARGETS)
+    elif program == "tee":
+        targets.extend(a for a in argv[1:] if not a.startswith("-") and a not in _BENIGN_WRITE_TARGETS)
+    return targets
+
+
+def _emit(words: list[_Word], ctx: _Ctx, reason: str | None) -> SimpleCommand:
+    argv = [w.text for w in words]
+    program_path = argv[0] if argv else ""
+    reasons = [*ctx.notes]
+    if reason:
+        reasons.append(reason)
+    if words and words[0].static:
+        argv[0], path_reason = _normalise_program(argv[0])
+        if path_reason:
+            reasons.append(path_reason)
+    for assignment in ctx.assignments:
+        var = assignment.split("=", 1)[0]
+        if _DANGEROUS_VAR_RE.match(var):
+            reasons.append(f"sets {var}, which changes what runs")
+    if argv and argv[0] in _ASSIGNING_BUILTINS:
+        for word in words[1:]:
+            var = word.text[2:] if word.text.startswith("-v") else word.text
+            if word.static and _DANGEROUS_VAR_RE.match(var):
+                reasons.append(f"{argv[0]} assigns {var}, which changes what runs")
+    return SimpleCommand(
+        argv=argv,
+        dynamic=[not w.static for w in words],
+        program_path=program_path,
+        wrappers=list(ctx.wrappers),
+        assignments=list(ctx.assignments),
+        redirects=list(ctx.redirects),
+        writes=_writes(argv, ctx.redirects),
+        opaque=bool(reasons),
+        opaque_reason="; ".join(dict.fromkeys(reasons)) or None,
+        target_host=ctx.target_host,
+        args_from_stdin=ctx.args_from_stdin,
+        text=ctx.text,
+    )
+
+
+def _resolve(words: list[_Word], ctx: _Ctx) -> list[SimpleCommand]:
+    """Unwrap wrappers around ``words`` and return the simple commands they run."""
+    if not words:
+        return (
+            [_emit([], ctx, None)] if any(_DANGEROUS_VAR_RE.match(a.split("=", 1)[0]) for a in ctx.assignments) else []
+        )
+    head = words[0]
+    if not head.static:
+        return [_emit(words, ctx, f"the command name {head.text!r} is computed at run time")]
+    if head.has_unquoted(_GLOB_CHARS):
+        return [_emit(words, ctx, f"the command name {head.text!r} is a glob pattern")]
+    if head.text == "":
+        return [_emit(words, ctx, "the command name is empty")]
+    name, _ = _normalise_program(head.text)
+    reason = _interpreter_reason(name, words[1:], ctx)
+    handler = _WRAPPERS.get(name)
+    if handler is None:
+        return [_emit(words, ctx, reason)]
+    if ctx.depth >= MAX_DEPTH:
+        return [_emit(words, ctx, f"wrappers nested deeper than {MAX_DEPTH} levels")]
+    out: list[SimpleCommand] = []
+    for result in handler(name, list(words[1:]), ctx):
+        if isinstance(result, _Self):
+            out.append(_emit(words, ctx, result.reason))
+            continue
+        notes = (*ctx.notes, result.note) if result.note else ctx.notes
+        inner_ctx = replace(
+            ctx,
+            depth=ctx.depth + 1,
+            wrappers=(*ctx.wrappers, result.label),
+            target_host=result.target_host or ctx.target_host,
+            notes=notes,
+        )
+        if isinstance(result, _Inner):
+            inner_ctx = replace(
+                inner_ctx,
+                assignments=(*ctx.assignments, *result.assignments),
+                args_from_stdin=ctx.args_from_stdin or result.args_from_stdin,
+            )
+            out.extend(_resolve(result.words, inner_ctx))
+            continue
+        if result.text is None:
+            out.append(_emit(words, ctx, f"{result.label} runs a script built at run time"))
+            continue
+        if result.target_host and result.target_host != ctx.target_host:
+            inner_ctx = replace(inner_ctx, assignments=())
+        out.extend(_parse_script(result.text, inner_ctx))
+    return out
+
+
+def _parse_script(script: str, ctx: _Ctx) -> list[SimpleCommand]:
+    # Commands inside a script inherit the outer redirects and stdin, but their own assignments only.
+    inner = replace(ctx, assignments=(), text="")
+    commands = _Walker(script.encode(), inner).run()
+    if ctx.assignments:
+        commands = [c.model_copy(update={"assignments": [*ctx.assignments, *c.assignments]}) for c in commands]
+    return commands
+
+
+def parse_command(command: str) -> list[SimpleCommand]:
+    """Parse a shell command line into the simple commands it would run, wrappers unwrapped.
+
+    :param command: the command line as given to ``bash -c``.
+    :returns: the simple commands in source order (a ``find -exec`` yields ``find`` and then the inner
+        command). A command line that does not parse yields an opaque pseudo-command (empty ``argv``) first,
+        followed by whatever commands could still be recognised. Never raises for any input string.
+    """
+    return _Walker(command.encode(), _Ctx()).run()

@@ -1,0 +1,193 @@
+"""Decisions under the shipped policies, and how decisions combine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent_tools.policy import Decision, PolicySet
+
+POLICIES = Path(__file__).resolve().parents[2] / "policies"
+
+
+@pytest.fixture(scope="module")
+def gpu() -> PolicySet:
+    return PolicySet.load([POLICIES / "gpu-node.yaml"])
+
+
+@pytest.fixture(scope="module")
+def both() -> PolicySet:
+    return PolicySet.load([POLICIES / "default.yaml", POLICIES / "gpu-node.yaml"])
+
+
+@pytest.fixture(params=["gpu-node.yaml alone", "default.yaml + gpu-node.yaml"])
+def gpu_sets(request: pytest.FixtureRequest, gpu: PolicySet, both: PolicySet) -> PolicySet:
+    return gpu if request.param == "gpu-node.yaml alone" else both
+
+
+def test_restart_asks_detaches_and_probes_the_unit(gpu_sets: PolicySet) -> None:
+    d = gpu_sets.decide("gpu-node-1", "systemctl daemon-reload && systemctl restart sglang.service")
+    assert d.decision == "ask"
+    assert d.rule_id == "restart-sglang"
+    assert d.detach_immediately
+    assert d.deadline_from == "unit_timeout"
+    assert {"kind": "systemd_unit", "unit": "sglang.service"} in d.probes
+    assert {"kind": "http", "url": "http://127.0.0.1:30000/health"} in d.probes
+    assert [c.decision for c in d.commands] == ["allow", "ask"]
+    assert d.commands[0].rule_id == "daemon-reload"
+
+
+def test_unit_name_gets_service_suffix(gpu_sets: PolicySet) -> None:
+    d = gpu_sets.decide("gpu-node-1", "sudo systemctl --no-block restart sglang")
+    assert d.probes[0] == {"kind": "systemd_unit", "unit": "sglang.service"}
+    other = gpu_sets.decide("gpu-node-1", "systemctl start nginx.socket")
+    assert other.rule_id == "restart-unit" and other.probes == [{"kind": "systemd_unit", "unit": "nginx.socket"}]
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("nvidia-smi --query-gpu=memory.used --format=csv", {"allow"}),
+        ('bash -c "rm -rf /"', {"deny"}),
+        ("sudo rm -rf / --no-preserve-root", {"deny"}),
+        ("/bin/rm -rf /", {"deny"}),
+        ("FOO=1 rm -rf /*", {"deny"}),
+        ("echo ok; rm -rf /", {"deny"}),
+        ("true && \\rm -rf /", {"deny"}),
+        ("echo cm0gLXJmIC8= | base64 -d | sh", {"ask", "deny"}),
+        ('eval "$CMD"', {"ask"}),
+        ("$(echo rm) -rf /", {"ask", "deny"}),
+        ("find / -name x -exec rm -rf {} +", {"ask", "deny"}),
+        ("ssh other 'reboot'", {"deny"}),
+    ],
+)
+def test_required_decisions(gpu_sets: PolicySet, command: str, expected: set[str]) -> None:
+    assert gpu_sets.decide("gpu-node-1", command).decision in expected
+
+
+def test_ssh_is_decided_as_the_remote_command(gpu: PolicySet) -> None:
+    d = gpu.decide("gpu-node-1", "ssh other 'reboot'")
+    (cmd,) = d.commands
+    assert cmd.argv == ["reboot"] and cmd.target_host == "other"
+    assert d.rule_id == "power"
+
+
+def test_opaque_command_is_never_allowed_by_an_allow_rule() -> None:
+    ps = PolicySet.from_text(
+        "version: 1\nhosts: ['*']\nrules:\n  - {id: py, match: [python3], decision: allow}\n"
+        "  - {id: all, match: ['**'], decision: allow}\n"
+    )
+    d = ps.decide("h", "python3 -c 'import os'")
+    assert d.decision == "ask" and d.rule_id == "<opaque>"
+    assert d.commands[0].matched_rule_id == "py"
+    assert ps.decide("h", "echo 'unterminated").decision == "ask"  # parse error
+    assert ps.decide("h", "python3 train.py").decision == "allow"
+
+
+def test_deny_rule_still_applies_to_opaque_command(both: PolicySet) -> None:
+    d = both.decide("web-1", "PATH=/tmp:$PATH rm -rf /")
+    assert d.decision == "deny" and d.commands[0].opaque
+
+
+def test_strictest_wins_and_deciding_rule_supplies_budget() -> None:
+    ps = PolicySet.from_text(
+        """
+version: 1
+hosts: ['*']
+defaults: {budget_s: 7, on_timeout: kill}
+rules:
+  - {id: slow, match: [slow], decision: allow, budget_s: 120, on_timeout: detach}
+  - {id: risky, match: [risky], decision: ask, budget_s: 3}
+  - {id: bad, match: [bad], decision: deny}
+"""
+    )
+    assert ps.decide("h", "slow").budget_s == 120
+    assert ps.decide("h", "slow; risky").decision == "ask"
+    d = ps.decide("h", "slow; risky")
+    assert (d.rule_id, d.budget_s, d.on_timeout) == ("risky", 3, "kill")  # on_timeout from defaults
+    assert ps.decide("h", "risky && bad").rule_id == "bad"
+    unmatched = ps.decide("h", "other")
+    assert (unmatched.decision, unmatched.rule_id, unmatched.budget_s) == ("ask", "<default>", 7)
+    assert ps.decide("h", "").decision == "ask"
+
+
+def test_more_specific_file_refines_but_cannot_lift_a_deny() -> None:
+    general = """
+version: 1
+hosts: ['*']
+rules:
+  - {id: no-reboot, match: [reboot], decision: deny}
+  - {id: restart-ask, match: [restart-it], decision: ask}
+"""
+    specific = """
+version: 1
+hosts: ['gpu-*']
+rules:
+  - {id: allow-reboot, match: [reboot], decision: allow}
+  - {id: restart-ok, match: [restart-it], decision: allow}
+"""
+    ps = PolicySet.from_text(general, specific)
+    assert [p.path for p in ps.policies_for("gpu-1")] == ["<string:1>", "<string:0>"]
+    assert ps.decide("gpu-1", "restart-it").decision == "allow"
+    assert ps.decide("gpu-1", "reboot").rule_id == "no-reboot"
+    assert ps.decide("web-1", "restart-it").decision == "ask"
+    assert ps.decide("nowhere", "ls").policy_files == ["<string:0>"]
+    assert PolicySet([]).decide("h", "ls").rule_id == "<no-policy>"
+
+
+def test_exact_glob_beats_wildcard_regardless_of_order() -> None:
+    a = "version: 1\nhosts: ['gpu-*']\nrules: [{id: a, match: [x], decision: ask}]\n"
+    b = "version: 1\nhosts: ['gpu-1']\nrules: [{id: b, match: [x], decision: allow}]\n"
+    assert PolicySet.from_text(a, b).decide("gpu-1", "x").rule_id == "b"
+
+
+def test_match_tokens() -> None:
+    ps = PolicySet.from_text(
+        r"""
+version: 1
+hosts: ['*']
+rules:
+  - {id: star, match: [tool, '*', end], exact: true, decision: deny}
+  - {id: opts, match: [tool, '-**', run, '{unit:*.service}'], decision: deny}
+  - {id: glob, match: ['mk*'], decision: deny}
+  - {id: contain, match: [rm], args_contain: ['-r|-R'], match_any_arg: ['/[*]'], decision: deny}
+  - {id: only, match: [q], only_args: ['-a|-b'], decision: allow}
+  - {id: redir, match: ['**'], redirect_to: '/dev/sd*', decision: deny}
+"""
+    )
+    decide = lambda c: ps.decide("h", c).rule_id  # noqa: E731
+    assert decide("tool x end") == "star"
+    assert decide("tool x end more") == "<default>"
+    assert decide("tool -q --v run a.service") == "opts"
+    assert decide("tool -q --v run a.socket") == "<default>"
+    assert decide("mkfoo") == "glob"
+    assert decide("rm -r /*") == "contain"
+    assert decide("rm -r /tmp") == "<default>"  # [*] is a literal star
+    assert decide("q -a -b") == "only"
+    assert decide("q -a -c") == "<default>"
+    assert decide("echo > /dev/sdb") == "redir"
+    assert decide("echo > /dev/null") == "<default>"
+
+
+def test_xargs_commands_cannot_satisfy_exact_or_only_args() -> None:
+    ps = PolicySet.from_text(
+        "version: 1\nhosts: ['*']\nrules:\n  - {id: x, match: [wc, -l], exact: true, decision: allow}\n"
+        "  - {id: y, match: [cat], only_args: ['-n'], decision: allow}\n"
+    )
+    assert ps.decide("h", "wc -l").decision == "allow"
+    assert ps.decide("h", "ls | xargs wc -l").decision == "ask"
+    assert ps.decide("h", "ls | xargs cat -n").decision == "ask"
+
+
+def test_decision_is_json_serialisable(both: PolicySet) -> None:
+    d = both.decide("gpu-node-1", "systemctl restart sglang")
+    assert Decision.model_validate_json(d.model_dump_json()) == d
+
+
+def test_connection_and_redact_patterns_merge(both: PolicySet) -> None:
+    conn = both.connection("gpu-node-1")
+    assert conn.known_hosts == "strict" and conn.max_sessions == 8
+    assert both.defaults("gpu-node-1").budget_s == 15
+    assert both.defaults("web-1").budget_s == 30
+    assert both.redact_patterns("web-1") == []

@@ -1,0 +1,177 @@
+"""The shell parser: simple commands, unquoting, wrappers, opaque constructs."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from agent_tools.policy import parse_command
+from agent_tools.policy.shell import normalise_path
+
+
+def argvs(command: str) -> list[list[str]]:
+    return [c.argv for c in parse_command(command)]
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("a; b && c || d", [["a"], ["b"], ["c"], ["d"]]),
+        ("a | b |& c &", [["a"], ["b"], ["c"]]),
+        ("a\nb", [["a"], ["b"]]),
+        ("(a; { b; })", [["a"], ["b"]]),
+        ("x $(y `z`)", [["x", "$(y `z`)"], ["y", "`z`"], ["z"]]),
+        ("diff <(a) >(b)", [["diff", "<(a)", ">(b)"], ["a"], ["b"]]),
+        ("if a; then b; elif c; then d; else e; fi", [["a"], ["b"], ["c"], ["d"], ["e"]]),
+        ("for i in 1 2; do a $i; done; while b; do c; done", [["a", "$i"], ["b"], ["c"]]),
+        ("case $x in y) a;; *) b;; esac", [["a"], ["b"]]),
+        ("f() { a; }; f", [["a"], ["f"]]),
+        ("r''m \\-rf '/'\"x\"", [["rm", "-rf", "/x"]]),
+        ("$'\\x72m' a", [["rm", "a"]]),
+        ("echo {a,b}{1..2}", [["echo", "a1", "a2", "b1", "b2"]]),
+        ("rm \\\n  -rf /", [["rm", "-rf", "/"]]),
+    ],
+)
+def test_simple_commands(command: str, expected: list[list[str]]) -> None:
+    assert argvs(command) == expected
+
+
+@pytest.mark.parametrize(
+    ("command", "argv", "wrappers"),
+    [
+        ("sudo -u root -E -- rm x", ["rm", "x"], ["sudo"]),
+        ("env -i -- A=1 x", ["x"], ["env"]),
+        ("nice -n 5 nohup timeout -s KILL 5 stdbuf -o0 x", ["x"], ["nice", "nohup", "timeout", "stdbuf"]),
+        ("ionice -c3 setsid -f time -p command exec x", ["x"], ["ionice", "setsid", "time", "command", "exec"]),
+        ("bash -lc 'sh -ec \"x y\"'", ["x", "y"], ["bash -c", "sh -c"]),
+        ("chroot /mnt x", ["x"], ["chroot /mnt"]),
+        ("watch -n 2 'x | y'", ["x"], ["watch"]),
+        ("su - root -c 'x'", ["x"], ["su -c"]),
+        ("eval 'x y'", ["x", "y"], ["eval"]),
+    ],
+)
+def test_wrappers_unwrapped(command: str, argv: list[str], wrappers: list[str]) -> None:
+    first = parse_command(command)[0]
+    assert first.argv == argv
+    assert first.wrappers == wrappers
+    assert not first.opaque
+
+
+def test_program_paths_are_normalised() -> None:
+    for spelling in ("/usr/bin/rm", "/bin/rm", "\\rm", "'rm'", '"rm"', "/usr//bin/../bin/rm"):
+        (cmd,) = parse_command(f"{spelling} x")
+        assert cmd.program == "rm", spelling
+        assert not cmd.opaque, spelling
+
+
+def test_program_outside_system_dirs_is_opaque() -> None:
+    (cmd,) = parse_command("./ls")
+    assert cmd.program == "ls" and cmd.opaque
+
+
+def test_ssh_marks_target_host_and_parses_remote_command() -> None:
+    (cmd,) = parse_command("ssh -p 2222 -o BatchMode=yes root@gpu-2 'sudo systemctl restart x'")
+    assert cmd.argv == ["systemctl", "restart", "x"]
+    assert cmd.target_host == "gpu-2"
+    assert cmd.wrappers == ["ssh gpu-2", "sudo"]
+
+
+def test_xargs_marks_args_from_stdin() -> None:
+    (cmd,) = parse_command("xargs -0 -n1 rm -f < list")
+    assert cmd.argv == ["rm", "-f"] and cmd.args_from_stdin
+
+
+def test_find_exec_and_delete() -> None:
+    cmds = parse_command("find /srv -name '*.tmp' -exec rm -f {} + -delete")
+    assert [c.argv for c in cmds] == [
+        ["find", "/srv", "-name", "*.tmp", "-exec", "rm", "-f", "{}", "+", "-delete"],
+        ["rm", "-f", "{}"],
+        ["rm", "-r", "-f", "/srv"],
+    ]
+    assert cmds[1].dynamic == [False, False, True]  # {} is replaced at run time
+
+
+def test_redirects_and_writes() -> None:
+    (cmd,) = parse_command("x > out 2>&1 >> log < in 2>/dev/null")
+    assert [r.op for r in cmd.redirects] == [">", ">&", ">>", "<", ">"]
+    assert cmd.writes == ["out", "log"]
+    (dd,) = parse_command("dd if=/dev/zero of=/dev/sdb")
+    assert dd.writes == ["/dev/sdb"]
+    (tee,) = parse_command("tee -a f1 f2")
+    assert tee.writes == ["f1", "f2"]
+    (odd,) = parse_command("rm > /dev/null -rf /")  # words after a redirect target are still arguments
+    assert odd.argv == ["rm", "-rf", "/"]
+
+
+def test_redirect_of_a_group_applies_to_its_commands() -> None:
+    cmds = parse_command("{ a; b; } > /dev/sda")
+    assert [c.writes for c in cmds] == [["/dev/sda"], ["/dev/sda"]]
+
+
+def test_static_heredoc_into_shell_is_parsed() -> None:
+    (cmd,) = parse_command("bash <<'EOF'\nrm -rf /tmp/x\nEOF")
+    assert cmd.argv == ["rm", "-rf", "/tmp/x"] and cmd.wrappers == ["bash <<"]
+
+
+@pytest.mark.parametrize(
+    ("command", "reason"),
+    [
+        ('eval "$CMD"', "eval runs a string built at run time"),
+        ("$CMD -rf /", "computed at run time"),
+        ("$(echo rm) x", "computed at run time"),
+        ("${X} x", "computed at run time"),
+        ("/bin/r? x", "glob pattern"),
+        ("source ./env.sh", "source runs the commands in ./env.sh"),
+        (". ./env.sh", ". runs the commands in ./env.sh"),
+        ("curl x | sh", "sh reads its commands from stdin (a pipe)"),
+        ("base64 -d f | bash -s", "bash reads its commands from stdin (a pipe)"),
+        ("python3 -c 'import os; os.system(1)'", "calls os.system/subprocess"),
+        ("perl -ne 'print'", "perl -ne runs inline code"),
+        ("ruby -e 1", "runs inline code"),
+        ("node -e 1", "runs inline code"),
+        ("python3 < x.py", "reads its program from stdin (a file)"),
+        ('bash -c "$X"', "runs a script built at run time"),
+        ("bash run.sh", "runs the script file run.sh"),
+        ("LD_PRELOAD=/tmp/x.so ls", "sets LD_PRELOAD"),
+        ("env PATH=/tmp ls", "sets PATH"),
+        ("timeout --bogus 5 x", "unknown option --bogus"),
+        ("ssh host", "interactive session"),
+    ],
+)
+def test_opaque(command: str, reason: str) -> None:
+    opaque = [c for c in parse_command(command) if c.opaque]
+    assert opaque, command
+    assert reason in (opaque[0].opaque_reason or "")
+
+
+def test_standalone_dangerous_assignment_is_an_opaque_pseudo_command() -> None:
+    cmds = parse_command("export PATH=/tmp:$PATH; ls")
+    assert cmds[0].argv == [] and cmds[0].opaque and "PATH" in (cmds[0].opaque_reason or "")
+    assert cmds[1].argv == ["ls"]
+
+
+def test_parse_error_is_opaque_but_keeps_what_it_can_see() -> None:
+    cmds = parse_command("echo 'unterminated; rm -rf /")
+    assert cmds[0].argv == [] and cmds[0].opaque
+    assert "cannot read" in (cmds[0].opaque_reason or "")
+
+
+def test_deep_nesting_is_bounded() -> None:
+    (cmd,) = parse_command("nohup " * 20 + "rm -rf /")
+    assert cmd.opaque and "nested deeper" in (cmd.opaque_reason or "")
+    nested = "rm -rf /"
+    for _ in range(4):  # bash -c 'bash -c ...' four levels deep, each a script parsed again
+        nested = "bash -c " + shlex.quote(nested)
+    assert parse_command(nested)[-1].argv == ["rm", "-rf", "/"]
+    assert parse_command("eval " * 10 + "rm -rf /")[-1].opaque
+    cmds = parse_command("( " * 500 + "rm -rf /" + " )" * 500)  # no recursion limit in the walk
+    assert [c.argv for c in cmds] == [["rm", "-rf", "/"]]
+
+
+@pytest.mark.parametrize(
+    ("path", "normal"),
+    [("//", "/"), ("/.", "/"), ("/./etc/", "/etc"), ("/usr/..", "/"), ("~/", "~"), ("rel/..", "rel/..")],
+)
+def test_normalise_path(path: str, normal: str) -> None:
+    assert normalise_path(path) == normal
