@@ -32,7 +32,7 @@ _SECRET_NAME = (
 _SECRET_KEY_RE = re.compile(rf"^{_SECRET_NAME}$", re.IGNORECASE)
 
 _PRIVATE_KEY_RE = re.compile(
-    r"(-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY( BLOCK)?-----)(.*?)(-----END \2PRIVATE KEY\3-----|\Z)", re.DOTALL
+    r"(-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY((?: BLOCK)?)-----)(.*?)(-----END \2PRIVATE KEY\3-----|\Z)", re.DOTALL
 )
 _URL_CREDENTIALS_RE = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]+:)([^/\s@]+)@")
 _AUTH_HEADER_RE = re.compile(
