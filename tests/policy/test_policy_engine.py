@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -191,3 +192,11 @@ def test_connection_and_redact_patterns_merge(both: PolicySet) -> None:
     assert both.defaults("gpu-node-1").budget_s == 15
     assert both.defaults("web-1").budget_s == 30
     assert both.redact_patterns("web-1") == []
+
+
+def test_never_raises_on_junk(both: PolicySet) -> None:
+    rng = random.Random(1234)
+    alphabet = [*"abrm -f/;|&<>()[]{}$`'\"\\\n*?~=#!%0123456789", "rm", "sudo", "bash -c", "<<", "$(", "${"]
+    for _ in range(1500):
+        command = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        assert both.decide("gpu-node-1", command).decision in ("allow", "ask", "deny")
