@@ -1,0 +1,1 @@
+"""Real systemd test hosts (systemd-nspawn containers in network namespaces) for tests and CI."""
