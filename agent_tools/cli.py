@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import anyio
@@ -19,7 +20,6 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from .cli_mcp import mcp
-from .hosts.registry import HostRegistry
 from .jobs.journal import Journal
 from .logs import configure_logging
 from .tools.toolkit import Toolkit
@@ -38,9 +38,19 @@ SshConfigOpt = Annotated[list[str] | None, typer.Option("--ssh-config", "-F",
                                                         help="OpenSSH client config file (repeatable)")]
 
 
-def _toolkit(ssh_config: list[str] | None) -> Toolkit:
-    hosts = HostRegistry(ssh_config=ssh_config) if ssh_config else HostRegistry()
-    return Toolkit(hosts, journal=Journal())
+PolicyOpt = Annotated[list[str] | None, typer.Option("--policy", help="policy file (repeatable; default "
+                                                                   "$AGENT_TOOLS_POLICY)")]
+
+
+def _toolkit(ssh_config: list[str] | None, policy: list[str] | None = None) -> Toolkit:
+    from .errors import PolicyError
+    from .tools.factory import build_toolkit
+
+    try:
+        return build_toolkit(ssh_config=ssh_config, policy=policy)
+    except PolicyError as exc:
+        err.print(f"[red]policy error:[/] {exc}")
+        raise typer.Exit(2) from exc
 
 
 def _run(fn: Callable[[], Awaitable[T]], label: str | None = None) -> T:
@@ -126,21 +136,52 @@ def _main(verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, he
 def run(
     host: Annotated[str, typer.Argument(help="host alias: 'local' or an SSH alias")],
     command: Annotated[list[str], typer.Argument(help="the command (after --)")],
-    budget: Annotated[float, typer.Option("--budget", help="seconds before it detaches (or is killed)")] = 15.0,
-    on_timeout: Annotated[str, typer.Option("--on-timeout", help="detach | kill")] = "detach",
+    budget: Annotated[float | None, typer.Option("--budget", help="seconds before it detaches (or is killed); "
+                                                                   "default: the policy's, else 15")] = None,
+    on_timeout: Annotated[str | None, typer.Option("--on-timeout", help="detach | kill (default: the policy's, "
+                                                                        "else detach)")] = None,
     cwd: Annotated[str | None, typer.Option("--cwd", help="working directory on the host")] = None,
+    approve: Annotated[str | None, typer.Option("--approve", help="approve this needs_approval id (a_...) "
+                                                                  "and run the command it was issued for")] = None,
     as_json: JsonOpt = False,
     ssh_config: SshConfigOpt = None,
+    policy: PolicyOpt = None,
 ) -> None:
-    """Run COMMAND on HOST under a budget: finished, or detached into a durable job."""
+    """Run COMMAND on HOST under a budget: finished, or detached into a durable job.
+
+    With a policy, a command the policy asks about is shown with its approval id: on a TTY you are asked at
+    once; otherwise run the same command again with ``--approve ID``. The approval is bound to that exact
+    command and host, expires, and is used once."""
     cmd = " ".join(command)
+    args: dict[str, Any] = {"host": host, "command": cmd, "cwd": cwd}
+    if budget is not None:
+        args["budget_s"] = budget
+    if on_timeout is not None:
+        args["on_timeout"] = on_timeout
 
     async def go() -> dict[str, Any]:
-        async with _toolkit(ssh_config) as tk:
-            return await tk.dispatch("run_command", {"host": host, "command": cmd, "budget_s": budget,
-                                                     "on_timeout": on_timeout, "cwd": cwd})
+        async with _toolkit(ssh_config, policy) as tk:
+            if approve is not None:
+                if tk.approvals is None:
+                    return {"outcome": "error", "kind": "bad_arguments", "retryable": False,
+                            "message": "--approve needs a policy (--policy FILE or $AGENT_TOOLS_POLICY)"}
+                from .policy import ApprovalRefused
 
-    d = _run(go, None if as_json else f"{host}: {cmd[:60]}")
+                try:
+                    tk.approvals.approve(approve, by=os.environ.get("USER", "cli"))
+                except ApprovalRefused as exc:
+                    return {"outcome": "error", "kind": "bad_arguments", "retryable": False,
+                            "message": f"cannot approve {approve}: {exc}"}
+                args["approval_id"] = approve
+            d = await tk.dispatch("run_command", args)
+            if d.get("outcome") == "needs_approval" and not as_json and sys.stdin.isatty() and approve is None:
+                _render(d)
+                if typer.confirm(f"Approve running this on {host}?", default=False):
+                    tk.approvals.approve(d["approval_id"], by=os.environ.get("USER", "cli"))  # type: ignore[union-attr]
+                    d = await tk.dispatch("run_command", dict(args, approval_id=d["approval_id"]))
+            return d
+
+    d = _run(go, None if as_json or sys.stdin.isatty() else f"{host}: {cmd[:60]}")
     _emit(d, as_json)
     raise typer.Exit(_exit_code(d))
 
@@ -237,6 +278,79 @@ def main() -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     app()
 
+
+
+policy_app = typer.Typer(help="Per-host safety policies: schema, check, explain.", no_args_is_help=True)
+app.add_typer(policy_app, name="policy")
+
+
+@policy_app.command("schema")
+def policy_schema() -> None:
+    """Print the JSON Schema of policy files (for editors: yaml-language-server $schema)."""
+    from .policy import Policy
+
+    sys.stdout.write(json.dumps(Policy.json_schema(), indent=2) + "\n")
+
+
+@policy_app.command("check")
+def policy_check(files: Annotated[list[str], typer.Argument(help="policy files")]) -> None:
+    """Load each file (schema + inline examples); report the first problem with file, line and key."""
+    from .errors import PolicyError
+    from .policy import PolicySet
+
+    bad = 0
+    for f in files:
+        try:
+            ps = PolicySet.load([f])
+            n = sum(len(p.policy.rules) for p in ps.policies)
+            out.print(f"[green]ok[/] {f}: {n} rules, examples pass")
+        except PolicyError as exc:
+            bad += 1
+            out.print(f"[red]error[/] {exc}", highlight=False)
+    raise typer.Exit(1 if bad else 0)
+
+
+@policy_app.command("explain")
+def policy_explain(
+    host: Annotated[str, typer.Argument(help="host alias the command would run on")],
+    command: Annotated[list[str], typer.Argument(help="the command (after --)")],
+    policy: PolicyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show how the policy decides COMMAND on HOST: each simple command found, the rule that decided it, the
+    final decision, budget, on_timeout, deadline and probes."""
+    from .errors import PolicyError
+    from .tools.factory import load_policies, policy_paths
+
+    paths = policy_paths(policy) or [str(p) for p in _shipped_policies()]
+    try:
+        ps = load_policies(paths)
+    except PolicyError as exc:
+        err.print(f"[red]policy error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    d = ps.decide(host, " ".join(command))
+    if as_json:
+        sys.stdout.write(d.model_dump_json(indent=2) + "\n")
+        return
+    colour = {"allow": "green", "ask": "magenta", "deny": "red"}[d.decision]
+    out.print(f"[bold {colour}]{d.decision}[/] (rule {d.rule_id}) — {d.reason}", highlight=False)
+    out.print(f"budget {d.budget_s:g} s, on_timeout {d.on_timeout}, detach "
+              f"{'immediately' if d.detach_immediately else 'on budget'}, deadline "
+              f"{d.deadline_from or d.deadline_s}", highlight=False)
+    for c in d.commands:
+        extra = " [opaque: " + str(c.opaque_reason) + "]" if getattr(c, "opaque", False) else ""
+        out.print(f"  {c.decision:5} {c.rule_id or '-':24} {' '.join(c.argv)}{extra}", highlight=False)
+    for p in d.probes:
+        out.print(f"  probe {json.dumps(p)}", highlight=False)
+    out.print(f"[dim]policy files: {', '.join(d.policy_files)}[/]")
+
+
+def _shipped_policies() -> list[Path]:
+    pkg = Path(__file__).resolve().parent
+    for here in (pkg / "_policies", pkg.parent / "policies"):  # wheel install, then source checkout
+        if here.is_dir():
+            return sorted(here.glob("*.yaml"))
+    return []
 
 
 demo_app = typer.Typer(help="End-to-end examples.", no_args_is_help=True)

@@ -14,33 +14,21 @@ import structlog
 import typer
 from rich.console import Console
 
-from .hosts.registry import HostRegistry
-from .jobs.journal import Journal
-from .tools.toolkit import Toolkit
-
 __all__ = ["mcp"]
 
 log = structlog.get_logger(__name__)
 _err = Console(stderr=True)
 
 
-def _load_policy(paths: list[Path] | None) -> Any:
-    """``PolicySet.load(paths)`` when the policy module provides it; None (with a warning) otherwise."""
-    if not paths:
-        return None
+def _build(policy: list[Path] | None, ssh_config: list[str] | None) -> Any:
+    """The Toolkit for the server; a policy file that does not load stops the server with its reason (file,
+    line, key)."""
+    from .errors import PolicyError
+    from .tools.factory import build_toolkit
+
     try:
-        from .policy import PolicySet  # type: ignore[import-not-found,unused-ignore]
-    except ImportError as exc:
-        log.warning("mcp.policy_unavailable", error=repr(exc), paths=[str(p) for p in paths])
-        _err.print(f"[yellow]warning:[/] --policy ignored: agent_tools.policy is not available ({exc})")
-        return None
-    load = getattr(PolicySet, "load", None)
-    if load is None:
-        _err.print("[yellow]warning:[/] --policy ignored: agent_tools.policy has no PolicySet.load")
-        return None
-    try:
-        return load([str(p) for p in paths])
-    except Exception as exc:  # a policy file that does not load must stop the server, with its reason
+        return build_toolkit(ssh_config=ssh_config, policy=policy)
+    except PolicyError as exc:
         _err.print(f"[red]error:[/] policy: {exc}")
         raise typer.Exit(2) from exc
 
@@ -59,11 +47,10 @@ def mcp(
 
     if transport not in ("stdio", "http"):
         raise typer.BadParameter("must be 'stdio' or 'http'", param_hint="--transport")
-    policies = _load_policy(policy)
+    toolkit = _build(policy, ssh_config)
 
     async def serve() -> None:
-        hosts = HostRegistry(ssh_config=ssh_config) if ssh_config else HostRegistry()
-        async with Toolkit(hosts, journal=Journal(), policy=policies) as toolkit:
+        async with toolkit:
             server = build_mcp_server(toolkit)
             if transport == "stdio":
                 await serve_stdio(server)

@@ -11,6 +11,8 @@ import re
 
 from pydantic import BaseModel, Field
 
+from .redact import redact
+
 __all__ = ["OutputView", "clean_text", "make_view", "split_budget"]
 
 # ECMA-48 CSI sequences, OSC sequences (terminated by BEL or ST), and other two-byte escapes.
@@ -51,7 +53,8 @@ def _collapse_cr(line: str) -> str:
 
 def clean_text(data: bytes) -> str:
     """Decode ``data`` for reading: UTF-8 with U+FFFD for invalid bytes, NUL as ``\\0``, ANSI escapes
-    removed, ``\\r`` redraws collapsed, other control characters dropped.
+    removed, ``\\r`` redraws collapsed, other control characters dropped, secrets (tokens, keys, passwords;
+    :func:`agent_tools.redact.redact`) replaced by ``[REDACTED]``: the raw bytes stay on the host only.
 
     :param data: raw bytes (any encoding; UTF-8 expected).
     :returns: a printable ``str``.
@@ -61,7 +64,7 @@ def clean_text(data: bytes) -> str:
     text = text.replace("\r\n", "\n")
     if "\r" in text:
         text = "\n".join(_collapse_cr(line) for line in text.split("\n"))
-    return _CTRL_RE.sub("", text)
+    return redact(_CTRL_RE.sub("", text))
 
 
 def split_budget(max_bytes: int) -> tuple[int, int]:

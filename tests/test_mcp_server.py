@@ -286,3 +286,21 @@ async def test_an_approval_answer_only_applies_to_the_call_it_was_asked_for(stat
                                                       request_state=asked.request_state)
     assert swapped.is_error and "changed" in structured(swapped)["message"]
     assert structured(same)["outcome"] == "finished"
+
+
+async def test_stdio_server_with_policy_denies_without_running(tmp_path: Path) -> None:
+    """`agent-tools mcp --policy policies/default.yaml`: a denied command is an error result; nothing runs."""
+    marker = tmp_path / "must-not-exist"
+    cmd = agent_tools_cmd("--policy", str(REPO / "policies" / "default.yaml"))
+    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=server_env(tmp_path), cwd=str(tmp_path))
+    with (tmp_path / "server-stderr.log").open("w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+            with anyio.fail_after(30):
+                await session.initialize()
+            result = await session.call_tool(
+                "run_command", {"host": "local", "command": f"touch {marker}; rm -rf / --no-preserve-root"})
+            data = structured(result)
+            assert result.is_error and data["outcome"] == "denied" and data["rule_id"], data
+            assert not marker.exists()
+            ok = structured(await session.call_tool("run_command", {"host": "local", "command": "echo allowed"}))
+            assert ok["outcome"] == "finished" and ok["stdout"]["text"] == "allowed\n", ok

@@ -7,10 +7,12 @@ matching the schema, or with an example whose decision differs from the expected
 
 from __future__ import annotations
 
+from .. import errors as _errors
+
 __all__ = ["PolicyFileError"]
 
 
-class PolicyFileError(ValueError):
+class PolicyFileError(_errors.PolicyFileError, ValueError):
     """A policy file was refused.
 
     :ivar path: the file as given to the loader (``"<string>"`` for text).
@@ -27,4 +29,5 @@ class PolicyFileError(ValueError):
         where = path if line is None else f"{path}:{line}"
         if key:
             where += f": {key}"
-        super().__init__(f"{where}: {message}")
+        Exception.__init__(self, f"{where}: {message}")
+        self.retryable = False

@@ -134,7 +134,7 @@ class Toolkit:
         self.runner = runner or JobRunner(self.journal)
         self.policy = policy
         if policy is not None and approvals is None:
-            from ..policy import ApprovalStore  # type: ignore[import-not-found,unused-ignore]
+            from ..policy import ApprovalStore
 
             approvals = ApprovalStore()
         self.approvals = approvals
@@ -193,7 +193,7 @@ class Toolkit:
         if decision.decision == "deny":
             return Denied(host=host, command=shown, rule_id=decision.rule_id, reason=decision.reason)
         if decision.decision == "ask":
-            from ..policy import ApprovalRefused  # type: ignore[import-not-found,unused-ignore]
+            from ..policy import ApprovalRefused
 
             assert self.approvals is not None
             if approval_id is not None:
