@@ -54,8 +54,9 @@ at_view() { # NAME FILE OFFSET HEAD TAIL SIZE -> "@@AT view NAME SIZE HL TL" + b
   [ "$tl" -gt 0 ] && tail -c "$tl" "$2" | head -c "$tl"
   return 0
 }
-at_sizes() { # DIR -> sets os es (bytes of stdout and stderr)
+at_sizes() { # DIR -> sets os es (bytes of stdout and stderr); no wc when both are empty (the common case)
   os=0; es=0
+  [ -s "$1/stdout" ] || [ -s "$1/stderr" ] || return 0
   set -- $(cd "$1" 2>/dev/null && wc -c stdout stderr 2>/dev/null)
   [ "$2" = stdout ] && os=$1 && [ "$4" = stderr ] && es=$3
   return 0
@@ -79,7 +80,7 @@ _LAUNCH = r"""
 umask 077
 base=$1; id=$2; cwd=$3; mode=$4; hb=$5; tb=$6; cmd=$7
 d=$base/$id
-if ! { mkdir -p "$base" 2>/dev/null && mkdir "$d"; }; then
+if ! { { [ -d "$base" ] || mkdir -p "$base" 2>/dev/null; } && mkdir "$d"; }; then
   printf '@@AT error cannot create the job directory %s\n' "$d"; exit 97
 fi
 printf '%s' "$cmd" > "$d/command"
