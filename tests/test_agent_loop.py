@@ -206,3 +206,69 @@ def test_example_needs_an_api_key(monkeypatch: pytest.MonkeyPatch, capsys: pytes
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     assert example.main(["--provider", "anthropic", "--model", "m", "hello"]) == 2
     assert "ANTHROPIC_API_KEY is not set" in capsys.readouterr().err
+
+
+class HicacheOperator(Operator):
+    """The hicache scenario's tool calls, as a model would emit them, on the embedded simulated GPU node:
+    unit status → read the unit → write it with the hicache flags → restart (detached) → follow readiness →
+    verify /get_server_info."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__()
+        self.host = host
+        self.path = ""
+        self.port = 30000
+
+    def next_call(self) -> tuple[str, dict[str, Any]] | None:
+        from agent_tools.demo.hicache import _port_of, add_hicache_flags
+
+        h = self.host
+        if not self.steps:
+            call: tuple[str, dict[str, Any]] = ("service_status", {"host": h, "unit": "sglang.service"})
+        else:
+            name, _, result = self.steps[-1]
+            assert result is not None and result.get("outcome") not in ("error", "denied"), result
+            if name == "service_status":
+                self.path = result["props"]["FragmentPath"]
+                call = ("read_file", {"host": h, "path": self.path})
+            elif name == "read_file":
+                self.port = _port_of(result["text"])
+                call = ("write_file", {"host": h, "path": self.path, "content": add_hicache_flags(result["text"])})
+            elif name == "write_file":
+                call = ("restart_service", {"host": h, "unit": "sglang.service", "probes": [
+                    {"kind": "http", "url": f"http://127.0.0.1:{self.port}/health"}]})
+            elif name == "restart_service":
+                assert result["outcome"] == "detached", result
+                self.job_id = result["job_id"]
+                call = ("job_status", {"job_id": self.job_id, "wait_s": 30})
+            elif name == "job_status" and result["readiness"] == "pending":
+                call = ("job_status", {"job_id": self.job_id, "wait_s": 30})
+            elif name == "job_status":
+                assert result["readiness"] == "ready", result
+                call = ("http_get", {"host": h, "url": f"http://127.0.0.1:{self.port}/get_server_info"})
+            else:
+                return None
+        self.steps.append((call[0], call[1], None))
+        return call
+
+
+@pytest.mark.parametrize("vendor", ["openai", "anthropic"])
+async def test_scripted_model_completes_the_hicache_restart(state_dir: Path, example: ModuleType, tmp_path: Path,
+                                                           vendor: str) -> None:
+    from agent_tools.demo.hicache import embedded_node
+    from agent_tools.jobs.journal import Journal
+
+    async with embedded_node("default", load_s=2) as (alias, registry):
+        operator = HicacheOperator(alias)
+        toolkit = Toolkit(registry, journal=Journal(tmp_path / "j.sqlite3"))
+        if vendor == "openai":
+            await example.openai_loop(ScriptedOpenAI(operator), toolkit, model="scripted",
+                                      prompt="enable hicache on sglang", max_tool_calls=MAX_TOOL_CALLS)
+        else:
+            await example.anthropic_loop(ScriptedAnthropic(operator), toolkit, model="scripted",
+                                         prompt="enable hicache on sglang", max_tool_calls=MAX_TOOL_CALLS)
+    names = [n for n, _, _ in operator.steps]
+    assert len(names) <= MAX_TOOL_CALLS, names
+    info = operator.steps[-1][2]
+    assert names[-1] == "http_get" and info is not None
+    assert json.loads(info["body"])["enable_hierarchical_cache"] is True

@@ -257,7 +257,15 @@ class Toolkit:
         except AgentToolsError as exc:
             result = _error(exc, raw.get("host") if isinstance(raw.get("host"), str) else None,
                             raw.get("command") if isinstance(raw.get("command"), str) else None)
-        return result.model_dump(mode="json")
+        data = result.model_dump(mode="json")
+        host = data.get("host") or (raw.get("host") if isinstance(raw.get("host"), str) else None)
+        if self.policy is not None and isinstance(host, str):
+            extra = self.policy.redact_patterns(host)
+            if extra:  # a policy file's own secret shapes (redact: [...]), on top of the built-in ones
+                from ..redact import redact_obj
+
+                data = redact_obj(data, extra)
+        return data
 
     # ---------------------------------------------------------------- tools
     async def run_command(
