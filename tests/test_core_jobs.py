@@ -10,6 +10,7 @@ import sys
 import anyio
 import pytest
 
+from agent_tools.errors import BadArguments
 from agent_tools.hosts.base import Host, run_on
 from agent_tools.jobs.journal import Journal
 from agent_tools.jobs.manager import JobRunner
@@ -196,3 +197,12 @@ def test_cli_detach_then_status_by_alias(real_sshd: RealSshd, state_dir: object)
                              "--json", *extra], env=env, capture_output=True, text=True, check=False)
         s = json.loads(st.stdout)
         assert (s["state"], s["exit_status"]) == ("exited", 0) and "done" in s["new_stdout"]["text"], s
+
+
+async def test_cwd_home_and_env(any_host: Host, runner: JobRunner) -> None:
+    out = await runner.run(any_host, 'pwd; echo "$GREETING"', budget_s=10, cwd="~", env={"GREETING": "hi there"})
+    assert isinstance(out, Finished) and out.exit_status == 0, out
+    home = (await run_on(any_host, "cd && pwd")).stdout.decode()
+    assert out.stdout.text == home + "hi there\n"
+    with pytest.raises(BadArguments):
+        await runner.run(any_host, "true", env={"BAD-NAME": "x"})

@@ -154,6 +154,9 @@ class JobRunner:
                                "write a script with write_file and run that")
         if not budget_s > 0:
             raise BadArguments(f"budget_s must be > 0 seconds, got {budget_s}")
+        for key in env or {}:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise BadArguments(f"environment variable name {key!r} is not valid")
         if on_timeout not in ("detach", "kill"):
             raise BadArguments(f"on_timeout must be 'detach' or 'kill', got {on_timeout!r}")
 

@@ -84,6 +84,7 @@ if ! { { [ -d "$base" ] || mkdir -p "$base" 2>/dev/null; } && mkdir "$d"; }; the
   printf '@@AT error cannot create the job directory %s\n' "$d"; exit 97
 fi
 printf '%s' "$cmd" > "$d/command"
+case $cwd in "~") cwd=$HOME;; "~/"*) cwd=$HOME/${cwd#"~/"};; esac
 if [ -n "$cwd" ] && ! cd "$cwd" 2>/dev/null; then
   printf '@@AT error working directory %s does not exist or is not accessible\n' "$cwd"
   printf '%s\n' 2 > "$d/exit"; exit 96

@@ -24,7 +24,8 @@ class RunCommandArgs(_Args):
                                                "(default: the host policy's, else 15)")
     on_timeout: Literal["detach", "kill"] | None = Field(
         default=None, description="when the budget runs out: 'detach' (keep running as a job) or 'kill'")
-    cwd: str | None = Field(default=None, description="working directory on the host")
+    cwd: str | None = Field(default=None, description="working directory on the host (~/ is the login home)")
+    env: dict[str, str] | None = Field(default=None, description="extra environment variables for the command")
     idempotency_key: str | None = Field(default=None, max_length=128,
                                         description="retry-safe key: the same key on the same host never "
                                                     "starts a second job")

@@ -234,9 +234,10 @@ class Toolkit:
                                 message=f"unknown tool {name!r}; tools: {', '.join(self._specs)}").model_dump(
                                     mode="json")
         spec, handler = entry
+        raw: dict[str, Any] = {}
         try:
             if arguments is None or arguments == "":
-                raw: dict[str, Any] = {}
+                pass
             elif isinstance(arguments, str):
                 loaded = json.loads(arguments)
                 if not isinstance(loaded, dict):
@@ -275,6 +276,7 @@ class Toolkit:
         budget_s: float | None = None,
         on_timeout: str | None = None,
         cwd: str | None = None,
+        env: dict[str, str] | None = None,
         idempotency_key: str | None = None,
         approval_id: str | None = None,
         _probes: list[dict[str, Any]] | None = None,
@@ -312,7 +314,7 @@ class Toolkit:
                 h, command,
                 budget_s=budget_s if budget_s is not None else self.default_budget_s,
                 on_timeout=on_timeout or "detach",  # type: ignore[arg-type]
-                cwd=cwd, idempotency_key=idempotency_key, probes=probes or None, deadline_s=deadline_s,
+                cwd=cwd, env=env, idempotency_key=idempotency_key, probes=probes or None, deadline_s=deadline_s,
                 detach_immediately=detach_now, display_command=shown)
         except AgentToolsError as exc:
             return _error(exc, host, shown)
