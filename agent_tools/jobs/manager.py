@@ -228,7 +228,7 @@ class JobRunner:
         if proc is not None and (exit_code is None or detach_immediately):
             # Budget ran out (or detach-at-once): EOF makes the launcher exit; the monitor keeps the job.
             with anyio.CancelScope(shield=True):
-                with anyio.move_on_after(1.0):
+                with anyio.move_on_after(0.3):
                     await proc.close_stdin()
                 await proc.close()
         elif proc is not None:
@@ -259,7 +259,7 @@ class JobRunner:
             return await self._kill_after_budget(host, rec, t0, kill_grace_s, started)
         # One quick look: it may have ended right at the budget.
         st: HostJobState | None = None
-        with anyio.move_on_after(1.0):
+        with anyio.move_on_after(0.7):
             try:
                 st = (await self._status(host, [(job_id, 0, 0, head, tail)])).get(job_id)
             except (HostError, WireError) as exc:
@@ -312,7 +312,7 @@ class JobRunner:
                                  started: bool) -> Killed | Detached:
         reason = f"still running when its {rec.budget_s or 0:g} s budget ran out (on_timeout=kill)"
         res: JobCancelResult | None = None
-        with anyio.move_on_after(grace_s + 2.5):
+        with anyio.move_on_after(grace_s + 1.0):
             res = await self.cancel(host, rec.job_id, grace_s=grace_s, reason=reason, by="budget")
         if res is None:
             return self._detached(rec, anyio.current_time() - t0, None,
@@ -320,7 +320,7 @@ class JobRunner:
                                   next_hint=f"job_cancel(job_id='{rec.job_id}')")
         head, tail = split_budget(self.view_bytes)
         st: HostJobState | None = None
-        with anyio.move_on_after(1.0):
+        with anyio.move_on_after(0.5):
             try:
                 st = (await self._status(host, [(rec.job_id, 0, 0, head, tail)])).get(rec.job_id)
             except (HostError, WireError):
