@@ -44,10 +44,10 @@ at_alive() { # PID START -> 0 if that very process (not a reused pid) is alive a
   [ "$1" = - ] && return 0
   eval "[ \"\${21}\" = \"\$1\" ]"
 }
-at_view() { # NAME FILE OFFSET HEAD TAIL SIZE -> "@@AT view NAME SIZE HL TL" + bytes
+at_view() { # NAME FILE OFFSET HEAD TAIL SIZE [JOB] -> "@@AT view NAME SIZE HL TL [JOB]" + bytes
   n=$(( $6 - $3 )); [ "$n" -lt 0 ] && n=0
   if [ "$n" -le $(( $4 + $5 )) ]; then hl=$n; tl=0; else hl=$4; tl=$5; fi
-  printf '@@AT view %s %s %s %s\n' "$1" "$6" "$hl" "$tl"
+  printf '@@AT view %s %s %s %s %s\n' "$1" "$6" "$hl" "$tl" "${7:-}"
   if [ "$hl" -gt 0 ]; then
     if [ "$3" -eq 0 ]; then head -c "$hl" "$2"; else tail -c +$(( $3 + 1 )) "$2" | head -c "$hl"; fi
   fi
@@ -115,26 +115,56 @@ _STATUS = r"""
 base=$1; shift
 nb=-; read -r nb < /proc/sys/kernel/random/boot_id 2>/dev/null
 printf '@@AT boot %s\n' "$nb"
-for spec in "$@"; do
+if ! cd "$base" 2>/dev/null; then
+  for spec; do printf '@@AT job %s missing\n' "${spec%%:*}"; done; printf '@@AT end\n'; exit 0
+fi
+ids=; files=
+for spec; do
+  id=${spec%%:*}; ids="$ids $id"
+  [ -s "$id/stdout" ] && files="$files $id/stdout"
+  [ -s "$id/stderr" ] && files="$files $id/stderr"
+done
+# One awk reads every job's pid/exit/cancel files and /proc/PID/stat (buffered; dash's `read` builtin reads
+# one byte per system call), one wc sizes every non-empty output file.
+{ [ -n "$files" ] && wc -c $files 2>/dev/null; printf '@@SIZES-END\n'; } | awk -v ids="$ids" '
+function alive(pid, start,   f, line, F) {
+  if (pid == "" || pid == "-") return 0
+  f = "/proc/" pid "/stat"; line = ""
+  if ((getline line < f) <= 0) { close(f); return 0 }
+  close(f)
+  sub(/.*\) /, "", line); split(line, F, " ")
+  if (F[1] == "Z") return 0
+  return (start == "-" || F[20] == start) ? 1 : 0
+}
+function first(f,   line, r) {
+  line = ""; r = (getline line < f); close(f)
+  return r < 0 ? "\001" : line
+}
+$0 == "@@SIZES-END" { done = 1; next }
+!done && $2 != "total" { size[$2] = $1 }
+END {
+  n = split(ids, J, " ")
+  for (i = 1; i <= n; i++) {
+    id = J[i]
+    if (first(id "/command") == "\001") { printf "@@AT job %s missing\n", id; continue }
+    rc = first(id "/exit"); if (rc == "\001" || rc == "") rc = "-"
+    p = first(id "/pid"); cp = cs = bt = mp = ms = "-"
+    if (p != "\001" && p != "") { split(p, P, " "); cp = P[1]; cs = P[2]; bt = P[3]; mp = P[4]; ms = P[5] }
+    reason = first(id "/cancel"); ca = (reason == "\001") ? 0 : 1
+    os = ((id "/stdout") in size) ? size[id "/stdout"] : 0
+    es = ((id "/stderr") in size) ? size[id "/stderr"] : 0
+    printf "@@AT job %s present %s %s %s %d %d %d %s %s %s\n", id, rc, cp, bt, alive(cp, cs), alive(mp, ms), ca, os, es, mp
+    if (ca) printf "@@AT cancel %s %s\n", id, reason
+  }
+}'
+for spec; do
   oldifs=$IFS; IFS=:; set -- $spec; IFS=$oldifs
   id=$1; oo=${2:-0}; eo=${3:-0}; hb=${4:-0}; tb=${5:-0}
-  d=$base/$id
-  if [ ! -d "$d" ]; then printf '@@AT job %s missing\n' "$id"; continue; fi
-  rc=-; read -r rc < "$d/exit" 2>/dev/null
-  pl=; read -r pl < "$d/pid" 2>/dev/null
-  set -- $pl
-  cp=${1:--}; cs=${2:--}; bt=${3:--}; mp=${4:--}; ms=${5:--}
-  ca=0; alive=0; malive=0
-  [ -f "$d/cancel" ] && ca=1
-  at_alive "$cp" "$cs" && alive=1
-  at_alive "$mp" "$ms" && malive=1
-  at_sizes "$d"
-  printf '@@AT job %s present %s %s %s %s %s %s %s %s %s\n' "$id" "$rc" "$cp" "$bt" "$alive" "$malive" "$ca" "$os" "$es" "$mp"
-  if [ "${hb:-0}" -gt 0 ] || [ "${tb:-0}" -gt 0 ]; then
-    at_view stdout "$d/stdout" "${oo:-0}" "$hb" "$tb" "$os"
-    at_view stderr "$d/stderr" "${eo:-0}" "$hb" "$tb" "$es"
+  if [ -d "$id" ] && { [ "$hb" -gt 0 ] || [ "$tb" -gt 0 ]; }; then
+    at_sizes "$id"
+    at_view stdout "$id/stdout" "$oo" "$hb" "$tb" "$os" "$id"
+    at_view stderr "$id/stderr" "$eo" "$hb" "$tb" "$es" "$id"
   fi
-  if [ -f "$d/cancel" ]; then r=; read -r r < "$d/cancel"; printf '@@AT cancel %s %s\n' "$id" "$r"; fi
 done
 printf '@@AT end\n'
 """

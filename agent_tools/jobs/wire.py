@@ -139,9 +139,11 @@ async def parse_status(reader: WireReader) -> dict[str, HostJobState]:
                     alive=alive == "1", monitor_alive=malive == "1", cancelled=ca == "1",
                     stdout_bytes=int(os_), stderr_bytes=int(es), current_boot=boot)
             states[jid] = last
-        elif kind == "view" and last is not None:
+        elif kind == "view":
+            target = states.get(words[5]) if len(words) > 5 and words[5] else last
             name, raw = await read_view(reader, words)
-            last.views[name] = raw
+            if target is not None:
+                target.views[name] = raw
         elif kind == "cancel":
             st = states.get(words[1])
             if st is not None:
