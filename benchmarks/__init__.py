@@ -1,0 +1,14 @@
+"""Benchmarks of agent_tools against plain baselines, measured side by side in one run.
+
+``python -m benchmarks [--quick] [--only NAME ...] [--json]`` starts its own servers on loopback (a real
+OpenSSH ``sshd`` from :mod:`tests.sshd`, and a fleet of in-process asyncssh servers in a separate process),
+runs every scenario and its baseline in alternating A/B rounds, prints min/median/max per side and the ratio
+of medians, and removes every job, server and temp file it made (also on Ctrl-C). See
+``docs/performance.md`` for the results and what they mean.
+"""
+
+from __future__ import annotations
+
+SCENARIOS = ("run_command", "dispatch", "cli", "detach", "host_states", "fanout", "output", "replay")
+
+__all__ = ["SCENARIOS"]

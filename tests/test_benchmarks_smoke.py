@@ -1,0 +1,45 @@
+"""Smoke test of ``python -m benchmarks``: it runs, cleans up, and reports well-formed rows.
+
+No timing thresholds: the numbers depend on the machine and its load; only their shape is checked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .sshd import require_real_sshd
+
+pytestmark = pytest.mark.sshd
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_quick_run_command_json() -> None:
+    require_real_sshd()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    res = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--only", "run_command", "--json"],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240, check=False,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    data = json.loads(res.stdout)
+    assert data["mode"] == "quick"
+    assert data["scenarios"] == ["run_command"]
+    assert data["interrupted"] is False
+    assert data["machine"]["cores"] >= 1
+    assert [row["name"] for row in data["rows"]] == ["run_command"]
+    row = data["rows"][0]
+    for side in (row["a"], row["b"]):
+        assert side["unit"] == "ms"
+        assert side["n"] == 50
+        assert 0 < side["min"] <= side["median"] <= side["max"]
+    assert row["ratio_of_medians"] > 0
+    assert row["target"] == "<= 1.15x"
+    assert row["status"] in ("met", "MISSED")
