@@ -15,18 +15,6 @@ import logging as _logging
 import structlog as _structlog
 
 from . import errors
-
-if not _structlog.is_configured():
-    # A library must not print: until the application (or our CLI / MCP entry points) configures structlog,
-    # agent_tools' events go to stdlib logging under "agent_tools.*", silent by default (NullHandler).
-    _structlog.configure(
-        processors=[_structlog.stdlib.filter_by_level, _structlog.processors.TimeStamper(fmt="iso", utc=True),
-                    _structlog.stdlib.render_to_log_kwargs],
-        logger_factory=_structlog.stdlib.LoggerFactory(),
-        wrapper_class=_structlog.stdlib.BoundLogger,
-        cache_logger_on_first_use=False,
-    )
-_logging.getLogger("agent_tools").addHandler(_logging.NullHandler())
 from .hosts import Host, LocalHost, SshHost, SshSettings
 from .hosts.registry import HostRegistry
 from .jobs.journal import Journal
@@ -71,3 +59,15 @@ __all__ = [
     "__version__",
     "errors",
 ]
+
+if not _structlog.is_configured():
+    # A library must not print: until the application (or our CLI / MCP entry points) configures structlog,
+    # agent_tools' events go to stdlib logging under "agent_tools.*", silent by default (NullHandler).
+    _structlog.configure(
+        processors=[_structlog.stdlib.filter_by_level, _structlog.processors.TimeStamper(fmt="iso", utc=True),
+                    _structlog.stdlib.render_to_log_kwargs],
+        logger_factory=_structlog.stdlib.LoggerFactory(),
+        wrapper_class=_structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False,
+    )
+_logging.getLogger("agent_tools").addHandler(_logging.NullHandler())
