@@ -19,6 +19,7 @@ import typer
 from pydantic import BaseModel
 from rich.console import Console
 
+from .cli_import import import_app
 from .cli_mcp import mcp
 from .jobs.journal import Journal
 from .logs import configure_logging
@@ -355,6 +356,7 @@ def _shipped_policies() -> list[Path]:
 
 demo_app = typer.Typer(help="End-to-end examples.", no_args_is_help=True)
 app.add_typer(demo_app, name="demo")
+app.add_typer(import_app, name="import")
 
 
 @demo_app.command("hicache")

@@ -12,13 +12,13 @@ import json
 import os
 import sqlite3
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from ..clock import wall_time
 from ..errors import JobNotFound, JournalError
 
 __all__ = ["JobRecord", "Journal", "default_state_dir"]
@@ -190,5 +190,8 @@ class Journal:
 
 
 def now() -> float:
-    """Wall-clock unix time in seconds (float): job times must survive process restarts."""
-    return time.time()
+    """Wall-clock unix time in seconds (float): job times must survive process restarts.
+
+    Reads :func:`agent_tools.clock.wall_time`, so a replay on a virtual clock moves it too.
+    """
+    return wall_time()

@@ -1,0 +1,66 @@
+"""``agent-tools import``: turn an agent runtime's session transcript into a cassette and a pytest file.
+
+Register with ``app.add_typer(import_app, name="import")`` (see :mod:`agent_tools.cli`).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .importers import ShellCall, import_calls, parse_claude_code, parse_opencode
+
+__all__ = ["import_app"]
+
+import_app = typer.Typer(no_args_is_help=True, help="Import an agent session's shell calls as a replayable "
+                                                     "cassette plus a generated pytest file.")
+
+OutDirOpt = Annotated[Path, typer.Option("--out-dir", help="where to write test_transcript_NAME.py and "
+                                                          "cassettes/NAME.jsonl")]
+NameOpt = Annotated[str | None, typer.Option("--name", help="NAME (default: from the transcript's file name)")]
+
+
+def _run(calls: list[ShellCall], runtime: str, source: Path, out_dir: Path, name: str | None) -> None:
+    try:
+        result = import_calls(calls, runtime=runtime, source=source, out_dir=out_dir, name=name)
+    except ValueError as exc:
+        sys.stderr.write(f"agent-tools import: {exc}\n")
+        raise typer.Exit(1) from exc
+    w = sys.stdout.write
+    w(f"{len(calls)} shell call(s) read from {source}\n")
+    for step in result.results:
+        what = step["outcome"] or f"{step['state']} / readiness {step['readiness']}"
+        extra = f" after {step['polls']} job_status call(s)" if step.get("polls") else ""
+        w(f"  call {step['call']}: {step['tool']} -> {what}{extra}\n")
+    w(f"wrote {result.cassette_path} (synthesised from the transcript)\n")
+    w(f"wrote {result.test_path}\nrun it: python3 -m pytest {result.test_path}\n")
+
+
+@import_app.command("claude-code")
+def claude_code(
+    transcript: Annotated[Path, typer.Argument(help="a Claude Code session file (~/.claude/projects/<slug>/<id>.jsonl)",
+                                               exists=True, dir_okay=False, readable=True)],
+    out_dir: OutDirOpt = Path("."),
+    name: NameOpt = None,
+) -> None:
+    """Import the Bash calls of a Claude Code session (JSONL)."""
+    _run(parse_claude_code(transcript), "claude-code", transcript, out_dir, name)
+
+
+@import_app.command("opencode")
+def opencode(
+    session: Annotated[Path, typer.Argument(help="the JSON printed by `opencode export SESSION_ID`",
+                                            exists=True, dir_okay=False, readable=True)],
+    out_dir: OutDirOpt = Path("."),
+    name: NameOpt = None,
+) -> None:
+    """Import the bash calls of an opencode session (the JSON of `opencode export`)."""
+    try:
+        calls = parse_opencode(session)
+    except ValueError as exc:
+        sys.stderr.write(f"agent-tools import: {session} is not an opencode export (JSON): {exc}\n")
+        raise typer.Exit(1) from exc
+    _run(calls, "opencode", session, out_dir, name)

@@ -1,0 +1,31 @@
+"""Transcript importers: turn an agent runtime's session into a cassette and a pytest file replaying it.
+
+::
+
+    parse_claude_code(path) / parse_opencode(path)  -> [ShellCall]   the shell calls and what the old tool saw
+    import_calls(calls, runtime=..., source=..., out_dir=...)       synthesise the cassette, write the test
+
+What is inferred from a transcript (and why the cassette is *synthesised*, not recorded) is described in
+:mod:`agent_tools.importers.synth` and docs/cassettes.md.
+"""
+
+from .claude_code import parse_claude_code
+from .generate import ImportResult, import_calls, make_plan
+from .model import ShellCall
+from .opencode import parse_opencode
+from .plan import replay_plan, run_plan
+from .synth import Timeline, TranscriptHost, infer_timeline
+
+__all__ = [
+    "ImportResult",
+    "ShellCall",
+    "Timeline",
+    "TranscriptHost",
+    "import_calls",
+    "infer_timeline",
+    "make_plan",
+    "parse_claude_code",
+    "parse_opencode",
+    "replay_plan",
+    "run_plan",
+]

@@ -1,0 +1,173 @@
+"""Import a transcript: shell calls → plan → synthesised cassette + a generated pytest file that replays it.
+
+See :mod:`agent_tools.importers.synth` for what is inferred and how, and ``docs/cassettes.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pprint
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ..hosts.registry import HostRegistry
+from ..jobs.journal import Journal
+from ..recording.cassette import Cassette
+from ..recording.record import Recorder, RecordingHost, RecordingToolkit
+from ..recording.vclock import run_virtual
+from ..tools.toolkit import DEFAULT_BUDGET_S
+from .model import ShellCall
+from .plan import run_plan
+from .synth import Timeline, TranscriptHost, infer_timeline
+
+__all__ = ["ImportResult", "import_calls", "make_plan"]
+
+HOST = "local"
+
+
+def make_plan(timeline: Timeline, *, budget_s: float = DEFAULT_BUDGET_S, host: str = HOST) -> list[dict[str, Any]]:
+    """The plan of tool calls for ``timeline`` (see :mod:`agent_tools.importers.plan`)."""
+    superseded = {i for t in timeline.timed_out.values() for i in t.superseded if t.end_s is not None
+                  and timeline.start_s[i] <= t.end_s}
+    plan: list[dict[str, Any]] = []
+    for c in timeline.calls:
+        if c.index in superseded:
+            continue
+        step: dict[str, Any] = {"tool": "run_command", "call": c.index, "at_s": round(timeline.start_s[c.index], 3),
+                                "arguments": {"host": host, "command": c.command, "budget_s": budget_s}}
+        info = timeline.timed_out.get(c.index)
+        if info is None:
+            step["was"] = f"exit {c.exit_status} after {timeline.duration_s[c.index]:.1f} s"
+            plan.append(step)
+            continue
+        step["was"] = (f"killed by the old tool's {c.timeout_s:g} s timeout" if c.timeout_s
+                       else "killed by the old tool's timeout")
+        until = (info.end_s if info.end_s is not None else timeline.end_s) + 120.0
+        if info.url:
+            step["probes"] = [{"kind": "http", "url": info.url}]
+            step["deadline_s"] = max(900.0, round(until, 0))
+        plan.append(step)
+        plan.append({"tool": "job_status", "follow": c.index, "wait_s": 60.0, "until_s": round(until, 3),
+                     "was": (f"replaces checks {', '.join(map(str, info.superseded))}: {info.evidence}"
+                             if info.superseded else info.evidence)})
+    return plan
+
+
+@dataclass
+class ImportResult:
+    """What an import wrote and found."""
+
+    cassette_path: Path
+    test_path: Path
+    plan: list[dict[str, Any]]
+    results: list[dict[str, Any]]
+
+
+def _name(source: Path) -> str:
+    return re.sub(r"[^A-Za-z0-9_]+", "_", source.stem).strip("_").lower() or "transcript"
+
+
+def _short(text: str, n: int = 70) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def import_calls(calls: list[ShellCall], *, runtime: str, source: str | os.PathLike[str],
+                 out_dir: str | os.PathLike[str], name: str | None = None) -> ImportResult:
+    """Synthesise a cassette for ``calls`` and write it with a pytest file replaying it.
+
+    Writes ``OUT_DIR/cassettes/NAME.jsonl`` and ``OUT_DIR/test_transcript_NAME.py``.
+
+    :param runtime: ``claude-code`` or ``opencode`` (recorded in the cassette header).
+    :param source: the transcript file (its name becomes NAME unless ``name`` is given).
+    :raises ValueError: no shell call in the transcript ran.
+    """
+    src = Path(source)
+    name = name or _name(src)
+    timeline = infer_timeline(calls)
+    if not timeline.calls:
+        raise ValueError(f"{src}: no shell call that ran was found")
+    plan = make_plan(timeline)
+    host = TranscriptHost(timeline, HOST)
+    recorder = Recorder(name, header={"synthesised": True, "source": {"runtime": runtime, "file": src.name,
+                                                                      "calls": len(calls)},
+                                      "inferred": host.describe()})
+    with tempfile.TemporaryDirectory(prefix="agent-tools-import-") as tmp:
+        journal = Journal(Path(tmp) / "journal.sqlite3")
+        tk = RecordingToolkit(HostRegistry({HOST: RecordingHost(host, recorder)}), recorder=recorder, journal=journal)
+
+        async def main() -> list[dict[str, Any]]:
+            recorder.start()
+            host.origin = anyio.current_time()
+            return await run_plan(tk, plan, origin=host.origin)
+
+        try:
+            results = run_virtual(main, wall_start=timeline.start_wall)
+        finally:
+            journal.close()
+    cassette: Cassette = recorder.cassette()
+    out = Path(out_dir)
+    cassette_path = out / "cassettes" / f"{name}.jsonl"
+    cassette.save(cassette_path)
+    test_path = out / f"test_transcript_{name}.py"
+    test_path.write_text(_test_source(name, runtime, src.name, plan, results, calls), encoding="utf-8")
+    return ImportResult(cassette_path, test_path, plan, results)
+
+
+def _test_source(name: str, runtime: str, source: str, plan: list[dict[str, Any]], results: list[dict[str, Any]],
+                 calls: list[ShellCall]) -> str:
+    by_index = {c.index: c for c in calls}
+    checks: list[str] = []
+    for i, (step, res) in enumerate(zip(plan, results, strict=True)):
+        if step["tool"] == "run_command":
+            call = by_index[int(step["call"])]
+            checks.append(f"    # call {call.index}: `{_short(call.command, 60)}` — before: {_short(step['was'], 40)}")
+            if res["outcome"] == "finished":
+                checks.append(f"    assert steps[{i}][\"outcome\"] == \"finished\" and steps[{i}][\"exit_status\"] == "
+                              f"{res['exit_status']!r}")
+            else:
+                checks.append(f"    assert steps[{i}][\"outcome\"] == {res['outcome']!r}")
+        else:
+            checks.append(f"    # then follow call {step['follow']}'s job with job_status — {_short(step['was'], 60)}")
+            checks.append(f"    assert steps[{i}][\"state\"] == {res['state']!r} and steps[{i}][\"readiness\"] == "
+                          f"{res['readiness']!r}")
+            if res.get("exit_status") is not None:
+                checks.append(f"    assert steps[{i}][\"exit_status\"] == {res['exit_status']!r}")
+    plan_text = pprint.pformat(plan, width=110, sort_dicts=False)
+    return f'''"""Replays the shell calls of a {runtime} session through agent_tools.
+
+Generated by `agent-tools import {runtime}` from:
+    {source}
+The cassette (cassettes/{name}.jsonl) was *synthesised* from the transcript, not recorded on a host:
+agent_tools ran the calls below against a synthetic host built from the transcript (outputs, exit statuses
+and timings as recorded there; a call the old tool killed at its timeout keeps running until the later checks
+in the transcript show it ready); see docs/cassettes.md. The replay runs on a virtual clock: minutes of
+transcript take well under a second.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agent_tools.importers.plan import replay_plan
+
+CASSETTE = Path(__file__).parent / "cassettes" / {f"{name}.jsonl"!r}
+
+PLAN = {plan_text}
+
+
+def test_{name}_replays_through_agent_tools(tmp_path: Path) -> None:
+    steps = replay_plan(CASSETTE, PLAN, tmp_path)
+{chr(10).join(checks)}
+'''
+
+
+def plan_json(plan: list[dict[str, Any]]) -> str:
+    """The plan as indented JSON (for people)."""
+    return json.dumps(plan, indent=2)

@@ -1,0 +1,353 @@
+"""From a transcript's shell calls to a host that behaves as the transcript says (for synthesising cassettes).
+
+A transcript holds what the *old* tool saw: each command, its output and exit status, and when it ran. It
+does not hold what agent_tools would send to a host (its job launcher and status scripts). So an import
+(1) infers a **timeline** of the host from the calls, (2) runs the transcript's calls through agent_tools
+against :class:`TranscriptHost`, a synthetic host that answers agent_tools' requests from that timeline, on a
+virtual clock, while recording, and (3) writes that recording as an ordinary cassette. The cassette is thus
+*synthesised, not recorded on a host*; its header says so (``"synthesised": true``, ``"source": {...}``).
+
+Inference, made explicit:
+
+* A call that finished ran for the time between the call and its result in the transcript (an upper bound:
+  it includes the runtime's overhead), printed its output and exited with its status (0 when the runtime
+  implies it).
+* A call the old tool killed at its timeout (e.g. ``systemctl restart`` of a model server, 15 s) is taken to
+  have kept running on the host, as a durable job does; its end is read from the **later checks** in the
+  transcript: the first later check that shows the service ready (``systemctl is-active``/``status`` saying
+  active, a successful ``curl``/``wget``, a log line such as SGLang's "The server is fired up and ready to
+  roll!") ends it with status 0 at that check's time; a check showing a failure ends it with status 1. With
+  no such evidence it is still running at the end of the transcript.
+* An HTTP URL polled by those checks becomes the job's readiness probe: the synthetic host refuses
+  connections to it until the job's end and answers ``200`` (with the successful check's output) after.
+* The checks up to that end are superseded: agent_tools follows the job with ``job_status`` instead.
+
+:class:`TranscriptHost` speaks the job wire protocol of :mod:`agent_tools.jobs.scripts` (launch, status,
+cancel); any other command is answered with exit status 127.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.abc import ByteStream
+
+from ..hosts.base import ExecResult, HostProcess
+from .model import ShellCall
+
+__all__ = ["Timeline", "TranscriptHost", "infer_timeline"]
+
+_URL_RE = re.compile(r"https?://[^\s'\"|;&)]+")
+_READY_LOG_RE = re.compile(r"fired up and ready to roll|Application startup complete|Started .+\.service"
+                           r"|ready to accept connections", re.IGNORECASE)
+_FAIL_LOG_RE = re.compile(r"Traceback|Failed to start|Main process exited, code=exited, status=[1-9]"
+                          r"|Not enough host memory", re.IGNORECASE)
+_NOT_READY_HTTP_RE = re.compile(r"Connection refused|Failed to connect|\b50[0-9]\b|Service Unavailable",
+                                re.IGNORECASE)
+_BOOT_ID = "00000000-0000-4000-8000-transcript00"
+
+
+def check_verdict(call: ShellCall) -> str | None:
+    """``ready``, ``not_ready`` or ``failed`` when ``call`` checks a service's state, else None."""
+    cmd, out = call.command, call.output
+    if re.search(r"\bsystemctl\b.*\b(is-active|status)\b", cmd):
+        first = out.strip().splitlines()[0] if out.strip() else ""
+        if "active (running)" in out or first == "active":
+            return "ready"
+        if first == "failed" or re.search(r"Active: failed", out):
+            return "failed"
+        return "not_ready"
+    if re.search(r"\b(curl|wget)\b", cmd) and _URL_RE.search(cmd):
+        ok = call.exit_status == 0 and not _NOT_READY_HTTP_RE.search(out)
+        return "ready" if ok else "not_ready"
+    if re.search(r"\b(journalctl|tail|grep)\b", cmd):
+        if _FAIL_LOG_RE.search(out):
+            return "failed"
+        if _READY_LOG_RE.search(out):
+            return "ready"
+        return "not_ready"
+    return None
+
+
+@dataclass
+class TimedOutCall:
+    """What the transcript says became of a call the old tool killed at its timeout."""
+
+    call: ShellCall
+    end_s: float | None  # seconds from the transcript's start when it ended (None: still running)
+    exit_status: int | None
+    evidence: str  # the call that showed it, for people
+    url: str | None  # an HTTP URL its checks polled (the readiness probe)
+    superseded: list[int] = field(default_factory=list)  # indexes of checks replaced by following the job
+
+
+@dataclass
+class Timeline:
+    """The host's story according to the transcript (times in seconds from the first call)."""
+
+    calls: list[ShellCall]
+    start_wall: float
+    start_s: dict[int, float]
+    duration_s: dict[int, float]
+    timed_out: dict[int, TimedOutCall]
+    end_s: float
+
+    def http_ready_at(self, url_host: str, port: int) -> tuple[float | None, str] | None:
+        """``(ready_at_s or None, body)`` for a URL polled by checks of a timed-out call, else None."""
+        for t in self.timed_out.values():
+            if t.url is None:
+                continue
+            m = re.match(r"https?://([^/:]+)(?::(\d+))?", t.url)
+            if m and m.group(1) in (url_host, "localhost" if url_host == "127.0.0.1" else url_host) and int(
+                    m.group(2) or 80) == port:
+                body = next((c.output for c in self.calls if c.index in t.superseded and c.command.find(t.url) >= 0
+                             and check_verdict(c) == "ready"), "")
+                return (t.end_s if t.exit_status == 0 else None), body
+        return None
+
+
+def infer_timeline(calls: list[ShellCall]) -> Timeline:
+    """Infer the host's timeline from the shell calls that ran (see the module docstring)."""
+    ran = [c for c in calls if c.ran]
+    known = [c.started_at for c in ran if c.started_at is not None]
+    t0 = min(known) if known else 0.0
+    start: dict[int, float] = {}
+    dur: dict[int, float] = {}
+    last = 0.0
+    for c in ran:
+        s = (c.started_at - t0) if c.started_at is not None else last + 1.0
+        start[c.index] = max(s, last)
+        dur[c.index] = c.duration_s if c.duration_s is not None else 0.1
+        last = start[c.index]
+    timed: dict[int, TimedOutCall] = {}
+    for i, c in enumerate(ran):
+        if not c.timed_out:
+            continue
+        info = TimedOutCall(c, None, None, "no later check in the transcript shows it finish", None)
+        for later in ran[i + 1:]:
+            verdict = check_verdict(later)
+            if verdict is None:
+                continue
+            url = _URL_RE.search(later.command)
+            if url and info.url is None:
+                info.url = url.group(0)
+            info.superseded.append(later.index)
+            if verdict in ("ready", "failed"):
+                info.end_s = start[later.index]
+                info.exit_status = 0 if verdict == "ready" else 1
+                info.evidence = f"call {later.index} `{later.command}` at {start[later.index]:.0f} s shows it {verdict}"
+                break
+        timed[c.index] = info
+    end = max([start[c.index] + dur[c.index] for c in ran], default=0.0)
+    return Timeline(calls=ran, start_wall=t0, start_s=start, duration_s=dur, timed_out=timed, end_s=end)
+
+
+# ---------------------------------------------------------------------------------------------- the host
+@dataclass
+class _Job:
+    job_id: str
+    pid: int
+    start: float
+    end: float | None
+    exit_status: int
+    output: bytes
+    cancelled: bool = False
+
+    def done(self, now: float) -> bool:
+        return self.end is not None and now >= self.end
+
+
+def _view(name: str, data: bytes, offset: int, head: int, tail: int) -> bytes:
+    size = len(data)
+    n = max(0, size - offset)
+    hl, tl = (n, 0) if n <= head + tail else (head, tail)
+    return (f"@@AT view {name} {size} {hl} {tl}\n".encode() + data[offset:offset + hl]
+            + (data[size - tl:] if tl else b""))
+
+
+class _Process:
+    """An in-memory process: stdout chunks due at loop times; EOF early when stdin closes (if ``on_eof``)."""
+
+    def __init__(self, chunks: list[tuple[float, bytes]], *, stderr: bytes = b"", status: int = 0,
+                 end_on_stdin_eof: bool = False) -> None:
+        self._chunks = list(chunks)
+        self._stderr = stderr
+        self._status = status
+        self._end_on_eof = end_on_stdin_eof
+        self._stdin_closed = anyio.Event()
+
+    async def read_stdout(self, max_bytes: int = 65536) -> bytes:
+        if not self._chunks:
+            return b""
+        due, data = self._chunks[0]
+        delay = due - anyio.current_time()
+        if delay > 0:
+            if self._end_on_eof:
+                with anyio.move_on_after(delay):
+                    await self._stdin_closed.wait()
+                if self._stdin_closed.is_set():
+                    self._chunks.clear()
+                    return b""
+            else:
+                await anyio.sleep(delay)
+        self._chunks[0] = (due, data[max_bytes:])
+        if not self._chunks[0][1]:
+            self._chunks.pop(0)
+        return data[:max_bytes]
+
+    async def read_stderr(self, max_bytes: int = 65536) -> bytes:
+        data, self._stderr = self._stderr[:max_bytes], self._stderr[max_bytes:]
+        return data
+
+    async def write_stdin(self, data: bytes) -> None:
+        return None
+
+    async def close_stdin(self) -> None:
+        self._stdin_closed.set()
+
+    async def wait(self) -> ExecResult:
+        while self._chunks:
+            await self.read_stdout()
+        return ExecResult(self._status)
+
+    async def close(self) -> None:
+        self._stdin_closed.set()
+
+
+class _HttpStream(ByteStream):
+    def __init__(self, body: bytes) -> None:
+        self._response = (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
+                          + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        if not self._response:
+            raise anyio.EndOfStream
+        data, self._response = self._response[:max_bytes], self._response[max_bytes:]
+        return data
+
+    async def send(self, item: bytes) -> None:
+        return None
+
+    async def send_eof(self) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+class TranscriptHost:
+    """A synthetic host answering agent_tools' job protocol from a :class:`Timeline` (loop time).
+
+    :param timeline: what the transcript says happened.
+    :param name: the host's name (the transcript's commands ran locally for the agent: ``local``).
+    """
+
+    def __init__(self, timeline: Timeline, name: str = "local") -> None:
+        self.timeline = timeline
+        self.name = name
+        self.origin: float | None = None
+        self.jobs: dict[str, _Job] = {}
+        self._launched: set[int] = set()
+        self._pid = 4000
+
+    def _now(self) -> float:
+        if self.origin is None:
+            self.origin = anyio.current_time()
+        return anyio.current_time()
+
+    def _find(self, command: str) -> ShellCall | None:
+        for c in self.timeline.calls:
+            if c.index not in self._launched and c.command == command:
+                self._launched.add(c.index)
+                return c
+        return None
+
+    async def start(self, command: str, *, env: Mapping[str, str] | None = None) -> HostProcess:
+        now = self._now()
+        try:
+            argv = shlex.split(command)
+        except ValueError:
+            argv = []
+        for marker, handler in (("at-launch", self._launch), ("at-status", self._status),
+                                ("at-cancel", self._cancel)):
+            if marker in argv:
+                return handler(argv[argv.index(marker) + 1:], now)
+        return _Process([], stderr=b"sh: this command is not in the transcript\n", status=127)
+
+    def _launch(self, args: list[str], now: float) -> HostProcess:
+        _base, job_id, _cwd, mode, head, tail, command = args[:7]
+        command = re.sub(r"^(export [A-Za-z_][A-Za-z0-9_]*=\S*; )+", "", command)
+        call = self._find(command)
+        self._pid += 1
+        if call is None:
+            job = _Job(job_id, self._pid, now, now, 127, b"sh: this command is not in the transcript\n")
+        elif call.index in self.timeline.timed_out:
+            info = self.timeline.timed_out[call.index]
+            assert self.origin is not None
+            end = None if info.end_s is None else max(now, self.origin + info.end_s)
+            job = _Job(job_id, self._pid, now, end, info.exit_status or 0, call.output.encode())
+        else:
+            job = _Job(job_id, self._pid, now, now + self.timeline.duration_s[call.index],
+                       call.exit_status if call.exit_status is not None else 0, call.output.encode())
+        self.jobs[job_id] = job
+        started = f"@@AT started {job_id} {job.pid}\n".encode()
+        if mode == "bg":
+            return _Process([(now, started)])
+        chunks = [(now, started)]
+        if job.end is not None:
+            report = (f"@@AT exit {job.exit_status}\n".encode() + _view("stdout", job.output, 0, int(head), int(tail))
+                      + _view("stderr", b"", 0, int(head), int(tail)) + b"@@AT end\n")
+            chunks.append((job.end, report))
+        return _Process(chunks, end_on_stdin_eof=True)
+
+    def _status(self, args: list[str], now: float) -> HostProcess:
+        out = [f"@@AT boot {_BOOT_ID}\n".encode()]
+        for spec in args[1:]:
+            job_id, o, e, h, t = (spec.split(":") + ["0"] * 5)[:5]
+            job = self.jobs.get(job_id)
+            if job is None:
+                out.append(f"@@AT job {job_id} missing\n".encode())
+                continue
+            done = job.done(now)
+            data = job.output if done else b""
+            rc = str(job.exit_status) if done else "-"
+            alive = "0" if done else "1"
+            out.append(f"@@AT job {job_id} present {rc} {job.pid} {_BOOT_ID} {alive} {alive} "
+                       f"{int(job.cancelled)} {len(data)} 0 {job.pid - 1}\n".encode())
+            if int(h) > 0 or int(t) > 0:
+                out.append(_view("stdout", data, int(o), int(h), int(t)) + _view("stderr", b"", int(e), int(h), int(t)))
+            if job.cancelled:
+                out.append(f"@@AT cancel {job_id} cancelled on request\n".encode())
+        out.append(b"@@AT end\n")
+        return _Process([(now, b"".join(out))])
+
+    def _cancel(self, args: list[str], now: float) -> HostProcess:
+        job = self.jobs.get(args[1]) if len(args) > 1 else None
+        if job is None:
+            return _Process([(now, b"@@AT missing\n")])
+        if job.done(now):
+            return _Process([(now, b"@@AT targets\n@@AT survivors\n")])
+        job.cancelled, job.end, job.exit_status = True, now, 143
+        return _Process([(now, f"@@AT targets {job.pid}\n@@AT survivors\n".encode())])
+
+    async def open_tcp(self, host: str, port: int) -> ByteStream:
+        now = self._now()
+        found = self.timeline.http_ready_at(host, port)
+        assert self.origin is not None
+        if found is None or found[0] is None or now < self.origin + found[0]:
+            raise ConnectionRefusedError(f"{host}:{port}: connection refused (per the transcript)")
+        return _HttpStream(found[1].encode())
+
+    async def aclose(self) -> None:
+        return None
+
+    def describe(self) -> list[dict[str, Any]]:
+        """The inferred facts about timed-out calls, for cassette headers and people."""
+        return [{"call": i, "command": t.call.command, "ends_at_s": t.end_s, "exit_status": t.exit_status,
+                 "evidence": t.evidence, "probe_url": t.url, "superseded_calls": t.superseded}
+                for i, t in self.timeline.timed_out.items()]
