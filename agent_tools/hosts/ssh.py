@@ -18,6 +18,7 @@ Facts this module respects (checked at the sources):
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -43,6 +44,17 @@ __all__ = ["SshHost", "SshSettings"]
 log = structlog.get_logger(__name__)
 
 KnownHostsMode = Literal["strict", "accept-new"]
+
+#: a channel open that fails this fast because the pooled connection is closed met a stale connection
+_STALE_S = 1.0
+#: longest a cancelled caller waits for a session open already under way (see ``_open_process``)
+_OPEN_GRACE_S = 3.0
+#: retries of a session open the server refused (with backoff 0.1, 0.2, ... 1.6 s)
+_REFUSAL_RETRIES = 6
+#: how long a closed process's channel is left for the server to close first (see ``_SshProcess.close``)
+_LINGER_S = 2.0
+#: longest a closed channel keeps its slot while waiting for the server's close (see ``_SshProcess.close``)
+_CLOSE_WAIT_S = 10.0
 
 
 class SshSettings:
@@ -150,6 +162,9 @@ def _translate(alias: str, exc: BaseException, during: str) -> HostError:
     return HostError(alias, f"{alias}: {type(exc).__name__} during {during}: {exc}")
 
 
+_PENDING: set[asyncio.Task[None]] = set()  # background slot releases (strong references until done)
+
+
 class _SshProcess(HostProcess):
     def __init__(self, host: SshHost, proc: asyncssh.SSHClientProcess[bytes],
                  release: anyio.Semaphore) -> None:
@@ -200,12 +215,33 @@ class _SshProcess(HostProcess):
         return ExecResult(status)
 
     async def close(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        # OpenSSH answers a client's early channel close at once but keeps counting the session against
+        # MaxSessions until the remote command has exited. So the channel slot is kept until the server closed
+        # the channel, and the server is given a moment to close it first (the command is normally ending: its
+        # stdin got EOF or its report was read); only then is the channel closed from here. Done in the
+        # background so close() never blocks; bounded so a command that never exits cannot keep the slot.
         try:
+            task = asyncio.get_running_loop().create_task(self._close_and_release())
+        except RuntimeError:  # no running loop (interpreter shutdown): close now
             self._proc.close()
-        except Exception:
-            pass
-        if not self._released:
-            self._released = True
+            self._release.release()
+            return
+        _PENDING.add(task)
+        task.add_done_callback(_PENDING.discard)
+
+    async def _close_and_release(self) -> None:
+        try:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._proc.wait_closed()), _LINGER_S)
+            except TimeoutError:
+                self._proc.close()
+                await asyncio.wait_for(self._proc.wait_closed(), _CLOSE_WAIT_S)
+        except (TimeoutError, asyncssh.Error, OSError):
+            self._proc.close()
+        finally:
             self._release.release()
 
 
@@ -230,6 +266,12 @@ class SshHost:
         conn = self._conn
         if conn is not None and conn.is_closed():
             self._conn = None
+
+    def channels_busy(self) -> bool:
+        """True while every session channel slot of the (open) pooled connection is taken, i.e. new calls are
+        queueing behind other calls rather than waiting for the network."""
+        conn = self._conn
+        return self._channels.value == 0 and conn is not None and not conn.is_closed()
 
     def drop_connection(self) -> None:
         """Forget the pooled connection (closing it); the next call reconnects."""
@@ -276,8 +318,8 @@ class SshHost:
         """accept-new: add the server's key when the known_hosts file has no entry for the host at all."""
         s = self.settings
         opts = asyncssh.SSHClientConnectionOptions(config=s.config_paths, host=target)
-        host = str(opts.host or target)
-        port = int(opts.port or s.port or 22)
+        host = str(s.hostname or opts.host or target)
+        port = int(s.port or opts.port or 22)
         path = await anyio.to_thread.run_sync(_expand, s.known_hosts or "~/.ssh/known_hosts")
         text = await anyio.to_thread.run_sync(_read_or_empty, path)
         if text:
@@ -296,12 +338,37 @@ class SshHost:
     async def start(self, command: str, *, env: Mapping[str, str] | None = None) -> HostProcess:
         await self._channels.acquire()
         try:
-            conn = await self.connection()
-            try:
-                proc = await conn.create_process(command, encoding=None, env=dict(env or {}))
-            except (asyncssh.Error, OSError) as exc:
-                self._drop_if_closed()
-                raise _translate(self.name, exc, "channel open") from exc
+            stale_retry, refusals = True, 0
+            while True:
+                conn = await self.connection()
+                t0 = anyio.current_time()
+                try:
+                    proc = await _open_process(conn, command, dict(env or {}))
+                    break
+                except (asyncssh.Error, OSError) as exc:
+                    # OPEN_CONNECT_FAILED on a channel open: the session was refused or the connection closed
+                    # before it opened; either way no exec request went out, so retrying cannot run it twice.
+                    opening = (isinstance(exc, asyncssh.ChannelOpenError)
+                               and exc.code == asyncssh.OPEN_CONNECT_FAILED)
+                    if not conn.is_closed():
+                        if opening and refusals < _REFUSAL_RETRIES:
+                            # refused by the server (OpenSSH "no more sessions": it may still count sessions
+                            # whose command is exiting): back off briefly, within the caller's deadline
+                            refusals += 1
+                            log.debug("ssh.session_refused", host=self.name, attempt=refusals)
+                            await anyio.sleep(0.05 * 2 ** min(refusals, 5))
+                            continue
+                        raise _translate(self.name, exc, "channel open") from exc
+                    # The pooled connection died under this call: that is a lost connection, not a refusal.
+                    self._drop_if_closed()
+                    if stale_retry and opening and anyio.current_time() - t0 < _STALE_S:
+                        # It closed before the channel was even open (the server had already dropped it: sshd
+                        # restarted, idle timeout): one retry on a fresh connection.
+                        stale_retry = False
+                        log.info("ssh.stale_connection", host=self.name, error=str(exc))
+                        continue
+                    raise ConnectionLost(self.name, f"{self.name}: the SSH connection was lost while opening a "
+                                                    f"session ({exc}); the host may be unreachable") from exc
         except BaseException:
             self._channels.release()
             raise
@@ -325,6 +392,33 @@ class SshHost:
             conn.close()
             with anyio.move_on_after(2):
                 await conn.wait_closed()
+
+
+async def _open_process(conn: asyncssh.SSHClientConnection, command: str,
+                        env: dict[str, str]) -> asyncssh.SSHClientProcess[bytes]:
+    """Open a session channel and exec ``command`` on it, atomically as far as the caller can tell.
+
+    A caller cancelled half-way (its budget ran out while the server was opening the session) would otherwise
+    leave the channel open on the server with no owner: it keeps counting against ``MaxSessions`` and the
+    command may run without anyone knowing. So a cancelled caller waits, shielded and for at most
+    ``_OPEN_GRACE_S``, for the open to finish: a process that opened is handed back (the caller's cancellation
+    is delivered at its next await, and it closes the process as usual); one that opens even later is closed.
+    """
+    task = asyncio.ensure_future(conn.create_process(command, encoding=None, env=env))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_OPEN_GRACE_S):
+            await asyncio.wait({task})
+        if task.done() and not task.cancelled() and task.exception() is None:
+            return task.result()
+        task.add_done_callback(_close_orphan)
+        raise
+
+
+def _close_orphan(task: asyncio.Future[asyncssh.SSHClientProcess[bytes]]) -> None:
+    if not task.cancelled() and task.exception() is None:
+        task.result().close()
 
 
 def _expand(p: str) -> Path:

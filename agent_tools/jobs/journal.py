@@ -8,13 +8,15 @@ already been shown, and idempotency keys. Path: ``$AGENT_TOOLS_STATE_DIR/journal
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sqlite3
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 
@@ -98,25 +100,89 @@ class JobRecord:
 class Journal:
     """SQLite journal of jobs (WAL mode; safe for several processes on one machine).
 
+    A damaged file (not an SQLite database, or failing ``PRAGMA quick_check``) is found when the journal opens.
+    With ``on_damage="move_aside"`` (the default) it is renamed to ``<name>.corrupt-<UTC time>`` (with its
+    ``-wal``/``-shm`` files), a warning is logged, a fresh journal is started and :attr:`recovered_from` holds
+    the moved file: the jobs themselves live on in the hosts' job directories and ``list_jobs(host=...)``
+    rediscovers them. With ``on_damage="raise"`` a :class:`JournalError` naming the file is raised instead.
+
     :param path: the database file (default ``default_state_dir() / "journal.sqlite3"``); its directory is
         created 0700.
-    :raises JournalError: the file cannot be opened or is not a usable database.
+    :param on_damage: ``move_aside`` or ``raise`` (see above).
+    :raises JournalError: the file cannot be opened (permissions, locked, ...) or is damaged and
+        ``on_damage="raise"``.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None, *,
+                 on_damage: Literal["move_aside", "raise"] = "move_aside") -> None:
         self.path = Path(path) if path is not None else default_state_dir() / "journal.sqlite3"
         self._lock = threading.Lock()
+        #: where a damaged journal found at open was moved to (None: it was fine)
+        self.recovered_from: Path | None = None
+        try:
+            self._db = self._open()
+        except _Damaged as exc:
+            if on_damage != "move_aside":
+                raise JournalError(_damage_message(self.path, exc.__cause__ or exc)) from exc
+            self.recovered_from = self._move_aside(exc)
+            self._db = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        """Open the database, create the schema, and check its integrity (cheap for a journal's size)."""
+        db: sqlite3.Connection | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            self._db = sqlite3.connect(str(self.path), timeout=10.0, check_same_thread=False,
-                                       isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-        except (sqlite3.Error, OSError) as exc:
-            raise JournalError(f"cannot open the job journal {self.path}: {exc}. Move the file aside (jobs "
-                               "are rediscovered from the hosts' job directories by list_jobs(host=...)) "
-                               "or set AGENT_TOOLS_STATE_DIR") from exc
+            db = sqlite3.connect(str(self.path), timeout=10.0, check_same_thread=False, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(_SCHEMA)
+            check = db.execute("PRAGMA quick_check(1)").fetchone()
+            if not check or check[0] != "ok":
+                raise _Damaged(f"integrity check failed: {check[0] if check else 'no answer'}")
+            return db
+        except sqlite3.Error as exc:
+            if db is not None:
+                db.close()
+            if _is_damage(exc):
+                raise _Damaged(str(exc)) from exc
+            raise JournalError(f"cannot open the job journal {self.path}: {exc}. Fix its permissions or free the "
+                               "lock, or set AGENT_TOOLS_STATE_DIR to use another journal (jobs are rediscovered "
+                               "from the hosts' job directories by list_jobs(host=...))") from exc
+        except _Damaged:
+            if db is not None:
+                db.close()
+            raise
+        except OSError as exc:
+            raise JournalError(f"cannot open the job journal {self.path}: {exc}; set AGENT_TOOLS_STATE_DIR to a "
+                               "writable directory") from exc
+
+    def _move_aside(self, damage: _Damaged) -> Path | None:
+        """Rename the damaged file (and its WAL/SHM files) aside, under a lock so that two processes finding the
+        same damage do not move each other's fresh journal. Returns the new name (None if another process
+        already did it)."""
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(wall_time()))
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        n = 1
+        while aside.exists():
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
+            n += 1
+        try:
+            with open(self.path.with_name(self.path.name + ".recover-lock"), "a") as lock_fh:
+                fcntl.flock(lock_fh, fcntl.LOCK_EX)
+                try:
+                    self._open().close()  # fixed meanwhile (another process moved it aside)?
+                    return None
+                except _Damaged:
+                    pass
+                for suffix in ("-wal", "-shm", ""):
+                    src = self.path.with_name(self.path.name + suffix)
+                    if src.exists():
+                        src.rename(aside.with_name(aside.name + suffix))
+        except OSError as exc:
+            raise JournalError(f"{_damage_message(self.path, damage)} (moving it aside failed: {exc})") from exc
+        log.warning("journal.damaged_moved_aside", path=str(self.path), moved_to=str(aside), error=str(damage),
+                    hint="a fresh journal was started; list_jobs(host=...) rediscovers jobs from the hosts")
+        return aside
 
     def close(self) -> None:
         self._db.close()
@@ -126,6 +192,8 @@ class Journal:
             with self._lock:
                 return list(self._db.execute(sql, args).fetchall())
         except sqlite3.Error as exc:
+            if _is_damage(exc):
+                raise JournalError(_damage_message(self.path, exc)) from exc
             raise JournalError(f"job journal {self.path}: {exc}") from exc
 
     @staticmethod
@@ -145,6 +213,29 @@ class Journal:
         vals[_COLUMNS.index("meta")] = json.dumps(rec.meta)
         self._exec(f"INSERT INTO jobs ({','.join(_COLUMNS)}) VALUES ({','.join('?' * len(_COLUMNS))})",
                    tuple(vals))
+
+    def add_idempotent(self, rec: JobRecord) -> JobRecord:
+        """Insert ``rec`` unless another job already holds its (host, idempotency key); returns the job that
+        holds the key (``rec`` itself when it was inserted). The unique index decides, so two processes
+        racing past their lookups still start one job.
+
+        :raises JournalError: the write failed for another reason.
+        """
+        try:
+            self.add(rec)
+            return rec
+        except JournalError as exc:
+            if not isinstance(exc.__cause__, sqlite3.IntegrityError) or rec.idempotency_key is None:
+                raise
+            prior = self.find_idempotent(rec.host, rec.idempotency_key)
+            if prior is None:
+                raise
+            return prior
+
+    def states(self, host: str) -> dict[str, str]:
+        """Every job of ``host`` in the journal: job id -> state, newest first."""
+        rows = self._exec("SELECT job_id, state FROM jobs WHERE host=? ORDER BY created_at DESC", (host,))
+        return {str(r[0]): str(r[1]) for r in rows}
 
     def get(self, job_id: str) -> JobRecord:
         """:raises JobNotFound: no such job in this journal."""
@@ -182,11 +273,32 @@ class Journal:
                               "LIMIT ?", (host, limit))
         return [self._row(r) for r in rows]
 
-    def ensure(self, rec: JobRecord) -> None:
-        """Insert ``rec`` unless a job with its id exists (used when rediscovering jobs from a host)."""
+    def ensure(self, rec: JobRecord) -> bool:
+        """Insert ``rec`` unless a job with its id exists (used when rediscovering jobs from a host); returns
+        whether it was inserted."""
         rows = self._exec("SELECT 1 FROM jobs WHERE job_id=?", (rec.job_id,))
         if not rows:
             self.add(rec)
+        return not rows
+
+
+class _Damaged(Exception):
+    """The journal file is not a usable SQLite database (internal; becomes a move-aside or a JournalError)."""
+
+
+#: SQLite result codes meaning "this file is damaged" (SQLITE_CORRUPT, SQLITE_NOTADB; sqlite.org/rescode.html)
+_DAMAGE_CODES = (11, 26)
+
+
+def _is_damage(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)  # Python >= 3.11
+    return code is not None and code & 0xFF in _DAMAGE_CODES
+
+
+def _damage_message(path: Path, exc: BaseException) -> str:
+    return (f"the job journal {path} is damaged ({exc}). Move it aside (e.g. mv {path} {path}.corrupt) or restart "
+            "the controller, which moves a damaged journal aside and starts a fresh one; the jobs themselves are "
+            "safe in the hosts' job directories and list_jobs(host=...) rediscovers them")
 
 
 def now() -> float:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import anyio
 import structlog
 
-from ..errors import AgentToolsError, BadArguments, HostError, JobNotFound
+from ..errors import AgentToolsError, BadArguments, ConnectionLost, HostError, JobNotFound
 from ..hosts.base import Host, run_on
 from ..outcomes import (
     Detached,
@@ -33,6 +33,7 @@ from ..outcomes import (
 )
 from ..output import OutputView, split_budget
 from ..probes.checks import check_probes
+from .discover import discover_script, parse_discovery
 from .journal import JobRecord, Journal, now
 from .scripts import cancel_script, launch_script, status_script
 from .wire import HostJobState, RawView, WireError, WireReader, parse_status, read_view
@@ -162,6 +163,8 @@ class JobRunner:
 
         if idempotency_key:
             prior = self.journal.find_idempotent(host.name, idempotency_key)
+            if prior is not None and prior.meta.get("never_started"):
+                prior = await self._release_unstarted(host, prior)
             if prior is not None:
                 log.info("job.idempotent_hit", host=host.name, job_id=prior.job_id)
                 return await self._outcome_of_existing(host, prior, budget_s)
@@ -172,7 +175,14 @@ class JobRunner:
                         cwd=cwd, budget_s=budget_s, deadline_s=deadline_s, probes=list(probes or []),
                         readiness="pending" if probes else "none", idempotency_key=idempotency_key,
                         meta={"on_timeout": on_timeout})
-        self.journal.add(rec)
+        if idempotency_key:
+            # the unique (host, key) index decides a race with another task or process that also missed above
+            holder = self.journal.add_idempotent(rec)
+            if holder.job_id != job_id:
+                log.info("job.idempotent_race", host=host.name, job_id=holder.job_id)
+                return await self._outcome_of_existing(host, holder, budget_s)
+        else:
+            self.journal.add(rec)
         head, tail = split_budget(self.view_bytes)
         script = launch_script(self.jobs_dir, job_id, command, cwd=cwd,
                                mode="bg" if detach_immediately else "fg", head_bytes=head, tail_bytes=tail,
@@ -213,7 +223,7 @@ class JobRunner:
                     await proc.close()
             if not sent:
                 self.journal.update(job_id, state="lost", finished_at=now(),
-                                    meta={**rec.meta, "error": exc.message})
+                                    meta={**rec.meta, "error": exc.message, "never_started": True})
                 return _error(exc, host.name, shown)
             # the command was sent; the job may be running: report it as detached-unknown via status later
             log.warning("job.start_connection_error", host=host.name, job_id=job_id, error=exc.message)
@@ -223,6 +233,15 @@ class JobRunner:
                                   next_hint=f"job_status(job_id='{job_id}') once the host is reachable")
         except WireError as exc:
             launch_error = f"unexpected launcher output: {exc}"
+        except BaseException:
+            # cancelled from outside (the client gave up): never leave the session open and its channel slot
+            # taken; EOF lets the launcher exit, the job itself runs on under its monitor
+            if proc is not None:
+                with anyio.CancelScope(shield=True):
+                    with anyio.move_on_after(0.3):
+                        await proc.close_stdin()
+                    await proc.close()
+            raise
 
         elapsed = anyio.current_time() - t0
         if proc is not None and (exit_code is None or detach_immediately):
@@ -241,8 +260,17 @@ class JobRunner:
                                 retryable=False, job_id=job_id)
 
         if not sent:
+            busy = getattr(host, "channels_busy", None)
+            if callable(busy) and busy():
+                # not a network problem: every session channel to the host was taken by other calls
+                self.journal.update(job_id, state="lost", finished_at=now(),
+                                    meta={**rec.meta, "error": "all session channels busy", "never_started": True})
+                return ErrorOutcome(host=host.name, command=shown, kind="busy", retryable=True,
+                                    message=f"{host.name}: every SSH session channel to the host was in use by "
+                                            f"other calls for the whole {budget_s:g} s budget; nothing was "
+                                            "started. Retry, give a larger budget_s, or run fewer commands at once")
             self.journal.update(job_id, state="lost", finished_at=now(),
-                                meta={**rec.meta, "error": "no connection within the budget"})
+                                meta={**rec.meta, "error": "no connection within the budget", "never_started": True})
             return ErrorOutcome(host=host.name, command=shown, kind="unreachable", retryable=True,
                                 message=f"{host.name}: no session within the {budget_s:g} s budget "
                                         "(connect + channel open); nothing was started")
@@ -332,6 +360,24 @@ class JobRunner:
                       survivors=res.survivors, duration_s=round(anyio.current_time() - t0, 3),
                       exit_status=st.exit_code if st else None, stdout=ov, stderr=ev)
 
+    async def _release_unstarted(self, host: Host, prior: JobRecord) -> JobRecord | None:
+        """A keyed job whose launch never reached the host: if its directory really is absent there, free the
+        key (returns None: the caller starts the job now); if it exists after all (the exec went out just as
+        the connection failed), that job holds the key (returned).
+
+        :raises HostError: the host cannot be asked (the caller could not start the job either).
+        """
+        st = (await self._status(host, [(prior.job_id, 0, 0, 0, 0)])).get(prior.job_id)
+        if st is not None and st.present:
+            meta = {k: v for k, v in prior.meta.items() if k != "never_started"}
+            self.journal.update(prior.job_id, state="running", finished_at=None, meta=meta)
+            prior.state, prior.meta = "running", meta
+            return prior
+        self.journal.update(prior.job_id, idempotency_key=None,
+                            meta={**prior.meta, "released_idempotency_key": prior.idempotency_key})
+        log.info("job.idempotency_key_released", host=host.name, job_id=prior.job_id)
+        return None
+
     async def _outcome_of_existing(self, host: Host, rec: JobRecord,
                                    budget_s: float) -> Finished | NeedsInput | Detached | Killed | ErrorOutcome:
         try:
@@ -350,11 +396,17 @@ class JobRunner:
 
     # ------------------------------------------------------------------ status
     async def _status(self, host: Host, specs: list[tuple[str, int, int, int, int]]) -> dict[str, HostJobState]:
-        """One round trip: the host-side state of several jobs (see :func:`status_script`)."""
+        """One round trip: the host-side state of several jobs (see :func:`status_script`).
+
+        :raises HostError: the host cannot be reached; :class:`ConnectionLost` when the report was cut short.
+        """
         proc = await host.start(status_script(self.jobs_dir, specs))
         try:
             await proc.close_stdin()
             return await parse_status(WireReader(proc.read_stdout))
+        except WireError as exc:
+            raise ConnectionLost(host.name, f"{host.name}: the job status report was cut short ({exc}); "
+                                            "the connection dropped?") from exc
         finally:
             with anyio.CancelScope(shield=True):
                 await proc.close()
@@ -368,6 +420,48 @@ class JobRunner:
             return {}
         return await self._status(host, [(j, 0, 0, 0, 0) for j in job_ids])
 
+    async def refresh_host(self, host: Host, *, max_skip: int = 3000) -> list[str]:
+        """Rediscover and refresh every job on ``host`` in one round trip: list the host's job directories
+        (command's first bytes, created time, state), add jobs the journal does not know (with
+        :meth:`Journal.ensure`, marked ``meta.rediscovered``), and record the host-side state of every job
+        not yet final. Jobs already ``exited``/``killed`` in the journal are skipped on the host.
+
+        :param max_skip: at most this many final job ids are sent to be skipped (the command line must stay
+            below 128 KiB); older final jobs are listed again and ignored.
+        :returns: the ids of the jobs that were added to the journal.
+        :raises HostError: the host cannot be reached.
+        """
+        known = self.journal.states(host.name)
+        final = [j for j, s in known.items() if s in ("exited", "killed")][:max_skip]
+        proc = await host.start(discover_script(self.jobs_dir, final))
+        try:
+            await proc.close_stdin()
+            found, states = await parse_discovery(WireReader(proc.read_stdout))
+        except WireError as exc:
+            raise ConnectionLost(host.name, f"{host.name}: the job listing was cut short ({exc})") from exc
+        finally:
+            with anyio.CancelScope(shield=True):
+                await proc.close()
+        added: list[str] = []
+        for f in found:
+            if f.job_id not in known and _JOB_ID_RE.match(f.job_id) and self.journal.ensure(
+                    JobRecord(job_id=f.job_id, host=host.name, command=f.command, base=self.jobs_dir,
+                              created_at=f.created_at, meta={"rediscovered": True})):
+                added.append(f.job_id)
+        if added:
+            log.info("jobs.rediscovered", host=host.name, count=len(added))
+        listed = {f.job_id for f in found}
+        skipped = set(final)
+        for job_id, state in known.items():
+            if state in ("exited", "killed") or job_id in skipped:
+                continue
+            st = states.get(job_id) or HostJobState(job_id, present=job_id in listed)
+            self.apply_state(self.journal.get(job_id), st)
+        for job_id in added:
+            if job_id in states:
+                self.apply_state(self.journal.get(job_id), states[job_id])
+        return added
+
     def apply_state(self, rec: JobRecord, st: HostJobState) -> tuple[str, int | None, str | None, str]:
         """Derive (state, exit_status, signal, why) from host facts, and record terminal states.
 
@@ -376,7 +470,10 @@ class JobRunner:
         state: str
         code: int | None = None
         sig: str | None = None
-        if not st.present:
+        if not st.present and rec.state == "running" and now() - rec.created_at < _launch_window_s(rec):
+            # journalled just before the launch went out (another task or process asking this early)
+            state, why = "running", "starting: the launch is in progress (no job directory on the host yet)"
+        elif not st.present:
             state, why = "lost", "the job directory is missing on the host (deleted, or never started)"
         elif st.exit_code is not None:
             code = st.exit_code
@@ -402,6 +499,11 @@ class JobRunner:
         if state != "running" and rec.state != state:
             self.journal.update(rec.job_id, state=state, exit_status=code, signal=sig, finished_at=now())
             rec.state, rec.exit_status, rec.signal = state, code, sig
+        elif state == "running" and rec.state == "lost" and st.present:
+            # recorded lost too early (e.g. the launch's connection failed after the exec went out): the host's
+            # job directory is the source of truth
+            self.journal.update(rec.job_id, state="running", exit_status=None, signal=None, finished_at=None)
+            rec.state = "running"
         return state, code, sig, why
 
     async def job_status(self, host: Host, job_id: str, *, wait_s: float = 0.0) -> JobStatus:
@@ -442,8 +544,12 @@ class JobRunner:
         vst = view_states[job_id]
         new_out = vst.views["stdout"].view(rec.stdout_seen) if "stdout" in vst.views else OutputView()
         new_err = vst.views["stderr"].view(rec.stderr_seen) if "stderr" in vst.views else OutputView()
-        self.journal.update(job_id, stdout_seen=max(rec.stdout_seen, vst.stdout_bytes),
-                            stderr_seen=max(rec.stderr_seen, vst.stderr_bytes))
+        # the views were cut at the sizes measured when they were read (RawView.size), which can be later than
+        # the job line's sizes: count as seen exactly what was shown
+        out_seen = vst.views["stdout"].size if "stdout" in vst.views else vst.stdout_bytes
+        err_seen = vst.views["stderr"].size if "stderr" in vst.views else vst.stderr_bytes
+        self.journal.update(job_id, stdout_seen=max(rec.stdout_seen, out_seen),
+                            stderr_seen=max(rec.stderr_seen, err_seen))
         elapsed = round(now() - rec.created_at, 3)
         nxt = _next_hint(job_id, state, rec)
         return JobStatus(job_id=job_id, host=rec.host, command=rec.command, state=state,
@@ -521,6 +627,9 @@ class JobRunner:
         raw = st.views.get(stream, RawView(0, b"", b""))
         total = st.stdout_bytes if stream == "stdout" else st.stderr_bytes
         data = raw.head
+        cut = _split_utf8_tail(data) if offset + len(data) < total else 0
+        if 0 < cut < len(data):
+            data = data[:-cut]  # never split a UTF-8 character across two pages (the next page starts with it)
         from ..output import clean_text
 
         nxt = offset + len(data)
@@ -590,6 +699,23 @@ class JobRunner:
             self.journal.update(job_id, state="killed", finished_at=now())
         return JobCancelResult(job_id=job_id, host=rec.host, state=final_state, signalled=signalled,
                                escalated=escalated, survivors=survivors, message=msg)
+
+
+def _launch_window_s(rec: JobRecord) -> float:
+    """Seconds after a job is journalled during which its directory may not exist yet: the launch gets the
+    call's budget (connect + channel open + exec), plus a margin for clocks and the launcher itself."""
+    return (rec.budget_s or 15.0) + 5.0
+
+
+def _split_utf8_tail(data: bytes) -> int:
+    """Bytes at the end of ``data`` that start a UTF-8 character whose remaining bytes are not in ``data``
+    (0..3): a page cut there would show the character as two U+FFFD."""
+    for back in range(1, min(4, len(data)) + 1):
+        b = data[-back]
+        if b & 0xC0 != 0x80:  # a lead byte (or ASCII): does its sequence fit?
+            need = 2 if b & 0xE0 == 0xC0 else 3 if b & 0xF0 == 0xE0 else 4 if b & 0xF8 == 0xF0 else 1
+            return back if need > back else 0
+    return 0
 
 
 def _next_hint(job_id: str, state: str, rec: JobRecord) -> str:

@@ -346,21 +346,24 @@ class Toolkit:
             return _error(exc, None, None)
 
     async def list_jobs(self, host: str | None = None) -> BaseModel:
-        """Known jobs, newest first; with ``host``, states are refreshed from that host in one round trip."""
+        """Known jobs, newest first. With ``host``, one round trip to that host refreshes their states and
+        rediscovers jobs found in its job directories that the journal does not know (deleted or damaged
+        journal, another controller), adding them to the journal."""
         try:
-            recs = self.journal.list(host)
-            note = ""
+            notes: list[str] = []
+            recovered = getattr(self.journal, "recovered_from", None)
+            if recovered is not None:
+                notes.append(f"the job journal was damaged and was moved aside to {recovered} at startup; a fresh "
+                             "one was started (list_jobs(host=...) rediscovers each host's jobs)")
             if host is not None:
-                running = [r.job_id for r in recs if not r.terminal]
-                if running:
-                    states = await self.runner.host_states(self.hosts.get(host), running)
-                    for r in recs:
-                        if r.job_id in states:
-                            self.runner.apply_state(r, states[r.job_id])
-                note = f"states refreshed from {host}"
+                added = await self.runner.refresh_host(self.hosts.get(host))
+                notes.append(f"states refreshed from {host}" + (
+                    f"; rediscovered {len(added)} job(s) from its job directories that the journal did not know"
+                    if added else ""))
+            recs = self.journal.list(host)
             return JobList(jobs=[JobInfo(job_id=r.job_id, host=r.host, command=r.command, state=r.state,
                                          readiness=r.readiness, exit_status=r.exit_status,
-                                         created_at=r.created_at) for r in recs], note=note)
+                                         created_at=r.created_at) for r in recs], note="; ".join(notes))
         except AgentToolsError as exc:
             return _error(exc, host, None)
 
