@@ -9,7 +9,8 @@ Every test records what it measured (``fault``, ``trials``, ``checked``, ``lost_
 ``survivors``, ``hangs``) as pytest user properties; ``scripts/reliability_report.py`` turns them into
 ``docs/reliability.md``.
 
-``AGENT_TOOLS_LONG=1`` runs the long variants (more trials, longer jobs).
+``AGENT_TOOLS_LONG=1`` runs the long variants: 20 controller-crash trials instead of 5, 3x the load, and
+repeated rounds (``round_``) of the partition, sshd-restart, reboot, cancel, duplicate and slow-open faults.
 """
 
 from __future__ import annotations
@@ -255,7 +256,8 @@ def private_sshd() -> Iterator[RealSshd]:
 
 
 # ================================================================================================ 1. partition
-async def test_partition_mid_job(systemd_hosts: HostPool, tmp_path: Path, rel: Rel) -> None:
+@pytest.mark.parametrize("round_", range(2 if LONG else 1))
+async def test_partition_mid_job(systemd_hosts: HostPool, tmp_path: Path, rel: Rel, round_: int) -> None:
     """Fault: iptables DROP inside the host's netns 2 s into a 30 s job.
 
     Protections: SSH keepalive on the pooled connection (1 s × 3 here) and one connect deadline
@@ -503,7 +505,8 @@ async def test_journal_damage_and_rediscovery(systemd_hosts: HostPool, tmp_path:
 
 
 # ================================================================================================ 4. sshd restart
-async def test_sshd_restart_mid_job(systemd_hosts: HostPool, tmp_path: Path, rel: Rel) -> None:
+@pytest.mark.parametrize("round_", range(3 if LONG else 1))
+async def test_sshd_restart_mid_job(systemd_hosts: HostPool, tmp_path: Path, rel: Rel, round_: int) -> None:
     """Fault: ``systemctl restart ssh`` on the host mid-job, then the controller's own connection cut.
 
     Protections: jobs run in their own session under a monitor, outside sshd's control (Debian's ssh.service has
@@ -563,7 +566,8 @@ async def test_sshd_restart_mid_job(systemd_hosts: HostPool, tmp_path: Path, rel
 
 
 # ================================================================================================ 5. reboot
-async def test_host_reboot_mid_job(systemd_hosts: HostPool, tmp_path: Path, rel: Rel) -> None:
+@pytest.mark.parametrize("round_", range(3 if LONG else 1))
+async def test_host_reboot_mid_job(systemd_hosts: HostPool, tmp_path: Path, rel: Rel, round_: int) -> None:
     """Fault: the host reboots while a job runs.
 
     Protections: the pid file records the boot id and the process start time; "pid gone and no exit file" or
@@ -617,8 +621,9 @@ def run_log() -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.mark.parametrize("round_", range(2 if LONG else 1))
 async def test_duplicate_launch_with_idempotency_key(private_sshd: RealSshd, child_script: Path, tmp_path: Path,
-                                                     run_log: Path, rel: Rel) -> None:
+                                                     run_log: Path, rel: Rel, round_: int) -> None:
     """Fault: the same ``run_command`` with an idempotency key sent twice — concurrently, as a retry after the
     connection dropped mid-call, from two processes sharing the journal, and after a first try that never
     reached the host.
@@ -765,7 +770,8 @@ CANCEL_CASES = {
 }
 
 
-async def test_cancel_leaves_no_survivors(systemd_hosts: HostPool, tmp_path: Path, rel: Rel) -> None:
+@pytest.mark.parametrize("round_", range(3 if LONG else 1))
+async def test_cancel_leaves_no_survivors(systemd_hosts: HostPool, tmp_path: Path, rel: Rel, round_: int) -> None:
     """Fault: jobs whose processes escape the process group (setsid, double fork) or ignore SIGTERM.
 
     Protections: cancel signals the job's process group *and* every process carrying ``AGENT_TOOLS_JOB=<id>``
@@ -928,8 +934,7 @@ async def test_load_many_sessions_and_long_polls(tmp_path: Path, run_log: Path, 
     freed once the server has closed the channel, and a session open that the server refuses anyway ("no more
     sessions") is retried with backoff: nothing ran (``ssh.SshHost.start``, ``ssh._SshProcess.close``); a call
     that cannot get a channel within its budget says so (``busy``: nothing was started) instead of claiming the
-    host is unreachable; a session open cut short by the budget is finished or closed, never left open on the
-    server (``ssh._open_process``).
+    host is unreachable.
     """
     require_real_sshd()
     n_run, n_jobs, pollers = (150, 100, 4) if LONG else (50, 50, 4)
@@ -1072,8 +1077,9 @@ async def delay_proxy(target_port: int, delay_s: float) -> AsyncIterator[int]:
         tg.cancel_scope.cancel()
 
 
+@pytest.mark.parametrize("round_", range(2 if LONG else 1))
 async def test_budget_expires_mid_session_open(private_sshd: RealSshd, tmp_path: Path, run_log: Path,
-                                               rel: Rel) -> None:
+                                               rel: Rel, round_: int) -> None:
     """Fault: a slow link (0.5 s one way) where the budget runs out while the session is being opened, after
     the exec request went out.
 
