@@ -31,8 +31,8 @@ from ..outcomes import (
     NeedsInput,
     ProbeReport,
 )
-from ..output import OutputView, split_budget
-from ..probes.checks import check_probes
+from ..output import OutputView, clean_text, split_budget
+from ..probes.checks import advance, check_probes
 from .discover import discover_script, parse_discovery
 from .journal import JobRecord, Journal, now
 from .scripts import cancel_script, launch_script, status_script
@@ -563,8 +563,8 @@ class JobRunner:
         and every probe passed; failed when a probe failed terminally or the command failed;
         deadline_exceeded past ``deadline_s``. Terminal readiness is recorded in the journal."""
         results = await check_probes(host, rec.probes)
-        specs = [dict(spec, **r.updates) for spec, r in zip(rec.probes, results, strict=True)]
-        reports = [ProbeReport(kind=r.kind, target=r.target, state=r.state, evidence=r.evidence) for r in results]
+        specs = advance(rec.probes, results)
+        reports = [r.report() for r in results]
         elapsed = now() - rec.created_at
         readiness = "pending"
         if any(r.state == "failed" for r in results):
@@ -630,8 +630,6 @@ class JobRunner:
         cut = _split_utf8_tail(data) if offset + len(data) < total else 0
         if 0 < cut < len(data):
             data = data[:-cut]  # never split a UTF-8 character across two pages (the next page starts with it)
-        from ..output import clean_text
-
         nxt = offset + len(data)
         return JobOutput(job_id=job_id, stream=stream, offset=offset, next_offset=nxt, total_bytes=total,
                          text=clean_text(data), eof=nxt >= total)

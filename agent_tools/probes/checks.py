@@ -14,6 +14,7 @@ import h11
 
 from ..errors import HostError
 from ..hosts.base import Host, run_on
+from ..outcomes import ProbeReport
 from .parse import parse_free, parse_nvidia_smi, parse_systemctl_show
 from .specs import (
     GpuMemoryProbe,
@@ -25,7 +26,7 @@ from .specs import (
     probe_from_dict,
 )
 
-__all__ = ["UNIT_PROPS", "ProbeResult", "check_probe", "check_probes"]
+__all__ = ["UNIT_PROPS", "ProbeResult", "advance", "check_probe", "check_probes"]
 
 #: the unit properties a systemd_unit probe reads (systemctl(1) show -p)
 UNIT_PROPS = "ActiveState,SubState,Result,ExecMainStatus,NRestarts,InvocationID,TimeoutStartUSec"
@@ -46,6 +47,15 @@ class ProbeResult:
     evidence: str
     updates: dict[str, Any] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
+
+    def report(self) -> ProbeReport:
+        """The agent-facing view of this result."""
+        return ProbeReport(kind=self.kind, target=self.target, state=self.state, evidence=self.evidence)
+
+
+def advance(specs: list[dict[str, Any]], results: list[ProbeResult]) -> list[dict[str, Any]]:
+    """The specs to check next time: each spec with its result's ``updates`` (log cursor / file offset)."""
+    return [dict(spec, **r.updates) for spec, r in zip(specs, results, strict=True)]
 
 
 async def _systemd(host: Host, p: SystemdUnitProbe) -> ProbeResult:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from ..errors import BadArguments
 from ..hosts.base import Host, run_on
 from ..outcomes import Detached, ProbeReport
-from ..probes.checks import UNIT_PROPS, check_probes
+from ..probes.checks import UNIT_PROPS, advance, check_probes
 from ..probes.parse import parse_free, parse_nvidia_smi, parse_systemctl_show, parse_timespan_s
 from ..probes.specs import probe_from_dict
 
@@ -158,8 +158,8 @@ async def restart_service(tk: Toolkit, host: str, unit: str, daemon_reload: bool
     if getattr(out, "exit_status", 1) != 0:
         return out
     results = await check_probes(h, spec)
-    reports = [ProbeReport(kind=r.kind, target=r.target, state=r.state, evidence=r.evidence) for r in results]
-    tk.journal.update(job_id, probes=[dict(s, **r.updates) for s, r in zip(spec, results, strict=True)],
+    reports = [r.report() for r in results]
+    tk.journal.update(job_id, probes=advance(spec, results),
                       readiness="pending", deadline_s=deadline_s)
     wait = 60 if deadline_s > 120 else 15
     return Detached(host=host, command=cmd, job_id=job_id, elapsed_s=out.duration_s,  # type: ignore[attr-defined]
@@ -262,8 +262,8 @@ async def wait_for(tk: Toolkit, host: str, probes: list[dict[str, Any]], deadlin
     delay = 0.2
     while True:
         results = await check_probes(h, specs)
-        specs = [dict(s, **r.updates) for s, r in zip(specs, results, strict=True)]
-        reports = [ProbeReport(kind=r.kind, target=r.target, state=r.state, evidence=r.evidence) for r in results]
+        specs = advance(specs, results)
+        reports = [r.report() for r in results]
         elapsed = round(anyio.current_time() - t0, 3)
         if any(r.state == "failed" for r in results):
             return WaitResult(host=host, outcome="failed", elapsed_s=elapsed, probes=reports,
