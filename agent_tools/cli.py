@@ -48,7 +48,7 @@ def _toolkit(ssh_config: list[str] | None, policy: list[str] | None = None) -> T
     from .tools.factory import build_toolkit
 
     try:
-        return build_toolkit(ssh_config=ssh_config, policy=policy)
+        return build_toolkit(ssh_config=ssh_config, policy=policy, warm=False)  # one call per process
     except PolicyError as exc:
         err.print(f"[red]policy error:[/] {exc}")
         raise typer.Exit(2) from exc

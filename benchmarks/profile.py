@@ -2,14 +2,17 @@
 
 * ``client``: over the real sshd, per call, wall and client CPU of (B) asyncssh ``conn.run("true")``,
   (L) the job launcher script sent raw over the same kind of channel (read to ``@@AT end``, no journal, no
-  pydantic), (A) ``JobRunner.run(host, "true")``, (T) ``Toolkit.dispatch`` with JSON in/out. A - L is the
-  library's own Python cost, L - B the launcher's cost on the host. Then the same calls over a canned
-  in-memory host (no SSH, no shell: the library's Python alone) with a cProfile split by module. With
-  pyinstrument installed (``pip install pyinstrument``; not a project dependency) it also prints a profile
-  of A.
+  pydantic), (W) a launch request written raw to a warm session started beforehand (untimed), (A)
+  ``JobRunner.run(host, "true")`` (warm sessions on; untimed settle between calls), (T) ``Toolkit.dispatch``
+  with JSON in/out. A - W is the library's own Python cost, W - B the warm launcher's cost on the host.
+  Then the same calls over a canned in-memory host (no SSH, no shell: the library's Python alone) with a
+  cProfile split by module. With pyinstrument installed (``pip install pyinstrument``; not a project
+  dependency) it also prints a profile of A.
 * ``host``: the host-side scripts run locally under ``strace -f`` (when installed) to count the processes
   they fork and the programs they exec, and timed without strace (median of 30): launcher ``fg``/``bg``,
-  status of 1 and of 100 jobs (with empty output files, and with some output), versus ``sh -c true``.
+  status of 1 and of 100 jobs (with empty output files, and with some output), versus ``sh -c true``;
+  then a warm session (bash) timed from its request to its report, and the timeline of one warm ``fg``
+  launch of ``true`` (bash xtrace with ``$EPOCHREALTIME``): where the host's time goes step by step.
 """
 
 from __future__ import annotations
@@ -35,7 +38,13 @@ from anyio.abc import ByteStream
 from agent_tools.hosts.base import ExecResult, HostProcess
 from agent_tools.hosts.registry import HostRegistry
 from agent_tools.jobs.manager import JobRunner, new_job_id
-from agent_tools.jobs.scripts import launch_script, status_script
+from agent_tools.jobs.scripts import (
+    launch_request,
+    launch_script,
+    status_request,
+    status_script,
+    warm_script,
+)
 from agent_tools.logs import configure_logging
 from agent_tools.tools.toolkit import Toolkit
 
@@ -44,15 +53,20 @@ from .env import BenchEnv
 __all__ = ["main"]
 
 
-async def _measure(fn: Callable[[], Awaitable[object]], n: int) -> tuple[float, float]:
-    """(median wall ms, mean client CPU ms) per call."""
+async def _measure(fn: Callable[[], Awaitable[object]], n: int,
+                   settle: Callable[[], Awaitable[object]] | None = None) -> tuple[float, float]:
+    """(median wall ms, mean client CPU ms) per call; ``settle`` runs untimed after each call."""
     walls: list[float] = []
-    c0 = time.process_time()
+    cpu = 0.0
     for _ in range(n):
+        c0 = time.process_time()
         t0 = time.perf_counter()
         await fn()
         walls.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(walls), (time.process_time() - c0) * 1000 / n
+        cpu += time.process_time() - c0
+        if settle is not None:
+            await settle()
+    return statistics.median(walls), cpu * 1000 / n
 
 
 class _CannedProcess:
@@ -170,21 +184,48 @@ async def _client(env: BenchEnv, calls: int) -> None:
             buf += chunk
         proc.close()
 
+    warm: list[tuple[str, object]] = []
+
+    async def start_warm() -> None:  # untimed: a warm session ready for the next W call
+        jid = new_job_id()
+        proc = await conn.create_process(warm_script(jobs_dir, jid), encoding=None)
+        await proc.stdout.readuntil(b"\n")
+        warm.append((jid, proc))
+
+    async def raw_warm() -> None:
+        jid, proc = warm.pop()
+        proc.stdin.write(launch_request(jobs_dir, jid, "true", cwd=None, mode="fg", head_bytes=3072,  # type: ignore[attr-defined]
+                                        tail_bytes=3072))
+        buf = b""
+        while b"@@AT end" not in buf:
+            chunk = await proc.stdout.read(65536)  # type: ignore[attr-defined]
+            if not chunk:
+                break
+            buf += chunk
+        proc.close()  # type: ignore[attr-defined]
+
     async def a() -> None:
         await runner.run(host, "true", budget_s=30)
 
     async def t() -> None:
         json.dumps(await tk.dispatch("run_command", args))
 
-    sides = {"B conn.run('true')": b, "L raw launcher over SSH": raw_launcher, "A JobRunner.run": a,
-             "T Toolkit.dispatch": t}
-    for fn in sides.values():  # warm up
+    sides = {"B conn.run('true')": b, "L raw launcher over SSH": raw_launcher, "W raw warm launcher": raw_warm,
+             "A JobRunner.run": a, "T Toolkit.dispatch": t}
+    settles: dict[str, Callable[[], Awaitable[object]] | None] = {
+        "W raw warm launcher": start_warm, "A JobRunner.run": host.wait_warm, "T Toolkit.dispatch": host.wait_warm}
+    await start_warm()
+    for name, fn in sides.items():  # warm up
         for _ in range(3):
             await fn()
+            if settles.get(name):
+                await settles[name]()  # type: ignore[misc]
     results: dict[str, list[tuple[float, float]]] = {k: [] for k in sides}
     for _ in range(3):  # three interleaved passes
         for name, fn in sides.items():
-            results[name].append(await _measure(fn, max(1, calls // 3)))
+            results[name].append(await _measure(fn, max(1, calls // 3), settles.get(name)))
+    for _, proc in warm:
+        proc.close()  # type: ignore[attr-defined]
     print(f"client: per call, {calls} calls each, interleaved (median wall ms / mean client CPU ms)")
     for name, rs in results.items():
         wall = statistics.median(r[0] for r in rs)
@@ -197,10 +238,11 @@ async def _client(env: BenchEnv, calls: int) -> None:
         print("  (pip install pyinstrument for a profile of A)")
         return
     profiler = Profiler(interval=0.0002)
-    profiler.start()
     for _ in range(calls):
+        profiler.start()
         await runner.run(host, "true", budget_s=30)
-    profiler.stop()
+        profiler.stop()
+        await host.wait_warm()
     print(profiler.output_text(unicode=False, color=False, show_all=False))
 
 
@@ -280,10 +322,69 @@ def _host(n_status: int = 100) -> None:
             counts = _strace_counts(make(), work)
             c = f"{counts[0]:4d} forks {counts[1]:4d} execs" if counts else "(no strace)"
             print(f"  {name:24s} {wall:8.2f} ms   {c}")
+        if shutil.which("bash"):
+            _warm_host(base, ids, n_status)
     finally:
         sleeper.kill()
         sleeper.wait()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _warm_request(base: Path, request: Callable[[str], bytes], *, xtrace: bool = False) -> tuple[float, str, str]:
+    """Start a warm session (untimed), write ``request(reserved_id)``, read to ``@@AT end``: (ms, id, trace)."""
+    jid = new_job_id()
+    env = dict(os.environ, SHELLOPTS="xtrace", PS4="+ ${EPOCHREALTIME} ") if xtrace else None
+    proc = subprocess.Popen(["/bin/sh", "-c", warm_script(str(base), jid)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE if xtrace else subprocess.DEVNULL,
+                            env=env)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdout.readline()
+    t0 = time.perf_counter()
+    proc.stdin.write(request(jid))
+    proc.stdin.flush()
+    buf = b""
+    while b"@@AT end" not in buf:
+        chunk = os.read(proc.stdout.fileno(), 65536)
+        if not chunk:
+            break
+        buf += chunk
+    ms = (time.perf_counter() - t0) * 1000
+    _, err = proc.communicate()  # EOF on stdin: the session ends
+    return ms, jid, (err or b"").decode("utf-8", "replace")
+
+
+def _warm_host(base: Path, ids: list[str], n_status: int) -> None:
+    def launch(jid: str) -> bytes:
+        return launch_request(str(base), jid, "true", cwd=None, mode="fg", head_bytes=3072, tail_bytes=3072)
+
+    def status(_jid: str) -> bytes:
+        return status_request(str(base), [(j, 0, 0, 0, 0) for j in ids])
+
+    print("host: warm session (bash --posix when installed), timed from the request to the report (median of 30)")
+    for name, req in (("warm launch fg 'true'", launch), (f"warm status, {n_status} jobs", status)):
+        wall = statistics.median(_warm_request(base, req)[0] for _ in range(30))
+        print(f"  {name:24s} {wall:8.2f} ms")
+    # one traced launch: the launcher's steps, then the monitor's (its xtrace goes to the job's monitor.err)
+    _, jid, trace = _warm_request(base, launch, xtrace=True)
+    monitor = (base / jid / "monitor.err").read_text(errors="replace") if (base / jid).exists() else ""
+    events: list[tuple[float, str, str]] = []
+    for who, text in (("launcher", trace), ("monitor", monitor)):
+        for line in text.splitlines():
+            parts = line.split(" ", 2)
+            if len(parts) == 3 and parts[0].startswith("+") and parts[1].replace(".", "").isdigit():
+                events.append((float(parts[1]), who, parts[2][:70]))
+    start = next((t for t, who, text in sorted(events) if text.startswith("at_launch")), None)
+    if start is None:
+        print("  (no xtrace timeline: this bash ignores SHELLOPTS/PS4 from the environment)")
+        return
+    print("host: timeline of one warm fg launch of 'true' (bash xtrace; ms since at_launch; steps > 0.15 ms apart)")
+    prev = start
+    for t, who, text in sorted(events):
+        if t < start:
+            continue
+        if t - prev > 0.00015 or text.startswith(("at_launch", "wait", "at_report", "printf '@@AT")):
+            print(f"  {1000 * (t - start):7.2f}  (+{1000 * (t - prev):5.2f})  {who:8s} {text}")
+        prev = t
 
 
 async def _client_main(calls: int) -> None:

@@ -72,12 +72,21 @@ async def run_command(env: BenchEnv, p: Params) -> list[Row]:
 
     ca, cb = CpuMeter(), CpuMeter()
     progress(f"run_command: {calls} calls per side, interleaved in rounds of 10")
-    sa, sb = await interleave(ca.wrap(a), cb.wrap(_conn_true(conn)), rounds=calls // 10, per_round=10, warmup=3)
+    sa, sb = await interleave(ca.wrap(a), cb.wrap(_conn_true(conn)), rounds=calls // 10, per_round=10, warmup=3,
+                              settle=host.wait_warm)
     env.notes.append(f"run_command: client CPU per call {ca.per_call_ms:.2f} ms (A) vs {cb.per_call_ms:.2f} ms (B); "
                      "the rest of A's time is spent waiting for the host")
+    # back to back: the next call starts while the previous call's warm session is still being started
+    n2 = p.pick(200, 30)
+    progress(f"run_command_b2b: {n2} calls per side, back to back")
+    sa2, sb2 = await interleave(a, _conn_true(conn), rounds=n2 // 10, per_round=10, warmup=3)
     return [Row("run_command", "run_command(host, 'true') on an open connection (JobRunner.run over SshHost)",
                 Side("JobRunner.run 'true'", "ms", sa), Side("asyncssh conn.run('true')", "ms", sb),
-                Target("max_ratio", 1.15), note="real OpenSSH sshd on loopback; per call")]
+                Target("max_ratio", 1.15), note="real OpenSSH sshd on loopback; per call; untimed settle between "
+                                                "calls (the warm session of the next call gets ready)"),
+            Row("run_command_b2b", "the same, calls back to back (no pause for the warm session)",
+                Side("JobRunner.run 'true'", "ms", sa2), Side("asyncssh conn.run('true')", "ms", sb2),
+                Target("report"), note="the replacement warm session starts during the next call")]
 
 
 # ---------------------------------------------------------------------------------------------- 2
@@ -94,7 +103,8 @@ async def dispatch(env: BenchEnv, p: Params) -> list[Row]:
             raise BenchError(f"expected finished/0, got {text[:400]}")
 
     progress(f"dispatch: {calls} calls per side")
-    sa, sb = await interleave(a, _conn_true(conn), rounds=calls // 10, per_round=10, warmup=3)
+    sa, sb = await interleave(a, _conn_true(conn), rounds=calls // 10, per_round=10, warmup=3,
+                              settle=host.wait_warm)
     return [Row("dispatch", "Toolkit.dispatch('run_command', JSON text) -> json.dumps(result)",
                 Side("Toolkit.dispatch JSON in/out", "ms", sa), Side("asyncssh conn.run('true')", "ms", sb),
                 Target("max_ratio", 1.3), note="same connection and sshd as run_command")]
@@ -158,7 +168,8 @@ async def detach(env: BenchEnv, p: Params) -> list[Row]:
             raise BenchError(f"expected detached, got {out.model_dump_json()[:400]}")
 
     progress(f"detach: {calls} detached starts per side")
-    sa, sb = await interleave(a, _conn_true(conn), rounds=calls // 10, per_round=10, warmup=3)
+    sa, sb = await interleave(a, _conn_true(conn), rounds=calls // 10, per_round=10, warmup=3,
+                              settle=host.wait_warm)
     return [Row("detach", "detached start: run_command(..., detach_immediately=True)",
                 Side("JobRunner.run detach_immediately", "ms", sa), Side("asyncssh conn.run('true')", "ms", sb),
                 Target("max_ratio", 2.0), note="returns once the host confirmed the start")]
@@ -197,7 +208,8 @@ async def host_states(env: BenchEnv, p: Params) -> list[Row]:
 
         calls = p.pick(30, 10)
         progress(f"host_states: {calls} calls per side")
-        sa, sb = await interleave(a, _conn_true(conn), rounds=calls // 5, per_round=5, warmup=2)
+        sa, sb = await interleave(a, _conn_true(conn), rounds=calls // 5, per_round=5, warmup=2,
+                                  settle=host.wait_warm)
     finally:
         with anyio.CancelScope(shield=True):
             cancel_s, problems = await _cancel_all(runner, host, ids)

@@ -125,12 +125,16 @@ async def interleave(
     rounds: int,
     per_round: int,
     warmup: int = 2,
+    settle: Callable[[], Awaitable[object]] | None = None,
 ) -> tuple[list[float], list[float]]:
     """Time ``a`` and ``b`` (one sample = one awaited call, in ms) in alternating rounds.
 
     Each round runs ``per_round`` calls of one side, then of the other; the order flips every round
     (A B, B A, A B, ...) so slow drift of the machine (other load, page cache, thermal) hits both sides alike.
-    ``warmup`` untimed calls of each side go first (connection set-up, imports, caches).
+    ``warmup`` untimed calls of each side go first (connection set-up, imports, caches). ``settle``, when
+    given, is awaited untimed after every call of either side: the pause between an agent's calls, in which
+    background work of the previous call (a warm session being started) finishes instead of landing on the
+    next timed call of either side.
     """
     for _ in range(warmup):
         await a()
@@ -144,6 +148,8 @@ async def interleave(
                 t0 = time.perf_counter()
                 await fn()
                 out.append((time.perf_counter() - t0) * 1000.0)
+                if settle is not None:
+                    await settle()
     return sa, sb
 
 

@@ -11,7 +11,7 @@ import pytest
 from agent_tools.hosts import LocalHost, SshHost, SshSettings
 from agent_tools.hosts.base import Host
 from agent_tools.jobs.journal import Journal
-from agent_tools.jobs.manager import JobRunner
+from agent_tools.jobs.manager import DEFAULT_JOBS_DIR, JobRunner
 
 from .sshd import RealSshd, real_sshd  # noqa: F401  (fixture)
 
@@ -45,15 +45,23 @@ def ssh_host_for(server: RealSshd, alias: str | None = None, **kw: object) -> Ss
     return SshHost(SshSettings(alias or server.alias, config_paths=[str(server.config_path)], **kw))  # type: ignore[arg-type]
 
 
-@pytest.fixture(params=["local", "sshd"])
-async def any_host(request: pytest.FixtureRequest) -> AsyncIterator[Host]:
-    """The same test against this machine and against the real OpenSSH sshd on loopback."""
+@pytest.fixture(params=["local", "sshd", "sshd-warm"])
+async def any_host(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Host]:
+    """The same test against this machine and against the real OpenSSH sshd on loopback: with a fresh
+    connection (first call on a new session), and with a warm session ready (``SshHost.take_warm``), so the
+    test's first command runs through the warm launcher."""
     if request.param == "local":
         yield LocalHost()
         return
     server: RealSshd = request.getfixturevalue("real_sshd")
     host = ssh_host_for(server)
     try:
+        if request.param == "sshd-warm":
+            journal = Journal(tmp_path / "warm-up.sqlite3")
+            await JobRunner(journal).run(host, "true", budget_s=10)
+            await host.wait_warm()
+            journal.close()
+            assert host.warm_count("agent_tools.jobs:" + DEFAULT_JOBS_DIR) == 1, "the warm session did not start"
         yield host
     finally:
         await host.aclose()

@@ -34,7 +34,8 @@ def test_quick_run_command_json() -> None:
     assert data["scenarios"] == ["run_command"]
     assert data["interrupted"] is False
     assert data["machine"]["cores"] >= 1
-    assert [row["name"] for row in data["rows"]] == ["run_command"]
+    assert [row["name"] for row in data["rows"]] == ["run_command", "run_command_b2b"]
+    assert data["rows"][1]["target"] == "report"
     row = data["rows"][0]
     for side in (row["a"], row["b"]):
         assert side["unit"] == "ms"

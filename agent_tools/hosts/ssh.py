@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -55,6 +55,8 @@ _REFUSAL_RETRIES = 6
 _LINGER_S = 2.0
 #: longest a closed channel keeps its slot while waiting for the server's close (see ``_SshProcess.close``)
 _CLOSE_WAIT_S = 10.0
+#: longest a warm session may take to print its first line (its command is ready for input)
+_WARM_READY_S = 15.0
 
 
 class SshSettings:
@@ -75,6 +77,9 @@ class SshSettings:
     :param keepalive_count_max: unanswered keepalives before the connection counts as dead.
     :param max_channels: session channels open at once on the pooled connection (keep below the server's
         ``MaxSessions``, default 10).
+    :param warm_sessions: sessions kept started ahead of time per kind of script (see
+        :meth:`SshHost.take_warm`); each holds one of the ``max_channels`` and one idle ``sh`` on the host.
+        0 turns them off (one-shot processes such as the CLI).
     """
 
     def __init__(
@@ -92,9 +97,12 @@ class SshSettings:
         keepalive_interval_s: float = 10.0,
         keepalive_count_max: int = 3,
         max_channels: int = 8,
+        warm_sessions: int = 1,
     ) -> None:
         if max_channels < 1:
             raise ValueError("max_channels must be >= 1")
+        if not 0 <= warm_sessions < max_channels:
+            raise ValueError("warm_sessions must be >= 0 and below max_channels")
         self.alias = alias
         self.config_paths = [str(p) for p in config_paths] if config_paths is not None else default_config_paths()
         self.hostname = hostname
@@ -107,6 +115,7 @@ class SshSettings:
         self.keepalive_interval_s = keepalive_interval_s
         self.keepalive_count_max = keepalive_count_max
         self.max_channels = max_channels
+        self.warm_sessions = warm_sessions
 
     def connect_kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {
@@ -214,10 +223,15 @@ class _SshProcess(HostProcess):
                                                   "status (connection dropped?); the outcome is unknown")
         return ExecResult(status)
 
+    def is_closed(self) -> bool:
+        """True once the channel is closing or closed (the command ended or the connection dropped)."""
+        return self._released or self._proc.is_closing()
+
     async def close(self) -> None:
         if self._released:
             return
         self._released = True
+        self._host._session_closed()
         # OpenSSH answers a client's early channel close at once but keeps counting the session against
         # MaxSessions until the remote command has exited. So the channel slot is kept until the server closed
         # the channel, and the server is given a moment to close it first (the command is normally ending: its
@@ -258,6 +272,10 @@ class SshHost:
         self._conn: asyncssh.SSHClientConnection | None = None
         self._lock = anyio.Lock()
         self._channels = anyio.Semaphore(self.settings.max_channels)
+        # warm sessions per key: (token, process, the connection it runs on); and their refills under way
+        self._warm: dict[str, list[tuple[str, _SshProcess, asyncssh.SSHClientConnection]]] = {}
+        self._warming: dict[str, set[asyncio.Task[None]]] = {}
+        self._wanted: dict[str, Callable[[], tuple[str, str]]] = {}  # keys asked for, with their factories
 
     def __repr__(self) -> str:
         return f"SshHost(name={self.name!r})"
@@ -336,6 +354,8 @@ class SshHost:
         return True
 
     async def start(self, command: str, *, env: Mapping[str, str] | None = None) -> HostProcess:
+        if self._channels.value == 0:
+            self._retire_warm()  # an idle warm session gives its channel to a call that needs one now
         await self._channels.acquire()
         try:
             stale_retry, refusals = True, 0
@@ -374,6 +394,111 @@ class SshHost:
             raise
         return _SshProcess(self, proc, self._channels)
 
+    # ------------------------------------------------------------------ warm sessions
+    async def take_warm(self, key: str, factory: Callable[[], tuple[str, str]], *,
+                        wait_s: float = 0.0) -> tuple[str, HostProcess] | None:
+        """A session started ahead of time with a command from ``factory``, its command waiting for input on
+        stdin (it printed its first line, which is consumed here); or None when none is ready.
+
+        Once a key was asked for, sessions for it start in the background whenever a call on this host closes
+        its session (so they do not compete with the call for the host's CPU), up to
+        ``settings.warm_sessions`` ready or starting per ``key``, and only on an open connection (never a
+        connect of their own). So one-shot users (the CLI) pay nothing.
+
+        The caller owns the returned process like one from :meth:`start` (writes its input, reads, closes).
+        Sessions of a dropped connection are never returned. Warm sessions hold channel slots; a call of
+        :meth:`start` that finds every slot taken retires an idle one (EOF on its stdin, then close).
+
+        :param key: what kind of session (callers with different factories use different keys).
+        :param factory: returns ``(token, command)``: the token is handed back with the session (the job
+            launcher reserves a job id with it).
+        :param wait_s: when none is ready but one is starting, wait up to this many seconds (float) for it:
+            it is further along than a new session would be.
+        """
+        if self.settings.warm_sessions <= 0:
+            return None
+        self._wanted[key] = factory
+        got = self._pop_warm(key)
+        starting = self._warming.get(key)
+        if got is None and starting and wait_s > 0:
+            with anyio.move_on_after(wait_s):
+                await asyncio.wait(set(starting), return_when=asyncio.FIRST_COMPLETED)
+            got = self._pop_warm(key)
+        return got
+
+    def _pop_warm(self, key: str) -> tuple[str, HostProcess] | None:
+        pool = self._warm.setdefault(key, [])
+        while pool:
+            token, proc, conn = pool.pop(0)
+            if conn is self._conn and not conn.is_closed() and not proc.is_closed():
+                return token, proc
+            _retire(proc)
+        return None
+
+    def _session_closed(self) -> None:
+        """A call closed its session: start the warm sessions wanted (after the call, so that starting them does
+        not compete with it for the host's CPU)."""
+        for key, factory in self._wanted.items():
+            self._refill(key, factory)
+
+    def _refill(self, key: str, factory: Callable[[], tuple[str, str]]) -> None:
+        """Start warm sessions in the background until ``warm_sessions`` are ready or starting for ``key``
+        (never taking the last free channel slot)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        pool = self._warm.setdefault(key, [])
+        warming = self._warming.setdefault(key, set())
+        while len(pool) + len(warming) < self.settings.warm_sessions and self._channels.value > 1:
+            task = loop.create_task(self._warm_one(key, factory))
+            warming.add(task)
+            task.add_done_callback(warming.discard)
+
+    async def wait_warm(self) -> None:
+        """Wait until the warm sessions being started now are ready (or failed). For benchmarks and tests."""
+        for tasks in list(self._warming.values()):
+            if tasks:
+                await asyncio.wait(set(tasks))
+
+    def warm_count(self, key: str) -> int:
+        """Warm sessions ready for ``key`` (on the current connection)."""
+        return sum(1 for _, p, c in self._warm.get(key, []) if c is self._conn and not p.is_closed())
+
+    async def _warm_one(self, key: str, factory: Callable[[], tuple[str, str]]) -> None:
+        conn = self._conn
+        if conn is None or conn.is_closed():
+            return  # never connect for a warm session: after a drop, the next call reconnects (with its deadline)
+        token, command = factory()
+        try:
+            proc = await self.start(command)
+        except (HostError, OSError) as exc:
+            log.debug("ssh.warm_failed", host=self.name, error=str(exc))
+            return
+        assert isinstance(proc, _SshProcess)
+        try:
+            with anyio.fail_after(_WARM_READY_S):
+                ready = await proc._proc.stdout.readuntil(b"\n")
+        except (asyncssh.Error, OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
+            log.debug("ssh.warm_not_ready", host=self.name, error=repr(exc))
+            _retire(proc)
+            return
+        except BaseException:
+            _retire(proc)
+            raise
+        if conn is not self._conn or self.settings.warm_sessions <= 0:
+            _retire(proc)
+            return
+        log.debug("ssh.warm_ready", host=self.name, key=key, line=ready[:80])
+        self._warm.setdefault(key, []).append((token, proc, conn))
+
+    def _retire_warm(self) -> bool:
+        for pool in self._warm.values():
+            if pool:
+                _retire(pool.pop()[1])
+                return True
+        return False
+
     async def open_tcp(self, host: str, port: int) -> ByteStream:
         conn = await self.connection()
         try:
@@ -387,11 +512,33 @@ class SshHost:
         return _SshTcpStream(reader, writer)
 
     async def aclose(self) -> None:
+        for tasks in self._warming.values():
+            for task in tasks:
+                task.cancel()
+        for pool in self._warm.values():
+            while pool:
+                _retire(pool.pop()[1])
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
             with anyio.move_on_after(2):
                 await conn.wait_closed()
+
+
+def _retire(proc: _SshProcess) -> None:
+    """Let an unused warm session end: EOF on its stdin (its command exits, tidying up), then close."""
+    if not proc.is_closed():
+        try:
+            proc._proc.stdin.write_eof()
+        except (asyncssh.Error, OSError):
+            pass
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # no running loop: the connection goes with it
+        return
+    task = loop.create_task(proc.close())
+    _PENDING.add(task)
+    task.add_done_callback(_PENDING.discard)
 
 
 async def _open_process(conn: asyncssh.SSHClientConnection, command: str,

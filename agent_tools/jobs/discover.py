@@ -19,17 +19,17 @@ __all__ = ["COMMAND_HEAD_BYTES", "FoundJob", "discover_script", "parse_discovery
 #: bytes of each job's command line sent back by the discovery
 COMMAND_HEAD_BYTES = 512
 
-# ``created``: mtime of the ``command`` file (written once by the launcher), else of the directory.
+# ``created``: mtime of the ``command`` file (written once by the launcher).
 # LC_ALL=C so that ${#c} counts bytes in every shell.
 _DISCOVER = r"""
 LC_ALL=C; export LC_ALL
 base=$1; skip=" $2 "; specs=
 for d in "$base"/j_*; do
-  [ -d "$d" ] || continue
+  [ -e "$d/command" ] || continue  # not a job (yet): a warm session's reserved directory, or a failed launch
   id=${d##*/}
   case ${id#j_} in ''|*[!a-z0-9]*) continue;; esac
   case $skip in *" $id "*) continue;; esac
-  t=$(stat -c %Y "$d/command" 2>/dev/null || stat -c %Y "$d" 2>/dev/null)
+  t=$(stat -c %Y "$d/command" 2>/dev/null)
   c=$(head -c __HEAD__ "$d/command" 2>/dev/null)
   printf '@@AT found %s %s %s\n%s' "$id" "${t:-0}" "${#c}" "$c"
   specs="$specs $id:0:0:0:0"

@@ -8,18 +8,19 @@ first, the controller sends EOF and closes the channel, and the job goes on unde
 
 from __future__ import annotations
 
+import base64
 import re
 import secrets
 import shlex
 import signal as _signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import anyio
 import structlog
 
 from ..errors import AgentToolsError, BadArguments, ConnectionLost, HostError, JobNotFound
-from ..hosts.base import Host, run_on
+from ..hosts.base import Host, HostProcess, run_on
 from ..outcomes import (
     Detached,
     ErrorOutcome,
@@ -35,7 +36,15 @@ from ..output import OutputView, clean_text, split_budget
 from ..probes.checks import advance, check_probes
 from .discover import discover_script, parse_discovery
 from .journal import JobRecord, Journal, now
-from .scripts import cancel_script, launch_script, status_script
+from .scripts import (
+    cancel_request,
+    cancel_script,
+    launch_request,
+    launch_script,
+    status_request,
+    status_script,
+    warm_script,
+)
 from .wire import HostJobState, RawView, WireError, WireReader, parse_status, read_view
 
 __all__ = ["DEFAULT_JOBS_DIR", "JobRunner", "new_job_id"]
@@ -45,10 +54,12 @@ log = structlog.get_logger(__name__)
 #: jobs directory on every host; expanded by the host's shell (so ``$HOME`` is the remote user's).
 DEFAULT_JOBS_DIR = "${XDG_STATE_HOME:-$HOME/.local/state}/agent-tools/jobs"
 
+#: longest a call waits for a warm session that is starting (it would start a new session otherwise), seconds
+_WARM_WAIT_S = 2.0
+
 #: largest command accepted (Linux MAX_ARG_STRLEN is 128 KiB per argument; execve(2)).
 MAX_COMMAND_BYTES = 100_000
 
-_ID_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"
 _JOB_ID_RE = re.compile(r"^j_[a-z0-9]{8,32}$")
 
 # Prompts and refusals that mean "this wanted a person at a terminal" (stdin is /dev/null here).
@@ -65,8 +76,9 @@ _PROMPT_RE = re.compile(
 
 
 def new_job_id() -> str:
-    """A fresh, unguessable job id: ``j_`` + 16 characters (80 bits from :mod:`secrets`)."""
-    return "j_" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(16))
+    """A fresh, unguessable job id: ``j_`` + 16 characters, the base32 (RFC 4648, lower case) of 80 bits from
+    :mod:`secrets` (one ``urandom`` call)."""
+    return "j_" + base64.b32encode(secrets.token_bytes(10)).decode().lower()
 
 
 def check_job_id(job_id: str) -> None:
@@ -100,12 +112,52 @@ class JobRunner:
     :param journal: where jobs are recorded.
     :param jobs_dir: the jobs directory on every host (shell-expanded there).
     :param view_bytes: bytes of each stream shown to the agent per result (head + tail), int.
+    :param warm: use warm sessions on hosts that keep them (``SshHost.take_warm``): the launcher is started
+        ahead of time, with the next job's directory made, and the call only writes its request to it (one
+        round trip instead of channel open + exec + login shell + mkdir; see docs/performance.md).
     """
 
-    def __init__(self, journal: Journal, *, jobs_dir: str = DEFAULT_JOBS_DIR, view_bytes: int = 6144) -> None:
+    def __init__(self, journal: Journal, *, jobs_dir: str = DEFAULT_JOBS_DIR, view_bytes: int = 6144,
+                 warm: bool = True) -> None:
         self.journal = journal
         self.jobs_dir = jobs_dir
         self.view_bytes = view_bytes
+        self.warm = warm
+
+    # ------------------------------------------------------------------ sessions
+    def _warm_session(self) -> tuple[str, str]:
+        job_id = new_job_id()
+        return job_id, warm_script(self.jobs_dir, job_id)
+
+    async def _take_warm(self, host: Host, wait_s: float) -> tuple[str, HostProcess] | None:
+        """A warm session of ``host`` (its reserved job id and process), or None (the host keeps none, or none
+        is ready or became ready within ``wait_s`` seconds)."""
+        take = getattr(host, "take_warm", None)
+        if not self.warm or take is None:
+            return None
+        got: tuple[str, HostProcess] | None = await take("agent_tools.jobs:" + self.jobs_dir, self._warm_session,
+                                                         wait_s=wait_s)
+        return got
+
+    async def _open(self, host: Host, warm: tuple[str, HostProcess] | None, script: Callable[[], str],
+                    request: Callable[[], bytes]) -> tuple[HostProcess, bool]:
+        """Run one job script: as a request written to the warm session ``warm`` when there is one (falling back
+        to a new session if that one is gone), else as ``script()`` on a new session.
+
+        :returns: the process, and whether it is the warm session (then the request is written but, unlike an
+            exec request, not yet acknowledged: the script's first reply is the acknowledgement).
+        :raises HostError: as :meth:`Host.start`.
+        """
+        if warm is not None:
+            proc = warm[1]
+            try:
+                await proc.write_stdin(request())
+                return proc, True
+            except HostError as exc:  # nothing was sent: the channel was already gone
+                log.debug("job.warm_session_gone", host=host.name, error=exc.message)
+                with anyio.CancelScope(shield=True):
+                    await proc.close()
+        return await host.start(script()), False
 
     # ------------------------------------------------------------------ run
     async def run(
@@ -170,7 +222,8 @@ class JobRunner:
                 return await self._outcome_of_existing(host, prior, budget_s)
 
         t0 = anyio.current_time()
-        job_id = new_job_id()
+        warm = await self._take_warm(host, min(_WARM_WAIT_S, budget_s / 4))
+        job_id = warm[0] if warm is not None else new_job_id()
         rec = JobRecord(job_id=job_id, host=host.name, command=shown, base=self.jobs_dir, created_at=now(),
                         cwd=cwd, budget_s=budget_s, deadline_s=deadline_s, probes=list(probes or []),
                         readiness="pending" if probes else "none", idempotency_key=idempotency_key,
@@ -180,30 +233,39 @@ class JobRunner:
             holder = self.journal.add_idempotent(rec)
             if holder.job_id != job_id:
                 log.info("job.idempotent_race", host=host.name, job_id=holder.job_id)
+                if warm is not None:
+                    await warm[1].close_stdin()
+                    await warm[1].close()
                 return await self._outcome_of_existing(host, holder, budget_s)
         else:
             self.journal.add(rec)
         head, tail = split_budget(self.view_bytes)
-        script = launch_script(self.jobs_dir, job_id, command, cwd=cwd,
-                               mode="bg" if detach_immediately else "fg", head_bytes=head, tail_bytes=tail,
-                               env=dict(env) if env else None)
+        mode = "bg" if detach_immediately else "fg"
+        env_ = dict(env) if env else None
         log.debug("job.start", host=host.name, job_id=job_id, budget_s=budget_s, on_timeout=on_timeout)
 
         started = False
-        sent = False
+        sent = False  # the launch reached the host for sure (exec request accepted, or the warm session answered)
+        written = False  # the launch request was written to a warm session (not yet answered)
         exit_code: int | None = None
         views: dict[str, RawView] = {}
         launch_error: str | None = None
         proc = None
         try:
-            with anyio.move_on_after(budget_s):
-                proc = await host.start(script)
-                sent = True
+            with anyio.move_on_after(budget_s - (anyio.current_time() - t0)):
+                proc, written = await self._open(
+                    host, warm,
+                    lambda: launch_script(self.jobs_dir, job_id, command, cwd=cwd, mode=mode, head_bytes=head,
+                                          tail_bytes=tail, env=env_),
+                    lambda: launch_request(self.jobs_dir, job_id, command, cwd=cwd, mode=mode, head_bytes=head,
+                                           tail_bytes=tail, env=env_))
+                sent = not written
                 reader = WireReader(proc.read_stdout)
                 while True:
                     words = await reader.header()
                     if words is None:
                         break
+                    sent = True
                     if words[0] == "started":
                         started = True
                         if detach_immediately:
@@ -224,6 +286,14 @@ class JobRunner:
             if not sent:
                 self.journal.update(job_id, state="lost", finished_at=now(),
                                     meta={**rec.meta, "error": exc.message, "never_started": True})
+                if written:
+                    # the request went into a connection that died before the launcher answered: most likely it
+                    # never arrived; status and a keyed retry look at the host (no command file: never started)
+                    return ErrorOutcome(
+                        host=host.name, command=shown, kind=exc.kind, retryable=exc.retryable, job_id=job_id,
+                        message=f"{exc.message}; the connection was lost before the host confirmed the start, so "
+                                "most likely nothing was started (job_status(job_id) tells once the host is "
+                                "reachable; a retry with the same idempotency_key checks the host first)")
                 return _error(exc, host.name, shown)
             # the command was sent; the job may be running: report it as detached-unknown via status later
             log.warning("job.start_connection_error", host=host.name, job_id=job_id, error=exc.message)
@@ -259,7 +329,7 @@ class JobRunner:
             return ErrorOutcome(host=host.name, command=shown, kind="launch", message=launch_error,
                                 retryable=False, job_id=job_id)
 
-        if not sent:
+        if not sent and not written:
             busy = getattr(host, "channels_busy", None)
             if callable(busy) and busy():
                 # not a network problem: every session channel to the host was taken by other calls
@@ -400,7 +470,9 @@ class JobRunner:
 
         :raises HostError: the host cannot be reached; :class:`ConnectionLost` when the report was cut short.
         """
-        proc = await host.start(status_script(self.jobs_dir, specs))
+        proc, _ = await self._open(host, await self._take_warm(host, _WARM_WAIT_S),
+                                   lambda: status_script(self.jobs_dir, specs),
+                                   lambda: status_request(self.jobs_dir, specs))
         try:
             await proc.close_stdin()
             return await parse_status(WireReader(proc.read_stdout))
@@ -412,7 +484,7 @@ class JobRunner:
                 await proc.close()
 
     async def host_states(self, host: Host, job_ids: list[str]) -> dict[str, HostJobState]:
-        """Host-side state of many jobs on one host in one round trip (no output views).
+        """Host-side state of many jobs on one host in one round trip (no output views, no output sizes).
 
         :raises HostError: the host cannot be reached.
         """
@@ -646,7 +718,9 @@ class JobRunner:
         check_job_id(job_id)
         rec = self.journal.get(job_id)
         self.journal.update(job_id, cancel_reason=reason)
-        proc = await host.start(cancel_script(self.jobs_dir, job_id, grace_s=grace_s, reason=reason))
+        proc, _ = await self._open(host, await self._take_warm(host, _WARM_WAIT_S),
+                                   lambda: cancel_script(self.jobs_dir, job_id, grace_s=grace_s, reason=reason),
+                                   lambda: cancel_request(self.jobs_dir, job_id, grace_s=grace_s, reason=reason))
         signalled: list[int] = []
         escalated: list[int] = []
         survivors: list[int] = []

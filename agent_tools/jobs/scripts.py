@@ -2,27 +2,38 @@
 
 Layout of a job directory ``$STATE/jobs/<job_id>/`` (created 0700 under umask 077)::
 
-    command   the command line, as given
+    command   the command line, as given; created exclusively (``set -C``), so a job id is used once
     stdout    everything the command wrote to stdout (raw bytes, never truncated)
     stderr    everything it wrote to stderr
     pid       "<cmd_pid> <cmd_start> <boot_id> <monitor_pid> <monitor_start>" (start = /proc/PID/stat
               field 22, in clock ticks since boot; proc(5)) — with the pid it identifies the process
               across PID reuse
-    exit      the exit status as the shell reports it (128+N for signal N), written by tmp + rename
-              after the command ended; absent while running
+    exit      the exit status as the shell reports it (128+N for signal N), written with one write(2)
+              after the command ended; absent (or, for an instant, empty) while running
     cancel    why the job was cancelled (written before any signal is sent)
 
-Process layout: the launcher (one SSH session, or one local ``sh``) starts a *monitor* in its own session
-(``setsid``) with stdin/stdout on /dev/null; the monitor starts the command in a further session of its
-own, so the command's process group id equals its pid and the monitor survives a kill of that group. The
-command and every descendant carry ``AGENT_TOOLS_JOB=<job_id>`` in their environment, so descendants that
-left the process group (``setsid``, double-forked daemons) are still found by a scan of
-``/proc/*/environ``. Nothing of the job holds the SSH channel's pipes, so a background grandchild
-holding stdout can never hang the call, and closing the channel (SSH drop, detach) leaves the job running.
+Process layout: the launcher (one SSH session, or one local ``sh``) forks a *monitor* subshell with
+stdin/stdout on /dev/null; the monitor starts the command in a session of its own (``setsid``), so the
+command's process group id equals its pid and the monitor survives a kill of that group. The command and
+every descendant carry ``AGENT_TOOLS_JOB=<job_id>`` in their environment, so descendants that left the
+process group (``setsid``, double-forked daemons) are still found by a scan of ``/proc/*/environ``. Nothing
+of the job holds the SSH channel's pipes, so a background grandchild holding stdout can never hang the call,
+and closing the channel (SSH drop, detach) leaves the job running: without a pty neither sshd nor the kernel
+signals the session's processes when the channel or the launcher goes away (sshd(8): a session without a
+pty gets no SIGHUP).
 
 The launcher waits for the monitor and, when it ends, prints the exit status and a bounded view of the
 output in one round trip. When the client sends EOF on stdin (it detached), the launcher exits at once
 and only the monitor and the command remain.
+
+Every script is a shell function (``at_launch``, ``at_status``, ``at_cancel``) run one of two ways:
+
+* *exec*: ``exec /bin/sh -c 'LIB; at_x "$@"' at-x ARGS`` on a fresh session channel;
+* *warm*: on a session started earlier (:func:`warm_script`) that defined every function, made the job
+  directory of a reserved job id and waits on stdin; the client writes one request (:func:`warm_request`,
+  the line count, then ``at_x ARGS``) and reads the same report. This takes the channel open, the exec
+  request, the login shell and the ``mkdir`` off the call's path (see docs/performance.md). A warm session
+  not used removes its empty directory when its stdin ends.
 
 Wire format (stdout of the scripts): header lines ``@@AT <word> <fields...>\\n``; a ``view`` header is
 followed by exactly ``head_len + tail_len`` raw bytes.
@@ -32,7 +43,8 @@ from __future__ import annotations
 
 import shlex
 
-__all__ = ["cancel_script", "launch_script", "status_script"]
+__all__ = ["cancel_request", "cancel_script", "launch_request", "launch_script", "status_request", "status_script",
+           "warm_request", "warm_script"]
 
 # Shared shell functions. Builtins only where the script runs per command (fork/exec costs ~1 ms each).
 _LIB = r"""
@@ -63,27 +75,21 @@ at_sizes() { # DIR -> sets os es (bytes of stdout and stderr); no wc when both a
 }
 """
 
-_MONITOR = r"""
-d=$1; sh_=$2; id=$3
-AGENT_TOOLS_JOB=$id setsid "$sh_" -c "$4" </dev/null >"$d/stdout" 2>"$d/stderr" &
-pid=$!
-cs=-; s=; if read -r s < "/proc/$pid/stat" 2>/dev/null; then s=${s##*) }; set -- $s; cs=${20}; fi
-ms=-; s=; if read -r s < "/proc/$$/stat" 2>/dev/null; then s=${s##*) }; set -- $s; ms=${20}; fi
-boot=-; read -r boot < /proc/sys/kernel/random/boot_id 2>/dev/null
-printf '%s %s %s %s %s\n' "$pid" "$cs" "$boot" "$$" "$ms" > "$d/pid"
-wait "$pid"
-rc=$?
-printf '%s\n' "$rc" > "$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit"
-"""
-
 _LAUNCH = r"""
+at_launch() { # BASE ID CWD MODE HEAD TAIL COMMAND
 umask 077
 base=$1; id=$2; cwd=$3; mode=$4; hb=$5; tb=$6; cmd=$7
 d=$base/$id
-if ! { { [ -d "$base" ] || mkdir -p "$base" 2>/dev/null; } && mkdir "$d"; }; then
+if [ "$id" = "${at_rid:-}" ]; then
+  trap - EXIT; at_rid=  # the warm session made this directory for this job
+elif ! { [ -d "$d" ] || { { [ -d "$base" ] || mkdir -p "$base" 2>/dev/null; } && mkdir "$d"; }; }; then
   printf '@@AT error cannot create the job directory %s\n' "$d"; exit 97
 fi
-printf '%s' "$cmd" > "$d/command"
+set -C
+if ! printf '%s' "$cmd" 2>/dev/null > "$d/command"; then
+  printf '@@AT error job %s exists already on the host (its command file is there)\n' "$id"; exit 97
+fi
+set +C
 case $cwd in "~") cwd=$HOME;; "~/"*) cwd=$HOME/${cwd#"~/"};; esac
 if [ -n "$cwd" ] && ! cd "$cwd" 2>/dev/null; then
   printf '@@AT error working directory %s does not exist or is not accessible\n' "$cwd"
@@ -92,41 +98,63 @@ fi
 sh_=/bin/sh; command -v bash >/dev/null 2>&1 && sh_=bash
 export PAGER=cat SYSTEMD_PAGER= GIT_PAGER=cat GIT_EDITOR=true TERM=dumb DEBIAN_FRONTEND=noninteractive
 export SYSTEMD_COLORS=0 NO_COLOR=1 GIT_TERMINAL_PROMPT=0 PIP_NO_INPUT=1 LESS=FRX
-exec 3<&0
-setsid /bin/sh -c "$MONITOR" at-monitor "$d" "$sh_" "$id" "$cmd" </dev/null >/dev/null 2>"$d/monitor.err" 3<&- &
+# the monitor: starts the command in a session of its own, records its pid, waits, records the exit status
+(
+  AGENT_TOOLS_JOB=$id setsid "$sh_" -c "$cmd" </dev/null >"$d/stdout" 2>"$d/stderr" &
+  pid=$!
+  cs=-; s=; if read -r s < "/proc/$pid/stat" 2>/dev/null; then s=${s##*) }; set -- $s; cs=${20}; fi
+  mp=-; ms=-; s=; if read -r s < /proc/self/stat 2>/dev/null; then mp=${s%% *}; s=${s##*) }; set -- $s; ms=${20}; fi
+  boot=-; read -r boot < /proc/sys/kernel/random/boot_id 2>/dev/null
+  printf '%s %s %s %s %s\n' "$pid" "$cs" "$boot" "$mp" "$ms" > "$d/pid"
+  wait "$pid"
+  printf '%s\n' "$?" > "$d/exit"
+) </dev/null >/dev/null 2>"$d/monitor.err" &
 mpid=$!
 printf '@@AT started %s %s\n' "$id" "$mpid"
 [ "$mode" = bg ] && exit 0
+# wait for the monitor; EOF on stdin (the client detached) ends this wait and this shell, the job goes on
 trap 'exit 0' TERM
+exec 3<&0  # a background list's stdin is /dev/null (POSIX, no job control): the watcher reads fd 3
 ( read -r _ <&3; kill -TERM $$ 2>/dev/null ) >/dev/null 2>&1 &
 rpid=$!
 exec 3<&-
 wait "$mpid"
 kill "$rpid" 2>/dev/null
-rc=-; read -r rc < "$d/exit" 2>/dev/null
-at_sizes "$d"
+at_report "$d" "$hb" "$tb"
+}
+at_report() { # DIR HEAD TAIL: the job's exit status and output views, then exit
+rc=-; read -r rc < "$1/exit" 2>/dev/null
+at_sizes "$1"
+if [ "$os" = 0 ] && [ "$es" = 0 ]; then  # no output: the whole report in one write
+  printf '@@AT exit %s\n@@AT view stdout 0 0 0 \n@@AT view stderr 0 0 0 \n@@AT end\n' "$rc"; exit 0
+fi
 printf '@@AT exit %s\n' "$rc"
-at_view stdout "$d/stdout" 0 "$hb" "$tb" "$os"
-at_view stderr "$d/stderr" 0 "$hb" "$tb" "$es"
+at_view stdout "$1/stdout" 0 "$2" "$3" "$os"
+at_view stderr "$1/stderr" 0 "$2" "$3" "$es"
 printf '@@AT end\n'
+exit 0
+}
 """
 
 _STATUS = r"""
+at_status() { # BASE SPEC... (SPEC = ID:STDOUT_OFFSET:STDERR_OFFSET:HEAD:TAIL)
 base=$1; shift
 nb=-; read -r nb < /proc/sys/kernel/random/boot_id 2>/dev/null
 printf '@@AT boot %s\n' "$nb"
 if ! cd "$base" 2>/dev/null; then
   for spec; do printf '@@AT job %s missing\n' "${spec%%:*}"; done; printf '@@AT end\n'; exit 0
 fi
-ids=; files=
+files=; views=
 for spec; do
-  id=${spec%%:*}; ids="$ids $id"
+  case $spec in *:0:0) continue;; esac  # no output view asked for: no sizes either (the job line says 0)
+  views=1; id=${spec%%:*}
   [ -s "$id/stdout" ] && files="$files $id/stdout"
   [ -s "$id/stderr" ] && files="$files $id/stderr"
 done
 # One awk reads every job's pid/exit/cancel files and /proc/PID/stat (buffered; dash's `read` builtin reads
-# one byte per system call), one wc sizes every non-empty output file.
-{ [ -n "$files" ] && wc -c $files 2>/dev/null; printf '@@SIZES-END\n'; } | awk -v ids="$ids" '
+# one byte per system call); one wc sizes the non-empty output files of the jobs whose output is asked for.
+sz=; [ -n "$files" ] && sz=$(wc -c $files 2>/dev/null)
+awk -v sizes="$sz" '
 function alive(pid, start,   f, line, F) {
   if (pid == "" || pid == "-") return 0
   f = "/proc/" pid "/stat"; line = ""
@@ -140,12 +168,11 @@ function first(f,   line, r) {
   line = ""; r = (getline line < f); close(f)
   return r < 0 ? "\001" : line
 }
-$0 == "@@SIZES-END" { done = 1; next }
-!done && $2 != "total" { size[$2] = $1 }
-END {
-  n = split(ids, J, " ")
-  for (i = 1; i <= n; i++) {
-    id = J[i]
+BEGIN {
+  m = split(sizes, L, "\n")
+  for (i = 1; i <= m; i++) if (split(L[i], W, " ") == 2 && W[2] != "total") size[W[2]] = W[1]
+  for (i = 1; i < ARGC; i++) {
+    id = ARGV[i]; sub(/:.*/, "", id)
     if (first(id "/command") == "\001") { printf "@@AT job %s missing\n", id; continue }
     rc = first(id "/exit"); if (rc == "\001" || rc == "") rc = "-"
     p = first(id "/pid"); cp = cs = bt = mp = ms = "-"
@@ -156,7 +183,9 @@ END {
     printf "@@AT job %s present %s %s %s %d %d %d %s %s %s\n", id, rc, cp, bt, alive(cp, cs), alive(mp, ms), ca, os, es, mp
     if (ca) printf "@@AT cancel %s %s\n", id, reason
   }
-}'
+  exit
+}' "$@" </dev/null
+[ -n "$views" ] || { printf '@@AT end\n'; exit 0; }
 for spec; do
   oldifs=$IFS; IFS=:; set -- $spec; IFS=$oldifs
   id=$1; oo=${2:-0}; eo=${3:-0}; hb=${4:-0}; tb=${5:-0}
@@ -167,9 +196,12 @@ for spec; do
   fi
 done
 printf '@@AT end\n'
+exit 0
+}
 """
 
 _CANCEL = r"""
+at_cancel() { # JOB_DIR ID GRACE_TENTHS REASON
 d=$1; id=$2; grace=$3; reason=$4
 [ -d "$d" ] || { printf '@@AT missing\n'; exit 0; }
 printf '%s\n' "$reason" > "$d/cancel"
@@ -210,11 +242,59 @@ if [ -n "$left" ]; then
   i=0; while [ "$i" -lt 20 ]; do left=$(targets); [ -z "$left" ] && break; sleep 0.1 2>/dev/null; i=$(( i + 1 )); done
 fi
 printf '@@AT survivors%s\n' "$(targets)"
+exit 0
+}
+"""
+
+# A warm session (see the module docstring): define every function, make the directory of the reserved job id,
+# say `ready`, then run the one request that arrives on stdin: a line with the number of lines that follow,
+# then those lines. EOF before a request (never used, client gone): exit, removing the still empty directory.
+_WARM = r"""
+umask 077
+at_rid=$2; at_rd=$1/$2
+if { [ -d "$1" ] || mkdir -p "$1" 2>/dev/null; } && mkdir "$at_rd" 2>/dev/null; then
+  trap 'rmdir "$at_rd" 2>/dev/null' EXIT
+else
+  at_rid=
+fi
+printf '@@AT ready\n'
+n=; IFS= read -r n || exit 0
+case $n in ''|*[!0-9]*) exit 98;; esac
+r=; while [ "$n" -gt 0 ]; do IFS= read -r l || exit 0; r="$r$l
+"; n=$(( n - 1 )); done
+eval "$r"
 """
 
 
 def _q(s: str) -> str:
     return shlex.quote(s)
+
+
+_FUNCTIONS = {"launch": _LAUNCH, "status": _STATUS, "cancel": _CANCEL}
+
+
+def _exec(name: str, args: str) -> str:
+    """``exec /bin/sh -c 'LIB; at_NAME "$@"' at-NAME ARGS``: run one script on a fresh session."""
+    script = _LIB + _FUNCTIONS[name] + f'at_{name} "$@"\n'
+    return f"exec /bin/sh -c {_q(script)} at-{name} {args}"
+
+
+def _launch_args(base: str, job_id: str, command: str, *, cwd: str | None, mode: str, head_bytes: int,
+                 tail_bytes: int, env: dict[str, str] | None) -> str:
+    if env:
+        exports = "".join(f"export {k}={_q(v)}; " for k, v in env.items())
+        command = exports + command
+    return (f"\"{base}\" {_q(job_id)} {_q(cwd or '')} {_q(mode)} {int(head_bytes)} {int(tail_bytes)} "
+            f"{_q(command)}")
+
+
+def _status_args(base: str, specs: list[tuple[str, int, int, int, int]]) -> str:
+    return f"\"{base}\" " + " ".join(_q(f"{j}:{o}:{e}:{h}:{t}") for j, o, e, h, t in specs)
+
+
+def _cancel_args(base: str, job_id: str, grace_s: float, reason: str) -> str:
+    grace = max(0, round(grace_s * 10))  # the script counts tenths of a second
+    return f"\"{base}/{job_id}\" {_q(job_id)} {grace} {_q(reason.replace(chr(10), ' '))}"
 
 
 def launch_script(base: str, job_id: str, command: str, *, cwd: str | None, mode: str,
@@ -228,12 +308,15 @@ def launch_script(base: str, job_id: str, command: str, *, cwd: str | None, mode
     :param tail_bytes: bytes of each stream's tail to send back.
     :param env: extra environment variables for the command (exported before it starts).
     """
-    if env:
-        exports = "".join(f"export {k}={_q(v)}; " for k, v in env.items())
-        command = exports + command
-    script = "MONITOR=" + _q(_LIB + _MONITOR) + "; " + _LIB + _LAUNCH
-    return (f"exec /bin/sh -c {_q(script)} at-launch \"{base}\" {_q(job_id)} {_q(cwd or '')} {_q(mode)} "
-            f"{int(head_bytes)} {int(tail_bytes)} {_q(command)}")
+    return _exec("launch", _launch_args(base, job_id, command, cwd=cwd, mode=mode, head_bytes=head_bytes,
+                                        tail_bytes=tail_bytes, env=env))
+
+
+def launch_request(base: str, job_id: str, command: str, *, cwd: str | None, mode: str,
+                   head_bytes: int, tail_bytes: int, env: dict[str, str] | None = None) -> bytes:
+    """:func:`launch_script`'s launch as a request for a warm session (see :func:`warm_script`)."""
+    return warm_request("at_launch " + _launch_args(base, job_id, command, cwd=cwd, mode=mode,
+                                                     head_bytes=head_bytes, tail_bytes=tail_bytes, env=env))
 
 
 def status_script(base: str, specs: list[tuple[str, int, int, int, int]]) -> str:
@@ -242,14 +325,42 @@ def status_script(base: str, specs: list[tuple[str, int, int, int, int]]) -> str
     :param specs: ``(job_id, stdout_offset, stderr_offset, head_bytes, tail_bytes)`` per job; 0/0 bytes
         asks for no output view.
     """
-    args = " ".join(_q(f"{j}:{o}:{e}:{h}:{t}") for j, o, e, h, t in specs)
-    return f"exec /bin/sh -c {_q(_LIB + _STATUS)} at-status \"{base}\" {args}"
+    return _exec("status", _status_args(base, specs))
+
+
+def status_request(base: str, specs: list[tuple[str, int, int, int, int]]) -> bytes:
+    """:func:`status_script` as a request for a warm session."""
+    return warm_request("at_status " + _status_args(base, specs))
 
 
 def cancel_script(base: str, job_id: str, *, grace_s: float, reason: str) -> str:
     """The shell command line that kills job ``job_id``'s whole tree: TERM, up to ``grace_s`` seconds,
     KILL, then verifies nothing of it is left (prints the survivors, normally none)."""
-    grace = max(0, round(grace_s * 10))  # the script counts tenths of a second
-    reason = reason.replace("\n", " ")
-    return (f"exec /bin/sh -c {_q(_LIB + _CANCEL)} at-cancel \"{base}/{job_id}\" {_q(job_id)} {grace} "
-            f"{_q(reason)}")
+    return _exec("cancel", _cancel_args(base, job_id, grace_s, reason))
+
+
+def cancel_request(base: str, job_id: str, *, grace_s: float, reason: str) -> bytes:
+    """:func:`cancel_script` as a request for a warm session."""
+    return warm_request("at_cancel " + _cancel_args(base, job_id, grace_s, reason))
+
+
+def warm_script(base: str, reserved_id: str) -> str:
+    """The command line of a warm session: a ``sh`` that defines every job script as a function, makes the
+    directory of job ``reserved_id`` under ``base`` (so a launch with that id skips the ``mkdir``), prints
+    ``@@AT ready`` (the first line :meth:`SshHost.take_warm` waits for), then reads one request (:func:`warm_request`) from stdin and runs it. Without a request (EOF) it removes the empty
+    directory and exits 0.
+
+    :param base: the jobs directory (shell-expanded on the host, as for the other scripts).
+    :param reserved_id: the job id whose directory is made ahead of time.
+    """
+    script = _LIB + _LAUNCH + _STATUS + _CANCEL + _WARM
+    return f"exec /bin/sh -c {_q(script)} at-warm \"{base}\" {_q(reserved_id)}"
+
+
+def warm_request(call: str) -> bytes:
+    """The bytes a warm session reads: the number of lines of ``call``, a newline, ``call``, a newline.
+
+    :param call: shell text calling one of the functions (``at_status "BASE" 'SPEC'``); quoted words may span
+        lines.
+    """
+    return f"{call.count(chr(10)) + 1}\n{call}\n".encode()

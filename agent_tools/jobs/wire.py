@@ -90,7 +90,11 @@ async def read_view(reader: WireReader, words: list[str]) -> tuple[str, RawView]
 
 @dataclass
 class HostJobState:
-    """What the host's job directory says about one job (see :mod:`agent_tools.jobs.scripts`)."""
+    """What the host's job directory says about one job (see :mod:`agent_tools.jobs.scripts`).
+
+    ``stdout_bytes``/``stderr_bytes`` are measured only for jobs whose output view was asked for (head or
+    tail bytes > 0); otherwise they are 0.
+    """
 
     job_id: str
     present: bool

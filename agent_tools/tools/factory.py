@@ -9,6 +9,7 @@ from typing import Any
 
 from ..hosts.registry import HostRegistry
 from ..jobs.journal import Journal, default_state_dir
+from ..jobs.manager import JobRunner
 from .toolkit import Toolkit
 
 __all__ = ["build_toolkit", "load_policies", "policy_paths"]
@@ -54,9 +55,12 @@ def _settings_from(policy: Any) -> Any:
 
 
 def build_toolkit(*, ssh_config: Sequence[str] | None = None, policy: Sequence[str | os.PathLike[str]] | None = None,
-                  state_dir: str | os.PathLike[str] | None = None) -> Toolkit:
+                  state_dir: str | os.PathLike[str] | None = None, warm: bool = True) -> Toolkit:
     """A Toolkit with the user's journal, SSH config files, policy files (connection settings applied per host)
     and a persistent approval store (so ``--approve ID`` works across CLI invocations).
+
+    :param warm: keep warm sessions on SSH hosts (:class:`~agent_tools.jobs.manager.JobRunner`); off for
+        one-shot processes such as the CLI, which would start one only to close it.
 
     :raises PolicyFileError: a policy file does not load.
     """
@@ -70,4 +74,6 @@ def build_toolkit(*, ssh_config: Sequence[str] | None = None, policy: Sequence[s
 
         base.mkdir(parents=True, exist_ok=True, mode=0o700)
         approvals = ApprovalStore(base / "approvals.sqlite3")
-    return Toolkit(hosts, journal=Journal(base / "journal.sqlite3"), policy=policies, approvals=approvals)
+    journal = Journal(base / "journal.sqlite3")
+    return Toolkit(hosts, journal=journal, runner=JobRunner(journal, warm=warm), policy=policies,
+                   approvals=approvals)

@@ -1,0 +1,184 @@
+"""Warm sessions (``SshHost.take_warm`` + the launcher's warm mode) on a real OpenSSH sshd.
+
+A warm session is a launcher started ahead of time that made the next job's directory and waits on stdin; a
+call only writes its request to it. These tests check what a user relies on: the command runs exactly as on a
+fresh session (same job id, output, exit status, detach), nothing is left on the host when a session goes
+unused, sessions of a dropped connection are never used, and warm sessions never starve other calls of
+channels. The core behaviours (budgets, cancel, trees, output) also run through warm sessions in
+``tests/test_core_jobs.py`` (the ``sshd-warm`` host).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import anyio
+import pytest
+
+from agent_tools.hosts import SshHost
+from agent_tools.hosts.base import run_on
+from agent_tools.jobs.discover import discover_script
+from agent_tools.jobs.journal import Journal
+from agent_tools.jobs.manager import JobRunner
+from agent_tools.outcomes import Detached, Finished
+
+from .conftest import ssh_host_for
+from .sshd import RealSshd
+
+
+@pytest.fixture
+async def jobs_dir(real_sshd: RealSshd) -> AsyncIterator[str]:
+    """A jobs directory of this test's own in the login user's home (removed afterwards)."""
+    d = f"$HOME/.local/state/agent-tools/test-warm-{secrets.token_hex(4)}"
+    yield d
+    host = ssh_host_for(real_sshd, warm_sessions=0)
+    try:
+        await run_on(host, f'rm -rf "{d}"')
+    finally:
+        await host.aclose()
+
+
+async def listing(host: SshHost, jobs_dir: str) -> dict[str, bool]:
+    """Job directories under ``jobs_dir`` on the host -> whether each has a ``command`` file."""
+    res = await run_on(host, f'cd "{jobs_dir}" 2>/dev/null && for d in j_*; do [ -d "$d" ] || continue; '
+                             'if [ -e "$d/command" ]; then echo "$d 1"; else echo "$d 0"; fi; done')
+    out: dict[str, bool] = {}
+    for line in res.stdout.decode().split("\n"):
+        if line.strip():
+            name, has = line.split()
+            out[name] = has == "1"
+    return out
+
+
+async def until(cond: Callable[[], Awaitable[bool]], limit_s: float, what: str) -> None:
+    """Poll an async condition every 50 ms until it holds (fails the test after ``limit_s`` seconds)."""
+    with anyio.move_on_after(limit_s):
+        while not await cond():  # noqa: ASYNC110  (the state lives on the host / in asyncssh: poll it)
+            await anyio.sleep(0.05)
+        return
+    pytest.fail(f"timed out after {limit_s:g} s waiting for {what}")
+
+
+async def test_the_next_command_runs_on_the_warm_session(real_sshd: RealSshd, journal: Journal,
+                                                         jobs_dir: str) -> None:
+    host = ssh_host_for(real_sshd)
+    runner = JobRunner(journal, jobs_dir=jobs_dir)
+    try:
+        first = await runner.run(host, "true", budget_s=10)
+        assert isinstance(first, Finished) and first.exit_status == 0
+        await host.wait_warm()
+        reserved = [j for j, has_command in (await listing(host, jobs_dir)).items() if not has_command]
+        assert len(reserved) == 1, "one warm session, with the next job's directory made ahead of time"
+        out = await runner.run(host, "echo out; echo err >&2; exit 3", budget_s=10)
+        assert isinstance(out, Finished), out
+        assert (out.exit_status, out.stdout.text, out.stderr.text) == (3, "out\n", "err\n")
+        assert out.job_id == reserved[0], "the command ran as the warm session's reserved job"
+        st = await runner.job_status(host, out.job_id)
+        assert (st.state, st.exit_status) == ("exited", 3)
+        # the warm session of the next call is made once this one was closed
+        await host.wait_warm()
+        assert host.warm_count("agent_tools.jobs:" + jobs_dir) == 1
+    finally:
+        await host.aclose()
+
+
+async def test_detach_and_follow_through_a_warm_session(real_sshd: RealSshd, journal: Journal,
+                                                        jobs_dir: str) -> None:
+    host = ssh_host_for(real_sshd)
+    runner = JobRunner(journal, jobs_dir=jobs_dir)
+    try:
+        await runner.run(host, "true", budget_s=10)
+        await host.wait_warm()
+        out = await runner.run(host, "sleep 2; echo late; exit 4", budget_s=0.5)
+        assert isinstance(out, Detached), out
+        st = await runner.job_status(host, out.job_id, wait_s=15)
+        assert (st.state, st.exit_status) == ("exited", 4), st
+        assert "late" in st.new_stdout.text
+        bg = await runner.run(host, "sleep 1; echo bg", budget_s=10, detach_immediately=True)
+        assert isinstance(bg, Detached)
+        st = await runner.job_status(host, bg.job_id, wait_s=15)
+        assert (st.state, st.exit_status) == ("exited", 0) and "bg" in st.new_stdout.text, st
+    finally:
+        await host.aclose()
+
+
+async def test_an_unused_warm_session_leaves_nothing_and_is_no_job(real_sshd: RealSshd, journal: Journal,
+                                                                    jobs_dir: str) -> None:
+    host = ssh_host_for(real_sshd)
+    runner = JobRunner(journal, jobs_dir=jobs_dir)
+    await runner.run(host, "true", budget_s=10)
+    await host.wait_warm()
+    reserved = [j for j, has in (await listing(host, jobs_dir)).items() if not has]
+    assert len(reserved) == 1
+    # rediscovery (a lost journal) lists jobs, not reserved directories
+    res = await run_on(host, discover_script(jobs_dir, []))
+    assert reserved[0].encode() not in res.stdout, res.stdout
+    added = await runner.refresh_host(host)
+    assert reserved[0] not in added
+    await host.aclose()  # EOF to the warm session: it removes its empty directory and exits
+    checker = ssh_host_for(real_sshd, warm_sessions=0)
+    try:
+        async def gone() -> bool:
+            return reserved[0] not in await listing(checker, jobs_dir)
+
+        await until(gone, 10, "the unused warm session's directory to be removed")
+        assert all(has for has in (await listing(checker, jobs_dir)).values()), "only real jobs are left"
+    finally:
+        await checker.aclose()
+
+
+async def test_warm_sessions_can_be_turned_off(real_sshd: RealSshd, journal: Journal, jobs_dir: str) -> None:
+    for host, runner in ((ssh_host_for(real_sshd, warm_sessions=0), JobRunner(journal, jobs_dir=jobs_dir)),
+                         (ssh_host_for(real_sshd), JobRunner(journal, jobs_dir=jobs_dir, warm=False))):
+        try:
+            for _ in range(3):
+                out = await runner.run(host, "true", budget_s=10)
+                assert isinstance(out, Finished)
+            await host.wait_warm()
+            assert host.warm_count("agent_tools.jobs:" + jobs_dir) == 0
+            assert all((await listing(host, jobs_dir)).values()), "no reserved directories"
+        finally:
+            await host.aclose()
+
+
+async def test_a_dropped_connection_never_hands_out_its_warm_session(journal: Journal, jobs_dir: str,
+                                                                     real_sshd: RealSshd) -> None:
+    host = ssh_host_for(real_sshd)
+    runner = JobRunner(journal, jobs_dir=jobs_dir)
+    key = "agent_tools.jobs:" + jobs_dir
+    try:
+        await runner.run(host, "true", budget_s=10)
+        await host.wait_warm()
+        assert host.warm_count(key) == 1
+        assert real_sshd.drop_connections() > 0
+
+        async def noticed() -> bool:
+            return host.warm_count(key) == 0
+
+        await until(noticed, 10, "the client to notice the dropped connection")
+        out = await runner.run(host, "echo after-drop", budget_s=10)
+        assert isinstance(out, Finished) and out.stdout.text == "after-drop\n", out
+    finally:
+        await host.aclose()
+
+
+async def test_warm_sessions_never_starve_other_calls_of_channels(real_sshd: RealSshd, journal: Journal,
+                                                                  jobs_dir: str) -> None:
+    # two channel slots, one of them taken by a warm session: concurrent calls still all run
+    host = ssh_host_for(real_sshd, max_channels=2, warm_sessions=1)
+    runner = JobRunner(journal, jobs_dir=jobs_dir)
+    try:
+        await runner.run(host, "true", budget_s=10)
+        await host.wait_warm()
+        outs: list[object] = []
+
+        async def one(i: int) -> None:
+            outs.append(await runner.run(host, f"sleep 0.3; echo {i}", budget_s=20))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(5):
+                tg.start_soon(one, i)
+        assert sorted(o.stdout.text for o in outs if isinstance(o, Finished)) == [f"{i}\n" for i in range(5)], outs
+    finally:
+        await host.aclose()
