@@ -255,9 +255,11 @@ def _run_held_stdin(argv: list[str]) -> None:
     proc.stdin.close()
 
 
-def _median_ms(argv: list[str], n: int = 30) -> float:
+def _median_ms(make: Callable[[], list[str]], n: int = 30) -> float:
+    """Median wall ms of ``n`` runs, each of a fresh ``make()`` (a launcher needs a new job id each time)."""
     xs = []
     for _ in range(n):
+        argv = make()
         t0 = time.perf_counter()
         _run_held_stdin(argv)
         xs.append((time.perf_counter() - t0) * 1000)
@@ -318,7 +320,7 @@ def _host(n_status: int = 100) -> None:
         print("host: scripts run locally by /bin/sh (median wall of 30; processes forked / programs exec'd "
               "counted with strace -f)")
         for name, make in cases.items():
-            wall = statistics.median(_median_ms(make(), 10) for _ in range(3))
+            wall = statistics.median(_median_ms(make, 10) for _ in range(3))
             counts = _strace_counts(make(), work)
             c = f"{counts[0]:4d} forks {counts[1]:4d} execs" if counts else "(no strace)"
             print(f"  {name:24s} {wall:8.2f} ms   {c}")
@@ -330,15 +332,21 @@ def _host(n_status: int = 100) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _warm_request(base: Path, request: Callable[[str], bytes], *, xtrace: bool = False) -> tuple[float, str, str]:
-    """Start a warm session (untimed), write ``request(reserved_id)``, read to ``@@AT end``: (ms, id, trace)."""
+def _warm_request(base: Path, request: Callable[[str], bytes],
+                  strace_to: Path | None = None) -> tuple[float, float, str]:
+    """Start a warm session (untimed), write ``request(reserved_id)``, read to ``@@AT end``.
+
+    :returns: (ms from the request to the report, wall clock time of the request, the reserved job id).
+    """
     jid = new_job_id()
-    env = dict(os.environ, SHELLOPTS="xtrace", PS4="+ ${EPOCHREALTIME} ") if xtrace else None
-    proc = subprocess.Popen(["/bin/sh", "-c", warm_script(str(base), jid)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE if xtrace else subprocess.DEVNULL,
-                            env=env)
+    argv = ["/bin/sh", "-c", warm_script(str(base), jid)]
+    if strace_to is not None:
+        argv = ["strace", "-f", "-ttt", "-qq", "-o", str(strace_to),
+                "-e", "trace=execve,clone,clone3,fork,vfork,wait4,exit_group,write", *argv]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdout.readline()
+    wall = time.time()
     t0 = time.perf_counter()
     proc.stdin.write(request(jid))
     proc.stdin.flush()
@@ -349,8 +357,8 @@ def _warm_request(base: Path, request: Callable[[str], bytes], *, xtrace: bool =
             break
         buf += chunk
     ms = (time.perf_counter() - t0) * 1000
-    _, err = proc.communicate()  # EOF on stdin: the session ends
-    return ms, jid, (err or b"").decode("utf-8", "replace")
+    proc.communicate()  # EOF on stdin: the session ends
+    return ms, wall, jid
 
 
 def _warm_host(base: Path, ids: list[str], n_status: int) -> None:
@@ -360,31 +368,34 @@ def _warm_host(base: Path, ids: list[str], n_status: int) -> None:
     def status(_jid: str) -> bytes:
         return status_request(str(base), [(j, 0, 0, 0, 0) for j in ids])
 
-    print("host: warm session (bash --posix when installed), timed from the request to the report (median of 30)")
+    print("host: warm session (/bin/sh), timed from the request to the report (median of 30)")
     for name, req in (("warm launch fg 'true'", launch), (f"warm status, {n_status} jobs", status)):
         wall = statistics.median(_warm_request(base, req)[0] for _ in range(30))
         print(f"  {name:24s} {wall:8.2f} ms")
-    # one traced launch: the launcher's steps, then the monitor's (its xtrace goes to the job's monitor.err)
-    _, jid, trace = _warm_request(base, launch, xtrace=True)
-    monitor = (base / jid / "monitor.err").read_text(errors="replace") if (base / jid).exists() else ""
-    events: list[tuple[float, str, str]] = []
-    for who, text in (("launcher", trace), ("monitor", monitor)):
-        for line in text.splitlines():
-            parts = line.split(" ", 2)
-            if len(parts) == 3 and parts[0].startswith("+") and parts[1].replace(".", "").isdigit():
-                events.append((float(parts[1]), who, parts[2][:70]))
-    start = next((t for t, who, text in sorted(events) if text.startswith("at_launch")), None)
-    if start is None:
-        print("  (no xtrace timeline: this bash ignores SHELLOPTS/PS4 from the environment)")
+    if shutil.which("strace") is None:
+        print("  (apt-get install strace for the timeline of one warm launch)")
         return
-    print("host: timeline of one warm fg launch of 'true' (bash xtrace; ms since at_launch; steps > 0.15 ms apart)")
-    prev = start
-    for t, who, text in sorted(events):
-        if t < start:
+    # one launch under strace: which process forks/execs/waits when (strace slows every system call down, so
+    # the times are inflated; the order and the shares are what it shows)
+    trace = base.parent / "warm.strace"
+    _, t_req, _ = _warm_request(base, launch, strace_to=trace)
+    names: dict[str, str] = {}
+    print("host: one warm fg launch of 'true' under strace -f (ms after the request was written; inflated)")
+    for line in trace.read_text(errors="replace").splitlines():
+        parts = line.split(None, 2)
+        if len(parts) < 3 or not parts[1].replace(".", "").isdigit():
             continue
-        if t - prev > 0.00015 or text.startswith(("at_launch", "wait", "at_report", "printf '@@AT")):
-            print(f"  {1000 * (t - start):7.2f}  (+{1000 * (t - prev):5.2f})  {who:8s} {text}")
-        prev = t
+        pid, t, call = parts[0], float(parts[1]), parts[2]
+        if t < t_req - 0.0005:
+            continue
+        if call.startswith("execve(") and "= 0" in call:
+            names[pid] = call.split('"')[1].rsplit("/", 1)[-1]
+        elif call.startswith("execve("):
+            continue
+        if call.startswith("write(") and "@@AT" not in call:
+            continue
+        who = names.get(pid, "sh")
+        print(f"  {1000 * (t - t_req):7.2f}  {pid:>7s} {who:7s} {call[:78]}")
 
 
 async def _client_main(calls: int) -> None:

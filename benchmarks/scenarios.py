@@ -294,11 +294,17 @@ async def fanout(env: BenchEnv, p: Params) -> list[Row]:
             for res in await asyncio.gather(*(c.run("true") for c in conns)):
                 _exit_ok(res)
 
+        async def settle() -> None:  # every host's warm session for the next fan-out gets ready (untimed)
+            async with anyio.create_task_group() as tg:
+                for host in hosts:
+                    tg.start_soon(host.wait_warm)
+
         rounds = p.pick(6, 2)
         ca, cb = CpuMeter(), CpuMeter()
         fa, fb = CpuMeter(fleet.proc.pid), CpuMeter(fleet.proc.pid)
         progress(f"fanout: {rounds} fan-outs per side to {count} hosts")
-        sa, sb = await interleave(fa.wrap(ca.wrap(a)), fb.wrap(cb.wrap(b)), rounds=rounds, per_round=1, warmup=1)
+        sa, sb = await interleave(fa.wrap(ca.wrap(a)), fb.wrap(cb.wrap(b)), rounds=rounds, per_round=1, warmup=1,
+                                  settle=settle)
         env.notes.append(
             f"fanout: CPU per fan-out: client {ca.per_call_ms:.0f} ms (A) vs {cb.per_call_ms:.0f} ms (B); fleet "
             f"process incl. the commands it ran {fa.per_call_ms:.0f} ms (A) vs {fb.per_call_ms:.0f} ms (B), on "
