@@ -11,11 +11,13 @@ channels. The core behaviours (budgets, cancel, trees, output) also run through 
 from __future__ import annotations
 
 import secrets
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
 import pytest
 
+from agent_tools.errors import BadArguments
 from agent_tools.hosts import SshHost
 from agent_tools.hosts.base import run_on
 from agent_tools.jobs.discover import discover_script
@@ -180,5 +182,110 @@ async def test_warm_sessions_never_starve_other_calls_of_channels(real_sshd: Rea
             for i in range(5):
                 tg.start_soon(one, i)
         assert sorted(o.stdout.text for o in outs if isinstance(o, Finished)) == [f"{i}\n" for i in range(5)], outs
+    finally:
+        await host.aclose()
+
+
+async def test_a_killed_warm_session_never_fails_or_doubles_the_next_command(real_sshd: RealSshd, journal: Journal,
+                                                                              jobs_dir: str) -> None:
+    host = ssh_host_for(real_sshd)
+    runner = JobRunner(journal, jobs_dir=jobs_dir)
+    checker = ssh_host_for(real_sshd, warm_sessions=0)
+    pattern = f"[a]t-warm .*{jobs_dir.rsplit('/', 1)[-1]} "
+    try:
+        await runner.run(host, "true", budget_s=10)
+        for i in range(4):
+            await host.wait_warm()
+            reserved = [j for j, has in (await listing(checker, jobs_dir)).items() if not has]
+            # SIGKILL (no EXIT trap: the reserved directory stays), blocking on purpose: the event loop cannot see
+            # the channel close before the next call takes the session
+            killed = subprocess.run(["pkill", "-KILL", "-f", pattern], check=False)  # noqa: ASYNC221
+            assert killed.returncode == 0, "there was a warm session to kill"
+            if i % 2 == 1:  # the client notices before the next call: it gets a fresh session
+                await until(lambda: _no_warm(host, jobs_dir), 10, "the client to notice the closed warm session")
+            out = await runner.run(host, f"echo run-{i} >> \"{jobs_dir}/runs\"; echo ok-{i}", budget_s=10)
+            assert isinstance(out, Finished) and out.stdout.text == f"ok-{i}\n", out
+            if i % 2 == 0:
+                assert out.job_id in reserved, "the retry used the reserved job id (its directory was left)"
+        runs = await run_on(checker, f'cat "{jobs_dir}/runs"')
+        assert runs.stdout.decode().split() == [f"run-{i}" for i in range(4)], "each command ran exactly once"
+    finally:
+        await host.aclose()
+        await checker.aclose()
+
+
+async def _no_warm(host: SshHost, jobs_dir: str) -> bool:
+    return host.warm_count("agent_tools.jobs:" + jobs_dir) == 0
+
+
+async def test_a_drop_the_client_has_not_noticed_yet_costs_nothing(real_sshd: RealSshd, journal: Journal,
+                                                                  jobs_dir: str) -> None:
+    # the drop happens while the event loop looks away (blocking calls), so each call takes a warm session of a
+    # connection that is already dead: it must start once more on a fresh connection, transparently
+    host = ssh_host_for(real_sshd)
+    runner = JobRunner(journal, jobs_dir=jobs_dir)
+    try:
+        out = await runner.run(host, "echo first", budget_s=10)
+        assert isinstance(out, Finished)
+        for i in range(2):
+            await host.wait_warm()
+            assert real_sshd.drop_connections() > 0
+            out = await runner.run(host, f"echo ran-{i} >> \"{jobs_dir}/runs\"; echo ok-{i}", budget_s=10)
+            assert isinstance(out, Finished) and out.stdout.text == f"ok-{i}\n", out
+        await host.wait_warm()
+        assert real_sshd.drop_connections() > 0
+        st = await runner.job_status(host, out.job_id)  # a status call recovers the same way
+        assert (st.state, st.exit_status) == ("exited", 0)
+        await host.wait_warm()
+        runs = await run_on(host, f'cat "{jobs_dir}/runs"')
+        assert runs.stdout.decode().split() == ["ran-0", "ran-1"], "each command ran exactly once"
+    finally:
+        await host.aclose()
+
+
+async def test_a_reserved_directory_removed_meanwhile_is_made_again(real_sshd: RealSshd, journal: Journal,
+                                                                   jobs_dir: str) -> None:
+    host = ssh_host_for(real_sshd)
+    checker = ssh_host_for(real_sshd, warm_sessions=0)
+    runner = JobRunner(journal, jobs_dir=jobs_dir)
+    try:
+        await runner.run(host, "true", budget_s=10)
+        await host.wait_warm()
+        # housekeeping on the host deletes empty directories
+        await run_on(checker, f'find "{jobs_dir}" -mindepth 1 -type d -empty -delete')
+        out = await runner.run(host, "echo still-fine", budget_s=10)
+        assert isinstance(out, Finished) and out.stdout.text == "still-fine\n", out
+    finally:
+        await host.aclose()
+        await checker.aclose()
+
+
+async def test_closing_right_after_a_call_leaves_no_reserved_directory(real_sshd: RealSshd, journal: Journal,
+                                                                      jobs_dir: str) -> None:
+    # aclose() lands while the replacement warm session is starting (before or while it says `ready`)
+    for i in range(8):
+        host = ssh_host_for(real_sshd)
+        out = await JobRunner(journal, jobs_dir=jobs_dir).run(host, "true", budget_s=10)
+        assert isinstance(out, Finished)
+        await anyio.sleep(i * 0.002)  # vary where the close lands (a timing sweep, not synchronisation)
+        await host.aclose()
+    checker = ssh_host_for(real_sshd, warm_sessions=0)
+    try:
+        async def tidy() -> bool:
+            return all((await listing(checker, jobs_dir)).values())
+
+        await until(tidy, 10, "every unused reserved directory to be removed")
+    finally:
+        await checker.aclose()
+
+
+async def test_a_command_too_long_for_the_hosts_shell_is_refused_up_front(real_sshd: RealSshd, journal: Journal,
+                                                                         jobs_dir: str) -> None:
+    # 80 KB of text that quoting for the shell grows past Linux's 128 KiB per-argument limit
+    host = ssh_host_for(real_sshd)
+    runner = JobRunner(journal, jobs_dir=jobs_dir)
+    try:
+        with pytest.raises(BadArguments, match="write_file"):
+            await runner.run(host, "true " + "'x' " * 20000, budget_s=10)
     finally:
         await host.aclose()

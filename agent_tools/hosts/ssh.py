@@ -55,8 +55,10 @@ _REFUSAL_RETRIES = 6
 _LINGER_S = 2.0
 #: longest a closed channel keeps its slot while waiting for the server's close (see ``_SshProcess.close``)
 _CLOSE_WAIT_S = 10.0
-#: longest a warm session may take to print its first line (its command is ready for input)
+#: longest a warm session may take to say it is ready for input
 _WARM_READY_S = 15.0
+#: the line a warm session's command prints when it is ready for its request (see ``SshHost.take_warm``)
+WARM_READY = b"@@AT ready"
 
 
 class SshSettings:
@@ -398,7 +400,8 @@ class SshHost:
     async def take_warm(self, key: str, factory: Callable[[], tuple[str, str]], *,
                         wait_s: float = 0.0) -> tuple[str, HostProcess] | None:
         """A session started ahead of time with a command from ``factory``, its command waiting for input on
-        stdin (it printed its first line, which is consumed here); or None when none is ready.
+        stdin (it printed a line ending in ``@@AT ready``; that line and any before it are consumed here); or
+        None when none is ready.
 
         Once a key was asked for, sessions for it start in the background whenever a call on this host closes
         its session (so they do not compete with the call for the host's CPU), up to
@@ -472,13 +475,15 @@ class SshHost:
         token, command = factory()
         try:
             proc = await self.start(command)
-        except (HostError, OSError) as exc:
-            log.debug("ssh.warm_failed", host=self.name, error=str(exc))
+        except Exception as exc:  # a background task: any failure only means no warm session
+            log.debug("ssh.warm_failed", host=self.name, error=repr(exc))
             return
         assert isinstance(proc, _SshProcess)
         try:
             with anyio.fail_after(_WARM_READY_S):
-                ready = await proc._proc.stdout.readuntil(b"\n")
+                ready = b""
+                while not ready.rstrip(b"\r\n").endswith(WARM_READY):  # skips a login shell's chatter
+                    ready = await proc._proc.stdout.readuntil(b"\n")
         except (asyncssh.Error, OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
             log.debug("ssh.warm_not_ready", host=self.name, error=repr(exc))
             _retire(proc)
@@ -552,6 +557,7 @@ async def _open_process(conn: asyncssh.SSHClientConnection, command: str,
     is delivered at its next await, and it closes the process as usual); one that opens even later is closed.
     """
     task = asyncio.ensure_future(conn.create_process(command, encoding=None, env=env))
+    task.add_done_callback(_retrieve)  # a failure nobody awaits any more (cancelled caller, closing loop) is no error
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
@@ -561,6 +567,11 @@ async def _open_process(conn: asyncssh.SSHClientConnection, command: str,
             return task.result()
         task.add_done_callback(_close_orphan)
         raise
+
+
+def _retrieve(task: asyncio.Future[asyncssh.SSHClientProcess[bytes]]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _close_orphan(task: asyncio.Future[asyncssh.SSHClientProcess[bytes]]) -> None:

@@ -57,9 +57,23 @@ DEFAULT_JOBS_DIR = "${XDG_STATE_HOME:-$HOME/.local/state}/agent-tools/jobs"
 #: longest a call waits for a warm session that is starting (it would start a new session otherwise), seconds
 _WARM_WAIT_S = 2.0
 
+#: largest launch command line an exec request can carry: sshd hands it to the login shell as one argument,
+#: and Linux limits one argument to 128 KiB (MAX_ARG_STRLEN, execve(2)); a margin for the shell's own use
+_MAX_EXEC_BYTES = 130_000
+
+#: a warm session that fails this soon after its request (seconds) was dead before the call (a drop not noticed
+#: yet, a killed shell): the call is tried once more on a new session. Later failures (keepalive noticing a
+#: partition) are reported at once, so an unreachable host still says so within its keepalive/connect deadline.
+_WARM_RETRY_S = 1.0
+
+#: longest command sent through a warm session (longer ones start a new session: see ``_take_warm``)
+_WARM_MAX_COMMAND = 8192
+
 #: largest command accepted (Linux MAX_ARG_STRLEN is 128 KiB per argument; execve(2)).
 MAX_COMMAND_BYTES = 100_000
 
+#: the launcher's own report words: any of them means the launch request reached it
+_LAUNCH_WORDS = frozenset({"started", "error", "exit", "view", "end"})
 _JOB_ID_RE = re.compile(r"^j_[a-z0-9]{8,32}$")
 
 # Prompts and refusals that mean "this wanted a person at a terminal" (stdin is /dev/null here).
@@ -221,8 +235,17 @@ class JobRunner:
                 log.info("job.idempotent_hit", host=host.name, job_id=prior.job_id)
                 return await self._outcome_of_existing(host, prior, budget_s)
 
+        exec_len = len(launch_script(self.jobs_dir, "j_" + "x" * 16, command, cwd=cwd, mode="fg", head_bytes=0,
+                                     tail_bytes=0, env=dict(env) if env else None))
+        if exec_len > _MAX_EXEC_BYTES:
+            raise BadArguments(f"the command is {exec_len} bytes once quoted for the host's shell; the limit is "
+                               f"{_MAX_EXEC_BYTES} (Linux MAX_ARG_STRLEN): write it to a file with write_file and "
+                               "run that")
+
         t0 = anyio.current_time()
-        warm = await self._take_warm(host, min(_WARM_WAIT_S, budget_s / 4))
+        # a warm session reads its request byte by byte (dash's `read`): long commands go on a new session
+        warm = (await self._take_warm(host, min(_WARM_WAIT_S, budget_s / 4))
+                if len(command) <= _WARM_MAX_COMMAND else None)
         job_id = warm[0] if warm is not None else new_job_id()
         rec = JobRecord(job_id=job_id, host=host.name, command=shown, base=self.jobs_dir, created_at=now(),
                         cwd=cwd, budget_s=budget_s, deadline_s=deadline_s, probes=list(probes or []),
@@ -250,35 +273,67 @@ class JobRunner:
         exit_code: int | None = None
         views: dict[str, RawView] = {}
         launch_error: str | None = None
-        proc = None
+        relaunch_found = False  # the second try found the job started by the first (see below)
+        maybe_sent = False  # a launch request was written to a warm session at some point (it may have arrived)
+        proc: HostProcess | None = None
         try:
             with anyio.move_on_after(budget_s - (anyio.current_time() - t0)):
-                proc, written = await self._open(
-                    host, warm,
-                    lambda: launch_script(self.jobs_dir, job_id, command, cwd=cwd, mode=mode, head_bytes=head,
-                                          tail_bytes=tail, env=env_),
-                    lambda: launch_request(self.jobs_dir, job_id, command, cwd=cwd, mode=mode, head_bytes=head,
-                                           tail_bytes=tail, env=env_))
-                sent = not written
-                reader = WireReader(proc.read_stdout)
-                while True:
-                    words = await reader.header()
-                    if words is None:
-                        break
-                    sent = True
-                    if words[0] == "started":
-                        started = True
-                        if detach_immediately:
-                            break
-                    elif words[0] == "error":
-                        launch_error = " ".join(words[1:])
-                    elif words[0] == "exit":
-                        exit_code = int(words[1]) if words[1].lstrip("-").isdigit() else None
-                    elif words[0] == "view":
-                        name, raw = await read_view(reader, words)
-                        views[name] = raw
-                    elif words[0] == "end":
-                        break
+                for attempt in (1, 2):
+                    t_open = anyio.current_time()
+                    try:
+                        proc, written = await self._open(
+                            host, warm if attempt == 1 else None,
+                            lambda: launch_script(self.jobs_dir, job_id, command, cwd=cwd, mode=mode,
+                                                  head_bytes=head, tail_bytes=tail, env=env_),
+                            lambda: launch_request(self.jobs_dir, job_id, command, cwd=cwd, mode=mode,
+                                                   head_bytes=head, tail_bytes=tail, env=env_))
+                        maybe_sent = maybe_sent or written
+                        sent = not written
+                        reader = WireReader(proc.read_stdout)
+                        while True:
+                            words = await reader.header()
+                            if words is None:
+                                break
+                            if words[0] in _LAUNCH_WORDS:
+                                sent = True  # the launcher answered: the request arrived
+                            if words[0] == "started":
+                                started = True
+                                if detach_immediately:
+                                    break
+                            elif words[0] == "error":
+                                launch_error = " ".join(words[1:])
+                            elif words[0] == "exit":
+                                exit_code = int(words[1]) if words[1].lstrip("-").isdigit() else None
+                            elif words[0] == "view":
+                                name, raw = await read_view(reader, words)
+                                views[name] = raw
+                            elif words[0] == "end":
+                                break
+                    except HostError as exc:
+                        if not (written and not sent and attempt == 1
+                                and anyio.current_time() - t_open < _WARM_RETRY_S):
+                            raise
+                        # The warm session's connection failed before the launcher answered (a drop the client
+                        # had not noticed yet): start it once more on a new session (a fresh connection if need
+                        # be) with the same job id; see the exclusive command file below.
+                        log.info("job.warm_session_lost", host=host.name, job_id=job_id, error=exc.message)
+                        with anyio.CancelScope(shield=True):
+                            await proc.close()  # type: ignore[union-attr]
+                        proc, written = None, False
+                        continue
+                    if written and not sent and anyio.current_time() - t_open < _WARM_RETRY_S:
+                        # The warm session ended without a word (its shell was killed, the host closed it) on a
+                        # live connection. Launch once more on a new session with the same job id: the command
+                        # file is created exclusively, so if the first try did start the job, this one says so
+                        # instead of running it twice.
+                        log.info("job.warm_session_silent", host=host.name, job_id=job_id)
+                        with anyio.CancelScope(shield=True):
+                            await proc.close()
+                        proc, written = None, False
+                        continue
+                    if attempt == 2 and launch_error is not None and "exists already" in launch_error:
+                        launch_error, relaunch_found = None, True
+                    break
         except HostError as exc:
             if proc is not None:
                 with anyio.CancelScope(shield=True):
@@ -286,7 +341,7 @@ class JobRunner:
             if not sent:
                 self.journal.update(job_id, state="lost", finished_at=now(),
                                     meta={**rec.meta, "error": exc.message, "never_started": True})
-                if written:
+                if written or maybe_sent:
                     # the request went into a connection that died before the launcher answered: most likely it
                     # never arrived; status and a keyed retry look at the host (no command file: never started)
                     return ErrorOutcome(
@@ -324,6 +379,9 @@ class JobRunner:
             with anyio.CancelScope(shield=True):
                 await proc.close()
 
+        if relaunch_found:
+            return self._detached(rec, elapsed, None, why="the warm session ended without answering, but the job "
+                                                           "had started on the host: it runs there as a job")
         if launch_error is not None:
             self.journal.update(job_id, state="lost", finished_at=now(), meta={**rec.meta, "error": launch_error})
             return ErrorOutcome(host=host.name, command=shown, kind="launch", message=launch_error,
@@ -365,7 +423,11 @@ class JobRunner:
         if st is not None and st.present and st.exit_code is not None:
             return self._finished(rec, st.exit_code, st.views, anyio.current_time() - t0)
         why = f"still running when its {budget_s:g} s budget ran out; the job keeps running on the host"
-        if not started:
+        if written and not sent and (st is None or not st.present):
+            why = (f"no answer from the host within the {budget_s:g} s budget: the launch request went to a ready "
+                   "session but the host did not confirm the start (hung or overloaded?); job_status tells "
+                   "whether it started")
+        elif not started:
             why += " (the start was not confirmed before the budget ran out)"
         return self._detached(rec, anyio.current_time() - t0, st, why=why)
 
@@ -470,18 +532,42 @@ class JobRunner:
 
         :raises HostError: the host cannot be reached; :class:`ConnectionLost` when the report was cut short.
         """
-        proc, _ = await self._open(host, await self._take_warm(host, _WARM_WAIT_S),
-                                   lambda: status_script(self.jobs_dir, specs),
-                                   lambda: status_request(self.jobs_dir, specs))
-        try:
-            await proc.close_stdin()
-            return await parse_status(WireReader(proc.read_stdout))
-        except WireError as exc:
-            raise ConnectionLost(host.name, f"{host.name}: the job status report was cut short ({exc}); "
-                                            "the connection dropped?") from exc
-        finally:
-            with anyio.CancelScope(shield=True):
-                await proc.close()
+        warm = await self._take_warm(host, _WARM_WAIT_S)
+        incomplete = 0
+        while True:
+            t_open = anyio.current_time()
+            proc, warmed = await self._open(host, warm, lambda: status_script(self.jobs_dir, specs),
+                                            lambda: status_request(self.jobs_dir, specs))
+            reader = WireReader(proc.read_stdout)
+            try:
+                await proc.close_stdin()
+                states = await parse_status(reader)
+                missing = [j for j, *_ in specs if j not in states]
+                if missing and incomplete == 0:
+                    # the report ended without a line for some jobs (the host's shell could not run awk?): ask
+                    # once more on a new session; never guess a state
+                    log.warning("job.status_incomplete", host=host.name, missing=missing[:3], got=len(states),
+                                warm=warmed)
+                    incomplete, warm = 1, None
+                    continue
+                if missing:
+                    raise HostError(host.name, f"{host.name}: the job status report has no line for {missing[0]} "
+                                               "(the host could not start awk: out of processes or memory?)")
+                return states
+            except (HostError, WireError) as exc:
+                if warmed and not reader.got_data and anyio.current_time() - t_open < _WARM_RETRY_S:
+                    # the warm session was dead (a dropped connection not noticed yet, a killed shell): a status
+                    # report only reads, so ask again on a new session
+                    log.info("job.warm_session_lost", host=host.name, error=str(exc))
+                    warm = None
+                    continue
+                if isinstance(exc, HostError):
+                    raise
+                raise ConnectionLost(host.name, f"{host.name}: the job status report was cut short ({exc}); "
+                                                "the connection dropped?") from exc
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await proc.close()
 
     async def host_states(self, host: Host, job_ids: list[str]) -> dict[str, HostJobState]:
         """Host-side state of many jobs on one host in one round trip (no output views, no output sizes).
@@ -718,29 +804,41 @@ class JobRunner:
         check_job_id(job_id)
         rec = self.journal.get(job_id)
         self.journal.update(job_id, cancel_reason=reason)
-        proc, _ = await self._open(host, await self._take_warm(host, _WARM_WAIT_S),
-                                   lambda: cancel_script(self.jobs_dir, job_id, grace_s=grace_s, reason=reason),
-                                   lambda: cancel_request(self.jobs_dir, job_id, grace_s=grace_s, reason=reason))
         signalled: list[int] = []
         escalated: list[int] = []
         survivors: list[int] = []
         missing = False
-        try:
-            await proc.close_stdin()
+        warm = await self._take_warm(host, _WARM_WAIT_S)
+        while True:
+            t_open = anyio.current_time()
+            proc, warmed = await self._open(
+                host, warm, lambda: cancel_script(self.jobs_dir, job_id, grace_s=grace_s, reason=reason),
+                lambda: cancel_request(self.jobs_dir, job_id, grace_s=grace_s, reason=reason))
             reader = WireReader(proc.read_stdout)
-            while (words := await reader.header()) is not None:
-                pids = [int(w) for w in words[1:] if w.isdigit()]
-                if words[0] == "missing":
-                    missing = True
-                elif words[0] == "targets":
-                    signalled = pids
-                elif words[0] == "escalated":
-                    escalated = pids
-                elif words[0] == "survivors":
-                    survivors = pids
-        finally:
-            with anyio.CancelScope(shield=True):
-                await proc.close()
+            try:
+                await proc.close_stdin()
+                while (words := await reader.header()) is not None:
+                    pids = [int(w) for w in words[1:] if w.isdigit()]
+                    if words[0] == "missing":
+                        missing = True
+                    elif words[0] == "targets":
+                        signalled = pids
+                    elif words[0] == "escalated":
+                        escalated = pids
+                    elif words[0] == "survivors":
+                        survivors = pids
+            except HostError:
+                if not (warmed and not reader.got_data and anyio.current_time() - t_open < _WARM_RETRY_S):
+                    raise
+                warm = None  # the warm session was dead before it answered: cancel again on a new session
+                continue
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await proc.close()
+            if warmed and not reader.got_data and anyio.current_time() - t_open < _WARM_RETRY_S:
+                warm = None  # it ended without a word (killed shell): cancel again on a new session
+                continue
+            break
         if missing:
             self.journal.update(job_id, state="lost", finished_at=now())
             return JobCancelResult(job_id=job_id, host=rec.host, state="lost",

@@ -81,8 +81,9 @@ umask 077
 base=$1; id=$2; cwd=$3; mode=$4; hb=$5; tb=$6; cmd=$7
 d=$base/$id
 if [ "$id" = "${at_rid:-}" ]; then
-  trap - EXIT; at_rid=  # the warm session made this directory for this job
-elif ! { [ -d "$d" ] || { { [ -d "$base" ] || mkdir -p "$base" 2>/dev/null; } && mkdir "$d"; }; }; then
+  trap - EXIT PIPE HUP; at_rid=  # the warm session made this directory for this job (checked below)
+fi
+if ! { [ -d "$d" ] || { { [ -d "$base" ] || mkdir -p "$base" 2>/dev/null; } && mkdir "$d"; }; }; then
   printf '@@AT error cannot create the job directory %s\n' "$d"; exit 97
 fi
 set -C
@@ -184,7 +185,7 @@ BEGIN {
     if (ca) printf "@@AT cancel %s %s\n", id, reason
   }
   exit
-}' "$@" </dev/null
+}' "$@" </dev/null || printf '@@AT awk-failed %s\n' "$?"
 [ -n "$views" ] || { printf '@@AT end\n'; exit 0; }
 for spec; do
   oldifs=$IFS; IFS=:; set -- $spec; IFS=$oldifs
@@ -253,7 +254,10 @@ _WARM = r"""
 umask 077
 at_rid=$2; at_rd=$1/$2
 if { [ -d "$1" ] || mkdir -p "$1" 2>/dev/null; } && mkdir "$at_rd" 2>/dev/null; then
+  # a signal (SIGPIPE: the channel closed before `ready` was written) exits through the EXIT trap too; caught,
+  # not ignored, so the job's command still starts with default dispositions
   trap 'rmdir "$at_rd" 2>/dev/null' EXIT
+  trap 'exit 1' PIPE HUP
 else
   at_rid=
 fi

@@ -21,6 +21,7 @@ class WireReader:
         self._read = read
         self._buf = bytearray()
         self.eof = False
+        self.got_data = False  # any byte arrived (the other side answered at all)
 
     async def _fill(self) -> bool:
         if self.eof:
@@ -29,6 +30,7 @@ class WireReader:
         if not chunk:
             self.eof = True
             return False
+        self.got_data = True
         self._buf.extend(chunk)
         return True
 
