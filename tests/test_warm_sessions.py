@@ -13,6 +13,7 @@ from __future__ import annotations
 import secrets
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 import anyio
 import pytest
@@ -62,6 +63,21 @@ async def until(cond: Callable[[], Awaitable[bool]], limit_s: float, what: str) 
     pytest.fail(f"timed out after {limit_s:g} s waiting for {what}")
 
 
+@asynccontextmanager
+async def warmed(server: RealSshd, journal: Journal, jobs_dir: str,
+                 **settings: object) -> AsyncIterator[tuple[SshHost, JobRunner]]:
+    """A host and runner after one call, with the warm session for the next call ready; closed at the end."""
+    host = ssh_host_for(server, **settings)
+    runner = JobRunner(journal, jobs_dir=jobs_dir)
+    try:
+        first = await runner.run(host, "true", budget_s=10)
+        assert isinstance(first, Finished) and first.exit_status == 0, first
+        await host.wait_warm()
+        yield host, runner
+    finally:
+        await host.aclose()
+
+
 async def test_the_next_command_runs_on_the_warm_session(real_sshd: RealSshd, journal: Journal,
                                                          jobs_dir: str) -> None:
     host = ssh_host_for(real_sshd)
@@ -87,11 +103,7 @@ async def test_the_next_command_runs_on_the_warm_session(real_sshd: RealSshd, jo
 
 async def test_detach_and_follow_through_a_warm_session(real_sshd: RealSshd, journal: Journal,
                                                         jobs_dir: str) -> None:
-    host = ssh_host_for(real_sshd)
-    runner = JobRunner(journal, jobs_dir=jobs_dir)
-    try:
-        await runner.run(host, "true", budget_s=10)
-        await host.wait_warm()
+    async with warmed(real_sshd, journal, jobs_dir) as (host, runner):
         out = await runner.run(host, "sleep 2; echo late; exit 4", budget_s=0.5)
         assert isinstance(out, Detached), out
         st = await runner.job_status(host, out.job_id, wait_s=15)
@@ -101,8 +113,6 @@ async def test_detach_and_follow_through_a_warm_session(real_sshd: RealSshd, jou
         assert isinstance(bg, Detached)
         st = await runner.job_status(host, bg.job_id, wait_s=15)
         assert (st.state, st.exit_status) == ("exited", 0) and "bg" in st.new_stdout.text, st
-    finally:
-        await host.aclose()
 
 
 async def test_an_unused_warm_session_leaves_nothing_and_is_no_job(real_sshd: RealSshd, journal: Journal,
@@ -146,12 +156,8 @@ async def test_warm_sessions_can_be_turned_off(real_sshd: RealSshd, journal: Jou
 
 async def test_a_dropped_connection_never_hands_out_its_warm_session(journal: Journal, jobs_dir: str,
                                                                      real_sshd: RealSshd) -> None:
-    host = ssh_host_for(real_sshd)
-    runner = JobRunner(journal, jobs_dir=jobs_dir)
     key = "agent_tools.jobs:" + jobs_dir
-    try:
-        await runner.run(host, "true", budget_s=10)
-        await host.wait_warm()
+    async with warmed(real_sshd, journal, jobs_dir) as (host, runner):
         assert host.warm_count(key) == 1
         assert real_sshd.drop_connections() > 0
 
@@ -161,18 +167,12 @@ async def test_a_dropped_connection_never_hands_out_its_warm_session(journal: Jo
         await until(noticed, 10, "the client to notice the dropped connection")
         out = await runner.run(host, "echo after-drop", budget_s=10)
         assert isinstance(out, Finished) and out.stdout.text == "after-drop\n", out
-    finally:
-        await host.aclose()
 
 
 async def test_warm_sessions_never_starve_other_calls_of_channels(real_sshd: RealSshd, journal: Journal,
                                                                   jobs_dir: str) -> None:
     # two channel slots, one of them taken by a warm session: concurrent calls still all run
-    host = ssh_host_for(real_sshd, max_channels=2, warm_sessions=1)
-    runner = JobRunner(journal, jobs_dir=jobs_dir)
-    try:
-        await runner.run(host, "true", budget_s=10)
-        await host.wait_warm()
+    async with warmed(real_sshd, journal, jobs_dir, max_channels=2, warm_sessions=1) as (host, runner):
         outs: list[object] = []
 
         async def one(i: int) -> None:
@@ -182,8 +182,6 @@ async def test_warm_sessions_never_starve_other_calls_of_channels(real_sshd: Rea
             for i in range(5):
                 tg.start_soon(one, i)
         assert sorted(o.stdout.text for o in outs if isinstance(o, Finished)) == [f"{i}\n" for i in range(5)], outs
-    finally:
-        await host.aclose()
 
 
 async def test_a_killed_warm_session_never_fails_or_doubles_the_next_command(real_sshd: RealSshd, journal: Journal,
@@ -245,18 +243,14 @@ async def test_a_drop_the_client_has_not_noticed_yet_costs_nothing(real_sshd: Re
 
 async def test_a_reserved_directory_removed_meanwhile_is_made_again(real_sshd: RealSshd, journal: Journal,
                                                                    jobs_dir: str) -> None:
-    host = ssh_host_for(real_sshd)
     checker = ssh_host_for(real_sshd, warm_sessions=0)
-    runner = JobRunner(journal, jobs_dir=jobs_dir)
     try:
-        await runner.run(host, "true", budget_s=10)
-        await host.wait_warm()
-        # housekeeping on the host deletes empty directories
-        await run_on(checker, f'find "{jobs_dir}" -mindepth 1 -type d -empty -delete')
-        out = await runner.run(host, "echo still-fine", budget_s=10)
-        assert isinstance(out, Finished) and out.stdout.text == "still-fine\n", out
+        async with warmed(real_sshd, journal, jobs_dir) as (host, runner):
+            # housekeeping on the host deletes empty directories
+            await run_on(checker, f'find "{jobs_dir}" -mindepth 1 -type d -empty -delete')
+            out = await runner.run(host, "echo still-fine", budget_s=10)
+            assert isinstance(out, Finished) and out.stdout.text == "still-fine\n", out
     finally:
-        await host.aclose()
         await checker.aclose()
 
 
