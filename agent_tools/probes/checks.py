@@ -53,8 +53,13 @@ class ProbeResult:
         return ProbeReport(kind=self.kind, target=self.target, state=self.state, evidence=self.evidence)
 
 
+#: key a passed log probe's spec carries into later checks (the line it saw); internal, not part of the schema
+MATCHED = "matched_line"
+
+
 def advance(specs: list[dict[str, Any]], results: list[ProbeResult]) -> list[dict[str, Any]]:
-    """The specs to check next time: each spec with its result's ``updates`` (log cursor / file offset)."""
+    """The specs to check next time: each spec with its result's ``updates`` (log cursor / file offset, and
+    for a log probe that passed, the line it saw: it stays passed)."""
     return [dict(spec, **r.updates) for spec, r in zip(specs, results, strict=True)]
 
 
@@ -164,7 +169,7 @@ async def _log(host: Host, p: LogProbe) -> ProbeResult:
         if p.fail_pattern and re.search(p.fail_pattern, line):
             return ProbeResult("log", target, "failed", line.strip()[:300], updates)
         if re.search(p.pattern, line):
-            return ProbeResult("log", target, "passed", line.strip()[:300], updates)
+            return ProbeResult("log", target, "passed", line.strip()[:300], {**updates, MATCHED: line.strip()[:300]})
     return ProbeResult("log", target, "not_yet", f"no line matching {p.pattern!r} yet ({len(lines)} new lines)",
                        updates, details={"lines": lines[-5:]})
 
@@ -209,6 +214,13 @@ async def check_probe(host: Host, spec: dict[str, Any] | Any) -> ProbeResult:
         raises for a transient fault).
     :raises BadArguments: invalid spec.
     """
+    if isinstance(spec, dict) and MATCHED in spec:
+        if spec.get("kind") == "log" and spec[MATCHED]:
+            # a log line is an event: once seen after the start point it stays seen, even though the cursor
+            # has moved past it (another probe may pass only later)
+            target = spec.get("unit") or spec.get("path") or "?"
+            return ProbeResult("log", str(target), "passed", str(spec[MATCHED]))
+        spec = {k: v for k, v in spec.items() if k != MATCHED}
     p = probe_from_dict(spec)
     try:
         if isinstance(p, SystemdUnitProbe):

@@ -357,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
         lines = 10
 
     entries, offset = read_entries()
-    shown = [e for e in entries if q.match(e)]
+    matching = [e for e in entries if q.match(e)]
+    shown = matching
     if lines is not None:
         shown = shown[-lines:] if lines > 0 else []
     if reverse:
@@ -365,6 +366,9 @@ def main(argv: list[str] | None = None) -> int:
     for e in shown:
         print(render(e, output, utc, no_hostname))
     last_cursor = str(shown[-1 if not reverse else 0]["__CURSOR"]) if shown else None
+    if last_cursor is None and lines == 0 and matching:
+        # `-n 0 --show-cursor`: no entries shown, but the cursor of the tail (the idiom for "from now on")
+        last_cursor = str(matching[-1]["__CURSOR"])
     if not shown and not quiet and not follow and not output.startswith("json"):
         print("-- No entries --")
     if follow:
