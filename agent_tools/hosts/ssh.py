@@ -205,6 +205,9 @@ class _SshProcess(HostProcess):
             raise _translate(self._host.name, exc, "write") from exc
 
     async def close_stdin(self) -> None:
+        self._eof()
+
+    def _eof(self) -> None:
         try:
             self._proc.stdin.write_eof()
         except (asyncssh.Error, OSError):
@@ -533,10 +536,7 @@ class SshHost:
 def _retire(proc: _SshProcess) -> None:
     """Let an unused warm session end: EOF on its stdin (its command exits, tidying up), then close."""
     if not proc.is_closed():
-        try:
-            proc._proc.stdin.write_eof()
-        except (asyncssh.Error, OSError):
-            pass
+        proc._eof()
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:  # no running loop: the connection goes with it

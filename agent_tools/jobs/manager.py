@@ -310,25 +310,19 @@ class JobRunner:
                             elif words[0] == "end":
                                 break
                     except HostError as exc:
-                        if not (written and not sent and attempt == 1
-                                and anyio.current_time() - t_open < _WARM_RETRY_S):
+                        if not _dead_on_arrival(written, sent, t_open):
                             raise
-                        # The warm session's connection failed before the launcher answered (a drop the client
-                        # had not noticed yet): start it once more on a new session (a fresh connection if need
-                        # be) with the same job id; see the exclusive command file below.
-                        log.info("job.warm_session_lost", host=host.name, job_id=job_id, error=exc.message)
+                        failure: str | None = exc.message
+                    else:
+                        failure = "it ended without a word" if _dead_on_arrival(written, sent, t_open) else None
+                    if failure is not None:
+                        # The warm session was dead before it answered (a dropped connection the client had not
+                        # noticed yet, a killed shell). Launch once more on a new session (a fresh connection if
+                        # need be) with the same job id: the command file is created exclusively, so if the first
+                        # try did start the job, this one says so instead of running it twice.
+                        log.info("job.warm_session_dead", host=host.name, job_id=job_id, error=failure)
                         with anyio.CancelScope(shield=True):
                             await proc.close()  # type: ignore[union-attr]
-                        proc, written = None, False
-                        continue
-                    if written and not sent and anyio.current_time() - t_open < _WARM_RETRY_S:
-                        # The warm session ended without a word (its shell was killed, the host closed it) on a
-                        # live connection. Launch once more on a new session with the same job id: the command
-                        # file is created exclusively, so if the first try did start the job, this one says so
-                        # instead of running it twice.
-                        log.info("job.warm_session_silent", host=host.name, job_id=job_id)
-                        with anyio.CancelScope(shield=True):
-                            await proc.close()
                         proc, written = None, False
                         continue
                     if attempt == 2 and launch_error is not None and "exists already" in launch_error:
@@ -555,7 +549,7 @@ class JobRunner:
                                                "(the host could not start awk: out of processes or memory?)")
                 return states
             except (HostError, WireError) as exc:
-                if warmed and not reader.got_data and anyio.current_time() - t_open < _WARM_RETRY_S:
+                if _dead_on_arrival(warmed, reader.got_data, t_open):
                     # the warm session was dead (a dropped connection not noticed yet, a killed shell): a status
                     # report only reads, so ask again on a new session
                     log.info("job.warm_session_lost", host=host.name, error=str(exc))
@@ -828,14 +822,14 @@ class JobRunner:
                     elif words[0] == "survivors":
                         survivors = pids
             except HostError:
-                if not (warmed and not reader.got_data and anyio.current_time() - t_open < _WARM_RETRY_S):
+                if not _dead_on_arrival(warmed, reader.got_data, t_open):
                     raise
                 warm = None  # the warm session was dead before it answered: cancel again on a new session
                 continue
             finally:
                 with anyio.CancelScope(shield=True):
                     await proc.close()
-            if warmed and not reader.got_data and anyio.current_time() - t_open < _WARM_RETRY_S:
+            if _dead_on_arrival(warmed, reader.got_data, t_open):
                 warm = None  # it ended without a word (killed shell): cancel again on a new session
                 continue
             break
@@ -869,6 +863,13 @@ class JobRunner:
             self.journal.update(job_id, state="killed", finished_at=now())
         return JobCancelResult(job_id=job_id, host=rec.host, state=final_state, signalled=signalled,
                                escalated=escalated, survivors=survivors, message=msg)
+
+
+def _dead_on_arrival(warmed: bool, answered: bool, t_open: float) -> bool:
+    """A request went to a warm session (``warmed``) that failed or ended without answering within
+    ``_WARM_RETRY_S`` of ``t_open``: it was dead before the call, and the call is tried once more on a new
+    session (later failures are real: reported at once)."""
+    return warmed and not answered and anyio.current_time() - t_open < _WARM_RETRY_S
 
 
 def _launch_window_s(rec: JobRecord) -> float:

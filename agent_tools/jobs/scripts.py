@@ -277,10 +277,15 @@ def _q(s: str) -> str:
 _FUNCTIONS = {"launch": _LAUNCH, "status": _STATUS, "cancel": _CANCEL}
 
 
+# The fixed part of each command line, quoted once (a launch is on every call's path).
+_EXEC_PREFIX = {name: "exec /bin/sh -c " + _q(_LIB + body + "at_" + name + ' "$@"\n') + f" at-{name} "
+                for name, body in _FUNCTIONS.items()}
+_WARM_PREFIX = f"exec /bin/sh -c {_q(_LIB + _LAUNCH + _STATUS + _CANCEL + _WARM)} at-warm "
+
+
 def _exec(name: str, args: str) -> str:
     """``exec /bin/sh -c 'LIB; at_NAME "$@"' at-NAME ARGS``: run one script on a fresh session."""
-    script = _LIB + _FUNCTIONS[name] + f'at_{name} "$@"\n'
-    return f"exec /bin/sh -c {_q(script)} at-{name} {args}"
+    return _EXEC_PREFIX[name] + args
 
 
 def _launch_args(base: str, job_id: str, command: str, *, cwd: str | None, mode: str, head_bytes: int,
@@ -351,14 +356,14 @@ def cancel_request(base: str, job_id: str, *, grace_s: float, reason: str) -> by
 def warm_script(base: str, reserved_id: str) -> str:
     """The command line of a warm session: a ``sh`` that defines every job script as a function, makes the
     directory of job ``reserved_id`` under ``base`` (so a launch with that id skips the ``mkdir``), prints
-    ``@@AT ready`` (the first line :meth:`SshHost.take_warm` waits for), then reads one request (:func:`warm_request`) from stdin and runs it. Without a request (EOF) it removes the empty
-    directory and exits 0.
+    ``@@AT ready`` (the line :meth:`SshHost.take_warm` waits for), then reads one request
+    (:func:`warm_request`) from stdin and runs it. Without a request (EOF) it removes the empty directory and
+    exits 0.
 
     :param base: the jobs directory (shell-expanded on the host, as for the other scripts).
     :param reserved_id: the job id whose directory is made ahead of time.
     """
-    script = _LIB + _LAUNCH + _STATUS + _CANCEL + _WARM
-    return f"exec /bin/sh -c {_q(script)} at-warm \"{base}\" {_q(reserved_id)}"
+    return f"{_WARM_PREFIX}\"{base}\" {_q(reserved_id)}"
 
 
 def warm_request(call: str) -> bytes:
