@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run the reliability-under-faults suite (``tests/test_reliability.py``) and write ``docs/reliability.md``.
+"""Run the reliability-under-faults suite (``tests/test_reliability*.py``) and write ``docs/reliability.md``.
 
 Usage (as root, from the repository root; the suite needs the real sshd and the systemd test hosts)::
 
@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-SUITE = REPO / "tests" / "test_reliability.py"
+#: the fault suite: every ``tests/test_reliability*.py`` module (one per fault family), in name order
+SUITE = sorted((REPO / "tests").glob("test_reliability*.py"))
 JSON_ENV = "AGENT_TOOLS_RELIABILITY_JSON"
 COUNTERS = ("lost_jobs", "lost_bytes", "survivors", "hangs")
 FIXED = {"fault", "trials", "checked", *COUNTERS}
@@ -57,11 +58,11 @@ def _short(text: str, limit: int = 1200) -> str:
 # ------------------------------------------------------------------------------------------ report
 def docstrings() -> dict[str, str]:
     """Test function name -> its docstring (each names the fault and the protection it covers)."""
-    tree = ast.parse(SUITE.read_text())
     out: dict[str, str] = {}
-    for node in tree.body:
-        if isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef) and node.name.startswith("test_"):
-            out[node.name] = ast.get_docstring(node) or ""
+    for module in SUITE:
+        for node in ast.parse(module.read_text()).body:
+            if isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef) and node.name.startswith("test_"):
+                out[node.name] = ast.get_docstring(node) or ""
     return out
 
 
@@ -176,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.long:
         env["AGENT_TOOLS_LONG"] = "1"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "reliability_report",
-           str(SUITE.relative_to(REPO)), *args.pytest_args]
+           *(str(m.relative_to(REPO)) for m in SUITE), *args.pytest_args]
     started = dt.datetime.now(dt.UTC)
     proc = subprocess.run(cmd, cwd=REPO, env=env, check=False)
     wall_s = (dt.datetime.now(dt.UTC) - started).total_seconds()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -19,6 +21,24 @@ try:  # the systemd test hosts harness (needs root + systemd-nspawn)
     from .hosts.fixtures import systemd_hosts  # noqa: F401  (fixture)
 except ImportError:  # pragma: no cover - harness not present
     pass
+
+
+_RUN_STATE: Path | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The test run gets a state home of its own: the job directories of local and embedded-node jobs,
+    write_file backups, journals and approvals of every test (and of the CLI processes tests start) go to a
+    temporary ``XDG_STATE_HOME``/``AGENT_TOOLS_STATE_DIR``, removed at the end, never to the real ``$HOME``."""
+    global _RUN_STATE
+    _RUN_STATE = Path(tempfile.mkdtemp(prefix="agent-tools-test-state-"))
+    os.environ["XDG_STATE_HOME"] = str(_RUN_STATE / "xdg")
+    os.environ["AGENT_TOOLS_STATE_DIR"] = str(_RUN_STATE / "agent-tools")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _RUN_STATE is not None:
+        shutil.rmtree(_RUN_STATE, ignore_errors=True)
 
 
 @pytest.fixture

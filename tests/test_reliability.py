@@ -184,9 +184,9 @@ def seq_bytes(first: int, last: int) -> bytes:
 
 
 async def conn_pids(pool: HostPool, name: str) -> list[int]:
-    """Pids of the host's sshd processes serving connections from the controller (10.220.0.1)."""
+    """Pids of the host's sshd processes serving connections from the controller (the pool's bridge address)."""
     res = await on_host(pool, name, "ss -Htnp state established '( sport = :22 )'")
-    return sorted({int(p) for line in res.stdout.splitlines() if "10.220.0.1:" in line
+    return sorted({int(p) for line in res.stdout.splitlines() if f"{pool.bridge_address}:" in line
                    for p in re.findall(r"pid=(\d+)", line)})
 
 
@@ -1143,7 +1143,8 @@ async def test_security(systemd_hosts: HostPool, tmp_path: Path, rel: Rel) -> No
     empty_kh.write_text("")
     other = [ln for ln in pool.known_hosts.read_text().splitlines() if ln.startswith("at-h2,")]
     changed_kh = tmp_path / "known_hosts_changed"
-    changed_kh.write_text("".join(ln.replace("at-h2,10.220.0.12", "at-h1,10.220.0.11") + "\n" for ln in other))
+    h1, h2 = pool.hosts["at-h1"].address, pool.hosts["at-h2"].address
+    changed_kh.write_text("".join(ln.replace(f"at-h2,{h2}", f"at-h1,{h1}") + "\n" for ln in other))
     for label, kh in (("unknown", empty_kh), ("changed", changed_kh)):
         c = tmp_path / f"ssh_config_{label}"
         c.write_text(cfg.replace(str(pool.known_hosts), str(kh)))

@@ -3,7 +3,12 @@
 Each host is a ``systemd-nspawn --boot`` container whose root is an overlay mount over a cached
 ``mmdebstrap`` base (bookworm, minbase plus systemd, dbus, openssh-server, ...). Each container joins its
 own network namespace (``ip netns add NAME``); a veth pair links it to a bridge in the root namespace
-(``at-br0``, 10.220.0.1/24), and host ``at-hN`` answers on 10.220.0.(10+N):22.
+(``at-br0``, first free /24 of 10.220-254.0.0, normally 10.220.0.1/24), and host ``at-hN`` answers on
+.(10+N):22 of that subnet.
+
+Several pools can run on one machine side by side: ``AGENT_TOOLS_TESTHOSTS_POOL=K`` (0..9, default 0)
+gives pool K its own state dir, lock, bridge (``at-brK``), netns/machine/veth names (``atK-hN``) and subnet;
+the hosts keep their names (``at-h1``...) as ssh aliases and hostnames inside the pool.
 
 Run as root from the repository root::
 
@@ -24,6 +29,7 @@ import concurrent.futures
 import contextlib
 import ctypes
 import fcntl
+import ipaddress
 import json
 import os
 import secrets
@@ -43,8 +49,22 @@ from typing import IO, Any
 # Constants
 # ---------------------------------------------------------------------------------------------------------
 
+POOL_ENV = "AGENT_TOOLS_TESTHOSTS_POOL"
+
+
+def _pool_id() -> int:
+    raw = os.environ.get(POOL_ENV, "") or "0"
+    if not raw.isdigit() or int(raw) > 9:
+        raise ValueError(f"{POOL_ENV}={raw!r}: expected a pool number 0..9")
+    return int(raw)
+
+
+#: which pool this process works on (several pools can run side by side, each with its own names)
+POOL = _pool_id()
+_SUFFIX = "" if POOL == 0 else f"-{POOL}"
+
 CACHE_DIR = Path(os.environ.get("AGENT_TOOLS_TESTHOSTS_CACHE", "/var/cache/agent-tools-testhosts"))
-DEFAULT_STATE_DIR = Path(os.environ.get("AGENT_TOOLS_TESTHOSTS_STATE", "/run/agent-tools-testhosts"))
+DEFAULT_STATE_DIR = Path(os.environ.get("AGENT_TOOLS_TESTHOSTS_STATE", f"/run/agent-tools-testhosts{_SUFFIX}"))
 
 SUITE = "bookworm"
 BASE_INCLUDE: tuple[str, ...] = (
@@ -77,10 +97,13 @@ MASKED_UNITS: tuple[str, ...] = (
     "systemd-tmpfiles-clean.timer",
 )
 
-HOST_PREFIX = "at-h"
-BRIDGE = "at-br0"
-SUBNET_PREFIX = "10.220.0"
-BRIDGE_ADDRESS = f"{SUBNET_PREFIX}.1"
+HOST_PREFIX = "at-h"  # host names (ssh aliases, hostnames): at-h1, at-h2, ... in every pool
+# netns, machine and veth names are machine-wide, so they carry the pool: at-h1 (pool 0), at3-h1 (pool 3)
+NS_PREFIX = "at-h" if POOL == 0 else f"at{POOL}-h"
+BRIDGE = f"at-br{POOL}"
+# The subnet is the first /24 of these that no route or address on the machine overlaps (checked at `up`).
+SUBNET_CANDIDATES: tuple[str, ...] = tuple(dict.fromkeys(
+    [f"10.{220 + POOL}.0"] + [f"10.{b}.{c}" for b in range(220, 255) for c in (0, 64, 128)]))
 FIRST_HOST_OCTET = 10  # at-h1 -> .11
 MAX_HOSTS = 50
 AGENT_USER = "agent"
@@ -103,10 +126,13 @@ _SUPERVISOR_MARK = "_supervise"
 # Every host gets its own cgroup (in the unified hierarchy and, on a hybrid host, in name=systemd), so the
 # containers' systemd instances never share one: nspawn --keep-unit makes its `payload`/`supervisor`
 # sub-cgroups where it stands, and two containers in one cgroup break each other (219/CGROUP, hung shutdowns).
-CGROUP_GROUP = "agent-tools-testhosts"
-# Names, subnet and bridge are fixed, so there is one pool per machine: a session that brings it up holds
-# this lock until `down` (or its exit), and another session waits for it instead of tearing the pool down.
-LOCK_FILE = (Path("/run/lock") if Path("/run/lock").is_dir() else Path("/tmp")) / "agent-tools-testhosts.lock"
+CGROUP_GROUP = f"agent-tools-testhosts{_SUFFIX}"
+# One pool per pool number: a session that brings it up holds this lock until `down` (or its exit), and
+# another session on the same pool waits for it instead of tearing the pool down.
+_LOCK_DIR = Path("/run/lock") if Path("/run/lock").is_dir() else Path("/tmp")
+LOCK_FILE = _LOCK_DIR / f"agent-tools-testhosts{_SUFFIX}.lock"
+# Building the shared base is serialised across pools.
+BASE_LOCK_FILE = _LOCK_DIR / "agent-tools-testhosts-base.lock"
 
 
 class HarnessError(RuntimeError):
@@ -361,7 +387,19 @@ def _mounts_using_base(cache_dir: Path) -> list[str]:
 
 
 def build_base(cache_dir: Path = CACHE_DIR, *, force: bool = False) -> Path:
-    """Build (or reuse) the cached bookworm base rootfs. Returns its path."""
+    """Build (or reuse) the cached bookworm base rootfs. Returns its path. Pools on one machine share the
+    base: the build holds :data:`BASE_LOCK_FILE`, so a second pool waits for it instead of building too."""
+    if not force and base_is_current(cache_dir):
+        return base_dir(cache_dir)
+    fd = os.open(BASE_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return _build_base_locked(cache_dir, force=force)
+    finally:
+        os.close(fd)
+
+
+def _build_base_locked(cache_dir: Path, *, force: bool) -> Path:
     base = base_dir(cache_dir)
     stamp = cache_dir / "base.stamp"
     if not force and base_is_current(cache_dir):
@@ -488,8 +526,47 @@ def host_name(index: int) -> str:
     return f"{HOST_PREFIX}{index}"
 
 
-def host_address(index: int) -> str:
-    return f"{SUBNET_PREFIX}.{FIRST_HOST_OCTET + index}"
+def host_netns(index: int) -> str:
+    """The machine-wide name of host ``index`` of this pool: its netns, machine name and veth prefix."""
+    return f"{NS_PREFIX}{index}"
+
+
+_ROUTE_TYPES = ("unicast", "local", "broadcast", "multicast", "throw", "unreachable", "prohibit", "blackhole", "nat")
+
+
+def _taken_networks() -> list[tuple[ipaddress.IPv4Network, str]]:
+    """IPv4 networks already routed (any table) or addressed on this machine, each with the line naming it."""
+    taken: list[tuple[ipaddress.IPv4Network, str]] = []
+
+    def add(dest: str, line: str) -> None:
+        if dest != "default":
+            with contextlib.suppress(ValueError):
+                taken.append((ipaddress.IPv4Network(dest, strict=False), line.strip()))
+
+    for line in _run(["ip", "-4", "-o", "route", "show", "table", "all"], check=False).stdout.splitlines():
+        words = line.split()
+        if words:
+            add(words[1] if words[0] in _ROUTE_TYPES and len(words) > 1 else words[0], line)
+    for line in _run(["ip", "-4", "-o", "addr", "show"], check=False).stdout.splitlines():
+        words = line.split()
+        if "inet" in words[:-1]:
+            add(words[words.index("inet") + 1], line)
+    return taken
+
+
+def choose_subnet(taken: Sequence[tuple[ipaddress.IPv4Network, str]] | None = None) -> str:
+    """The first of :data:`SUBNET_CANDIDATES` (``A.B.C``, a /24) that overlaps nothing in ``taken``
+    (default: this machine's routes and addresses). :raises HarnessError: none is free (names what is in the
+    way of the preferred one)."""
+    taken = _taken_networks() if taken is None else taken
+    for prefix in SUBNET_CANDIDATES:
+        net = ipaddress.IPv4Network(f"{prefix}.0/24")
+        if not any(net.overlaps(t) for t, _ in taken):
+            return prefix
+    first = ipaddress.IPv4Network(f"{SUBNET_CANDIDATES[0]}.0/24")
+    blocking = [line for t, line in taken if first.overlaps(t)]
+    raise HarnessError(f"no free /24 for the test hosts' bridge among {len(SUBNET_CANDIDATES)} candidates in "
+                       f"10.220-254.x; {first} is taken by: {blocking[:3]}")
 
 
 class HostPool:
@@ -506,6 +583,7 @@ class HostPool:
         self.cache_dir = Path(cache_dir)
         self.lock_wait_s = lock_wait_s
         self.hosts: dict[str, TestHost] = {}
+        self.subnet = SUBNET_CANDIDATES[0]  # A.B.C of the bridge's /24; chosen at `up`, kept in pool.json
         self._lock_fd: int | None = None
         self._load()
 
@@ -537,6 +615,16 @@ class HostPool:
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing drops the flock
             self._lock_fd = None
+
+    # -- addresses -----------------------------------------------------------------------------------------
+
+    @property
+    def bridge_address(self) -> str:
+        """The root namespace's address on the pool's bridge: where the hosts see connections come from."""
+        return f"{self.subnet}.1"
+
+    def address(self, index: int) -> str:
+        return f"{self.subnet}.{FIRST_HOST_OCTET + index}"
 
     # -- paths ---------------------------------------------------------------------------------------------
 
@@ -574,6 +662,7 @@ class HostPool:
             self.hosts = {}
             return
         self.hosts = {h["name"]: TestHost.from_dict(h) for h in data.get("hosts", [])}
+        self.subnet = str(data.get("subnet", self.subnet))
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -581,7 +670,9 @@ class HostPool:
             "ssh_config": str(self.ssh_config),
             "identity_file": str(self.identity_file),
             "known_hosts": str(self.known_hosts),
-            "bridge": {"name": BRIDGE, "address": BRIDGE_ADDRESS, "prefix_len": 24},
+            "pool": POOL,
+            "subnet": self.subnet,
+            "bridge": {"name": BRIDGE, "address": self.bridge_address, "prefix_len": 24},
             "users": {"root": "root", "unprivileged": AGENT_USER},
             "hosts": [asdict(h) for h in self.hosts.values()],
         }
@@ -605,6 +696,7 @@ class HostPool:
         self._teardown()
         ensure_machine_packages()
         base = build_base(self.cache_dir)
+        self.subnet = choose_subnet()  # after the teardown: our own old bridge is gone
 
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.state_dir.chmod(0o700)
@@ -629,15 +721,15 @@ class HostPool:
         self.hosts = {
             name: TestHost(
                 name=name,
-                address=host_address(i),
+                address=self.address(i),
                 ssh_port=22,
                 root_dir=str(self._host_dir(name) / "root"),
-                netns=name,
+                netns=host_netns(i),
                 ssh_alias=name,
                 ssh_alias_agent=f"{name}-{AGENT_USER}",
                 machine_id=secrets.token_hex(16),
                 index=i,
-                veth=f"{name}-v",
+                veth=f"{host_netns(i)}-v",
             )
             for i, name in enumerate(names, start=1)
         }
@@ -661,7 +753,7 @@ class HostPool:
     def _setup_bridge(self) -> None:
         if not Path(f"/sys/class/net/{BRIDGE}").exists():
             _run(["ip", "link", "add", BRIDGE, "type", "bridge"])
-        _run(["ip", "addr", "replace", f"{BRIDGE_ADDRESS}/24", "dev", BRIDGE])
+        _run(["ip", "addr", "replace", f"{self.bridge_address}/24", "dev", BRIDGE])
         _run(["ip", "link", "set", BRIDGE, "up"])
 
     def _prepare_host(self, host: TestHost, base: Path, pubkey: str) -> str:
@@ -689,7 +781,7 @@ class HostPool:
             f"127.0.1.1 {host.name}",
             "::1 localhost ip6-localhost ip6-loopback",
         ]
-        hosts_lines += [f"{host_address(i)} {host_name(i)}" for i in range(1, len(self.hosts) + 1)]
+        hosts_lines += [f"{self.address(i)} {host_name(i)}" for i in range(1, len(self.hosts) + 1)]
         _write(root / "etc/hosts", "\n".join(hosts_lines) + "\n")
         _run(["ssh-keygen", "-A", "-f", root])
 
@@ -707,7 +799,7 @@ class HostPool:
         _run(["ip", "-n", ns, "link", "set", "lo", "up"])
         _run(["ip", "-n", ns, "addr", "add", f"{host.address}/24", "dev", "eth0"])
         _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
-        _run(["ip", "-n", ns, "route", "add", "default", "via", BRIDGE_ADDRESS])
+        _run(["ip", "-n", ns, "route", "add", "default", "via", self.bridge_address])
 
         keys = sorted((root / "etc/ssh").glob("ssh_host_*_key.pub"))
         lines = []
@@ -755,7 +847,7 @@ class HostPool:
             "--link-journal=no",
             "--resolv-conf=off",
             "-M",
-            host.name,
+            host.netns,
             f"--network-namespace-path=/run/netns/{host.netns}",
         ]
 
@@ -767,7 +859,7 @@ class HostPool:
         log = (hdir / "console.log").open("ab")
         try:
             proc = subprocess.Popen(
-                [sys.executable, str(Path(__file__).resolve()), _SUPERVISOR_MARK, str(hdir)],
+                [sys.executable, str(Path(__file__).resolve()), _SUPERVISOR_MARK, str(hdir), NS_PREFIX],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -860,7 +952,8 @@ class HostPool:
             entry["leader_pid"] = self.leader_pid(name)
             entry["boots"] = boots
             entry["ssh_port_open"] = _port_open(entry["address"], entry["ssh_port"])
-            entry["partitioned"] = self.is_partitioned(name) if Path(f"/run/netns/{name}").exists() else None
+            entry["partitioned"] = (self.is_partitioned(name) if Path(f"/run/netns/{entry['netns']}").exists()
+                                    else None)
             entry["rss_kib"] = self.rss_kib(name)
         return desc
 
@@ -1095,15 +1188,15 @@ class HostPool:
         _remove_host_cgroups(kill=True)
 
         # Container inits that outlived their nspawn (e.g. nspawn got SIGKILL): they run on our base.
-        orphans = _find_orphan_inits(self.cache_dir)
+        orphans = _find_orphan_inits(self.cache_dir, _our_netns_inodes())
         for ref in orphans:
             ref.signal(signal.SIGKILL)
         if _wait_gone(orphans, 5):
             raise HarnessError(f"container inits survived SIGKILL: {[r.pid for r in orphans]}")
 
-        # 2. Overlay mounts (ours: lowerdir is our base, or they sit under our state dir).
-        targets = set(_mounts_using_base(self.cache_dir))
-        targets |= {t for t, _ in _overlay_mounts() if t.startswith(str(self.state_dir) + "/")}
+        # 2. Overlay mounts: ours sit under our state dir (other pools' mounts use the same base: left alone).
+        mine = str(self.state_dir) + "/"
+        targets = {t for t, opts in _overlay_mounts() if t.startswith(mine) or f"upperdir={mine}" in opts}
         nspawn_run = Path("/run/systemd/nspawn")
         for target in sorted(targets, key=len, reverse=True):
             with contextlib.suppress(OSError):  # nspawn's lock file for this root (named by device:inode)
@@ -1116,18 +1209,18 @@ class HostPool:
         netns = _run(["ip", "netns", "list"], check=False).stdout.split("\n")
         for line in netns:
             ns = line.split(" ")[0]
-            if ns.startswith(HOST_PREFIX) and ns[len(HOST_PREFIX) :].isdigit():
+            if ns.startswith(NS_PREFIX) and ns[len(NS_PREFIX) :].isdigit():
                 _run(["ip", "netns", "del", ns], check=False)
         for dev in Path("/sys/class/net").iterdir():
             n = dev.name
-            if n == BRIDGE or (n.startswith(HOST_PREFIX) and n.endswith("-v")):
+            if n == BRIDGE or (n.startswith(NS_PREFIX) and n.endswith("-v") and n[len(NS_PREFIX) : -2].isdigit()):
                 _run(["ip", "link", "del", n], check=False)
 
         # 4. nspawn's per-machine propagation dirs (left behind when /run is not a tmpfs), then our state.
         propagate = nspawn_run / "propagate"
         if propagate.is_dir():
             for d in propagate.iterdir():
-                if d.name.startswith(HOST_PREFIX) and d.name[len(HOST_PREFIX) :].isdigit():
+                if d.name.startswith(NS_PREFIX) and d.name[len(NS_PREFIX) :].isdigit():
                     shutil.rmtree(d, ignore_errors=True)
         if self.state_dir.exists():
             remaining = [t for t, _ in _overlay_mounts() if t.startswith(str(self.state_dir) + "/")]
@@ -1154,12 +1247,16 @@ def _find_harness_processes() -> tuple[list[ProcRef], list[ProcRef]]:
         argv = _proc_cmdline(pid)
         if not argv:
             continue
-        if _SUPERVISOR_MARK in argv and any(a.endswith(f"/tests/hosts/{me}") for a in argv):
+        # argv: python nspawn.py _supervise HOST_DIR NS_PREFIX (older supervisors, without the prefix: pool 0)
+        pool_of = argv[-1] if len(argv) >= 5 and argv[-3] == _SUPERVISOR_MARK else "at-h"
+        if _SUPERVISOR_MARK in argv and any(a.endswith(f"/tests/hosts/{me}") for a in argv) and pool_of == NS_PREFIX:
             ref = ProcRef.of(pid)
             if ref:
                 supervisors.append(ref)
         elif Path(argv[0]).name == "systemd-nspawn" and any(
-            a.startswith(f"--network-namespace-path=/run/netns/{HOST_PREFIX}") for a in argv
+            a.startswith(f"--network-namespace-path=/run/netns/{NS_PREFIX}")
+            and a.removeprefix(f"--network-namespace-path=/run/netns/{NS_PREFIX}").isdigit()
+            for a in argv
         ):
             ref = ProcRef.of(pid)
             if ref:
@@ -1167,8 +1264,20 @@ def _find_harness_processes() -> tuple[list[ProcRef], list[ProcRef]]:
     return supervisors, nspawns
 
 
-def _find_orphan_inits(cache_dir: Path) -> list[ProcRef]:
-    """PID 1 of containers booted from our base, in any pid namespace but ours."""
+def _our_netns_inodes() -> set[int]:
+    """Inodes of this pool's network namespaces (``/run/netns/atK-hN``)."""
+    found: set[int] = set()
+    with contextlib.suppress(OSError):
+        for entry in Path("/run/netns").iterdir():
+            if entry.name.startswith(NS_PREFIX) and entry.name[len(NS_PREFIX) :].isdigit():
+                with contextlib.suppress(OSError):
+                    found.add(entry.stat().st_ino)
+    return found
+
+
+def _find_orphan_inits(cache_dir: Path, netns_inodes: set[int]) -> list[ProcRef]:
+    """PID 1 of this pool's containers (booted from our base, in one of ``netns_inodes``), in any pid
+    namespace but ours."""
     try:
         my_ns = os.readlink("/proc/self/ns/pid")
     except OSError:
@@ -1189,6 +1298,8 @@ def _find_orphan_inits(cache_dir: Path) -> list[ProcRef]:
             )
             if len(nspid) < 2 or nspid[-1] != "1" or needle not in Path(f"/proc/{pid}/mountinfo").read_text():
                 continue
+            if os.stat(f"/proc/{pid}/ns/net").st_ino not in netns_inodes:
+                continue  # another pool's container
         except OSError:
             continue
         ref = ProcRef.of(pid)
