@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -102,3 +103,33 @@ def test_reboot(systemd_hosts: HostPool) -> None:
     assert after.returncode == 0, after
     state = ssh(systemd_hosts, host.ssh_alias, "systemctl is-system-running --wait").stdout.strip()
     assert state in ("running", "degraded")
+
+
+def test_subnet_is_free_of_other_routes(systemd_hosts: HostPool) -> None:
+    """The pool's bridge subnet was chosen so that nothing else on the machine routes into it: the only
+    routes overlapping it are the pool's own bridge routes."""
+    import ipaddress
+
+    from tests.hosts.nspawn import BRIDGE, _taken_networks
+
+    net = ipaddress.IPv4Network(f"{systemd_hosts.subnet}.0/24")
+    others = [line for t, line in _taken_networks() if t.overlaps(net) and f"dev {BRIDGE}" not in line
+              and f" {BRIDGE}" not in line]
+    assert not others, others
+    assert all(h.address.startswith(systemd_hosts.subnet + ".") for h in systemd_hosts.hosts.values())
+
+
+def test_choose_subnet_skips_taken_routes_and_names_the_blocker() -> None:
+    """12.12: a subnet already routed on the machine is skipped (the next free /24 is used); when every
+    candidate is taken, one clear error names the route in the way of the preferred subnet."""
+    import ipaddress
+
+    from tests.hosts.nspawn import SUBNET_CANDIDATES, HarnessError, choose_subnet
+
+    first = SUBNET_CANDIDATES[0]
+    taken = [(ipaddress.IPv4Network(f"{first}.0/24"), f"{first}.0/24 dev vpn0 proto static")]
+    chosen = choose_subnet(taken)
+    assert chosen != first and chosen in SUBNET_CANDIDATES
+    wide = [(ipaddress.IPv4Network("10.0.0.0/8"), "10.0.0.0/8 dev corp0")]
+    with pytest.raises(HarnessError, match=re.escape("10.0.0.0/8 dev corp0")):
+        choose_subnet(wide)
