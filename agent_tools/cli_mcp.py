@@ -1,4 +1,4 @@
-"""``agent-tools mcp``: serve the tools over MCP (stdio for a local agent, or streamable HTTP).
+"""``agent-tools mcp``: serve the tools over MCP (stdio for a local agent, or streamable HTTP with a bearer token).
 
 Registered on the main CLI with ``app.command()(mcp)`` (see :mod:`agent_tools.cli`). stdout carries the
 protocol on stdio: everything else (logs, messages) goes to stderr.
@@ -6,6 +6,7 @@ protocol on stdio: everything else (logs, messages) goes to stderr.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,6 +14,9 @@ import anyio
 import structlog
 import typer
 from rich.console import Console
+from rich.text import Text
+
+from .display import plain
 
 __all__ = ["mcp"]
 
@@ -29,7 +33,7 @@ def _build(policy: list[Path] | None, ssh_config: list[str] | None) -> Any:
     try:
         return build_toolkit(ssh_config=ssh_config, policy=policy)
     except PolicyError as exc:
-        _err.print(f"[red]error:[/] policy: {exc}")
+        _err.print(Text.assemble(("error:", "red"), " policy: ", plain(exc)), highlight=False)
         raise typer.Exit(2) from exc
 
 
@@ -37,16 +41,46 @@ def mcp(
     policy: Annotated[list[Path] | None, typer.Option(
         "--policy", help="policy file (YAML; repeatable): per-host allow/ask/deny and budgets")] = None,
     transport: Annotated[str, typer.Option("--transport", help="stdio (default: for a local agent) | http")] = "stdio",
-    host: Annotated[str, typer.Option("--host", help="http: address to listen on")] = "127.0.0.1",
+    host: Annotated[str, typer.Option("--host", help="http: address to listen on (loopback unless you give a token "
+                                                     "and --allow-host)")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="http: TCP port to listen on")] = 8765,
+    token_file: Annotated[Path | None, typer.Option(
+        "--token-file", help="http: file holding the bearer token (created 0600 with a random token if missing; "
+                             "default STATE_DIR/mcp-http.token; $AGENT_TOOLS_MCP_TOKEN gives the token instead)"),
+    ] = None,
+    no_auth: Annotated[bool, typer.Option(
+        "--no-auth", help="http: no bearer token (refused unless --host is loopback)")] = False,
+    allow_host: Annotated[list[str] | None, typer.Option(
+        "--allow-host", help="http: another name clients use in Host/Origin (repeatable; needed for 0.0.0.0)")] = None,
     ssh_config: Annotated[list[str] | None, typer.Option(
         "--ssh-config", "-F", help="OpenSSH client config file (repeatable)")] = None,
 ) -> None:
-    """Serve the tools over MCP: stdio (the agent starts this command) or streamable HTTP at /mcp."""
+    """Serve the tools over MCP: stdio (the agent starts this command) or streamable HTTP at /mcp.
+
+    HTTP requires ``Authorization: Bearer TOKEN`` on every request (401 otherwise) and checks Host/Origin against
+    DNS rebinding; see README "MCP over HTTP" for how Claude Code, Codex and the Inspector pass the token."""
+    from .adapters.mcp_http import TOKEN_ENV, TOKEN_FILE_NAME, InsecureListen, is_loopback, load_or_create_token
     from .adapters.mcp_server import build_mcp_server, serve_http, serve_stdio
+    from .jobs.journal import default_state_dir
 
     if transport not in ("stdio", "http"):
         raise typer.BadParameter("must be 'stdio' or 'http'", param_hint="--transport")
+    token: str | None = None
+    if transport == "http":
+        if no_auth and not is_loopback(host):
+            raise typer.BadParameter(f"--no-auth is only allowed on a loopback address, not {host}",
+                                     param_hint="--no-auth")
+        if not no_auth:
+            env_token = os.environ.get(TOKEN_ENV, "").strip()
+            path = token_file or default_state_dir() / TOKEN_FILE_NAME
+            try:
+                token = env_token if env_token and token_file is None else load_or_create_token(path)
+            except (OSError, ValueError) as exc:
+                _err.print(Text.assemble(("error:", "red"), " bearer token: ", plain(exc)), highlight=False)
+                raise typer.Exit(2) from exc
+            if len(token) < 16:
+                raise typer.BadParameter(f"${TOKEN_ENV} must be at least 16 characters", param_hint=TOKEN_ENV)
+            where = f"${TOKEN_ENV}" if env_token and token_file is None else str(path)
     toolkit = _build(policy, ssh_config)
 
     async def serve() -> None:
@@ -54,8 +88,14 @@ def mcp(
             server = build_mcp_server(toolkit)
             if transport == "stdio":
                 await serve_stdio(server)
-            else:
-                _err.print(f"agent-tools MCP server on http://{host}:{port}/mcp (streamable HTTP)")
-                await serve_http(server, host=host, port=port)
+                return
+            auth = f"bearer token from {where}" if token is not None else "NO authentication (--no-auth)"
+            _err.print(plain(f"agent-tools MCP server on http://{host}:{port}/mcp (streamable HTTP; {auth})"),
+                       highlight=False)
+            await serve_http(server, host=host, port=port, token=token, allowed_hosts=tuple(allow_host or ()))
 
-    anyio.run(serve)
+    try:
+        anyio.run(serve)
+    except InsecureListen as exc:
+        _err.print(Text.assemble(("error:", "red"), " ", plain(exc)), highlight=False)
+        raise typer.Exit(2) from exc

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import mcp.types as types
 import pytest
 from mcp import Client, ClientSession, StdioServerParameters, stdio_client
@@ -137,12 +138,12 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def http_server(tmp_path: Path) -> AsyncIterator[str]:
-    """``agent-tools mcp --transport http`` on a free loopback port; yields the endpoint URL."""
+async def http_server(tmp_path: Path, *args: str, env_extra: dict[str, str] | None = None) -> AsyncIterator[str]:
+    """``agent-tools mcp --transport http ARGS`` on a free loopback port; yields the endpoint URL."""
     port = free_port()
     errlog = (tmp_path / "http-stderr.log").open("w")
-    env = {**server_env(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path)}
-    proc = await anyio.open_process(agent_tools_cmd("--transport", "http", "--port", str(port)),
+    env = {**server_env(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path), **(env_extra or {})}
+    proc = await anyio.open_process(agent_tools_cmd("--transport", "http", "--port", str(port), *args),
                                     stdin=None, stdout=errlog, stderr=errlog, env=env, cwd=str(tmp_path))
     try:
         with anyio.fail_after(30):  # bounded poll for the port
@@ -166,9 +167,15 @@ async def http_server(tmp_path: Path) -> AsyncIterator[str]:
         errlog.close()
 
 
+def bearer_client(token: str) -> httpx2.AsyncClient:
+    """An HTTP client for the MCP SDK's streamable HTTP transport that sends ``Authorization: Bearer TOKEN``."""
+    return httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30.0, read=300.0))
+
+
 async def test_streamable_http_server(tmp_path: Path) -> None:
-    async with http_server(tmp_path) as url, streamable_http_client(url) as (read, write), \
-            ClientSession(read, write) as session:
+    async with http_server(tmp_path) as url, \
+            bearer_client((tmp_path / "state" / "mcp-http.token").read_text().strip()) as client, \
+            streamable_http_client(url, http_client=client) as (read, write), ClientSession(read, write) as session:
         with anyio.fail_after(20):
             await session.initialize()
             names = {t.name for t in (await session.list_tools()).tools}

@@ -26,6 +26,9 @@ Decline/cancel: the approval is rejected and the call returns ``denied``. Withou
 ``needs_approval`` outcome itself is the tool result. Note that elicitation trusts the client: it is as
 strong as the client's promise to show the form to a person.
 
+Transports: :func:`serve_stdio`, and :func:`serve_http` (streamable HTTP with a bearer token and Host/Origin
+checks; see :mod:`agent_tools.adapters.mcp_http`).
+
 Logs go to stderr only (stdout carries the protocol on stdio); entry points configure structlog.
 """
 
@@ -43,7 +46,9 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import __version__
 from ..outcomes import Denied, ErrorOutcome
+from ..redact import redact
 from ..tools.toolkit import Toolkit
+from .mcp_http import serve_http
 from .schemas import DEFAULT_MAX_RESULT_CHARS, encode_result, is_error_result, tool_schema, tool_schemas
 
 __all__ = ["APPROVAL_STATE_PREFIX", "ApprovalSink", "McpToolServer", "build_mcp_server", "serve_http",
@@ -172,8 +177,8 @@ class McpToolServer:
                 await anyio.sleep(self.progress_interval_s)
                 elapsed = round(anyio.current_time() - t0, 1)
                 within = total is not None and elapsed <= total
-                message = (f"{name}: {elapsed:g} s" + (f" of {total:g} s" if within else "")
-                           + "; cancelling stops this wait, not the job")
+                message = redact(f"{name}: {elapsed:g} s" + (f" of {total:g} s" if within else "")
+                                 + "; cancelling stops this wait, not the job")
                 try:
                     await ctx.session.report_progress(elapsed, total if within else None, message)
                 except Exception as exc:  # a closed stream must not fail the call itself
@@ -218,6 +223,7 @@ class McpToolServer:
         if not isinstance(approval_id, str) or not form or not self._takes_approval_id(name):
             return outcome
         message = (f"The agent wants to run on {outcome.get('host')}:\n\n    {outcome.get('command')}\n\n"
+                   f"Command digest {outcome.get('command_digest') or '?'} (secrets shown as [REDACTED]). "
                    f"Policy rule {outcome.get('rule_id') or '(none)'} asks first: {outcome.get('reason')}")
         if ctx.session.can_send_request:
             answer: types.ElicitResult | None = None
@@ -286,15 +292,3 @@ async def serve_stdio(server: Server[Any]) -> None:
 
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
-
-
-async def serve_http(server: Server[Any], *, host: str = "127.0.0.1", port: int = 8765, path: str = "/mcp") -> None:
-    """Serve ``server`` over streamable HTTP at ``http://HOST:PORT/PATH`` (uvicorn) until cancelled or
-    SIGINT/SIGTERM. On a loopback ``host`` the SDK enables DNS-rebinding protection (Host/Origin checks).
-    No authentication: bind to loopback, or put an authenticating proxy in front."""
-    import uvicorn
-
-    app = server.streamable_http_app(streamable_http_path=path, host=host)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-    log.info("mcp.http_listening", url=f"http://{host}:{port}{path}")
-    await uvicorn.Server(config).serve()

@@ -1,0 +1,176 @@
+"""MCP over streamable HTTP, authenticated: a bearer token, Host/Origin checks, loopback by default.
+
+Every tool runs commands on every configured host as the user who started the server, so whoever can reach the
+port must prove they may: each request carries ``Authorization: Bearer TOKEN`` or is answered ``401`` (the
+official SDK's own ``RequireAuthMiddleware`` and ``BearerAuthBackend``, fed by a :class:`StaticTokenVerifier`
+that compares in constant time). The token is random (32 bytes from :mod:`secrets`, URL-safe base64) and lives in
+a file created ``0600`` in the state directory on first use (:func:`load_or_create_token`), or is given by the
+user (``$AGENT_TOOLS_MCP_TOKEN``, ``--token-file``).
+
+DNS rebinding: the MCP transport spec (2025-06-18, "Security Warning") says servers MUST validate the
+``Origin`` header and SHOULD bind to localhost only. The SDK's ``TransportSecuritySettings`` is used for that:
+the ``Host`` header must name the address listened on (a loopback name when listening on loopback, or a
+name given with ``allowed_hosts``), else ``421``; an ``Origin`` that is present must be ``http(s)://`` one of
+those, else ``403`` (a page from another site that a rebinding DNS answer pointed at this port says so in
+both). The SDK lets requests without ``Origin`` through (non-browser clients send none); they still need the
+token.
+
+Listening beyond loopback without a token is refused (:class:`InsecureListen`), and a wildcard address
+(``0.0.0.0``, ``::``) needs the names clients will use in ``Host`` (``allowed_hosts``).
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+import secrets
+import stat
+from pathlib import Path
+from typing import Any
+
+import structlog
+from mcp.server import Server
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.transport_security import TransportSecuritySettings
+
+__all__ = ["TOKEN_ENV", "TOKEN_FILE_NAME", "InsecureListen", "StaticTokenVerifier", "is_loopback",
+           "load_or_create_token", "serve_http", "transport_security"]
+
+log = structlog.get_logger(__name__)
+
+TOKEN_ENV = "AGENT_TOOLS_MCP_TOKEN"
+"""Environment variable that gives the bearer token (instead of the token file)."""
+
+TOKEN_FILE_NAME = "mcp-http.token"
+"""File name of the token in the state directory."""
+
+_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+class InsecureListen(ValueError):
+    """The HTTP server would listen where it must not (beyond loopback without a token, or on a wildcard address
+    without the host names clients use)."""
+
+
+class StaticTokenVerifier:
+    """An MCP SDK ``TokenVerifier`` that accepts exactly one bearer token (compared with
+    :func:`hmac.compare_digest`, so timing says nothing about it)."""
+
+    def __init__(self, token: str) -> None:
+        if len(token) < 16:
+            raise ValueError("the MCP bearer token must be at least 16 characters")
+        self._token = token.encode()
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        if hmac.compare_digest(token.encode(), self._token):
+            return AccessToken(token="[REDACTED]", client_id="agent-tools-bearer", scopes=[])
+        return None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) is a loopback address (``127.0.0.0/8``, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _is_wildcard(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        return False
+
+
+def load_or_create_token(path: str | os.PathLike[str]) -> str:
+    """The token in ``path``; the file is created first (mode ``0600``, directory ``0700``) with a random token
+    when it does not exist. Two servers starting at once agree on one token (exclusive create).
+
+    :raises PermissionError: the file is readable or writable by group/others, or owned by another user (like
+        OpenSSH with private keys: fix with ``chmod 600 FILE``).
+    :raises ValueError: the file holds no usable token (fewer than 16 characters).
+    """
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_urlsafe(32) + "\n")
+        log.info("mcp.token_created", path=str(p))
+    st = p.stat()
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise PermissionError(f"{p} is accessible by other users (mode {stat.S_IMODE(st.st_mode):o}); "
+                              f"run: chmod 600 {p}")
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        raise PermissionError(f"{p} is owned by uid {st.st_uid}, not by this user")
+    token = p.read_text(encoding="utf-8").strip()
+    if len(token) < 16:
+        raise ValueError(f"{p} holds no usable token (at least 16 characters); delete it to get a new one")
+    return token
+
+
+def transport_security(host: str, port: int,
+                       allowed_hosts: list[str] | tuple[str, ...] = ()) -> TransportSecuritySettings:
+    """Host/Origin checks (the SDK's DNS-rebinding protection) for a server listening on ``host:port``.
+
+    Allowed ``Host`` values: ``host`` with any port, the loopback names (``127.0.0.1``, ``localhost``,
+    ``[::1]``) with any port when ``host`` is loopback (as the SDK's own default), and each of
+    ``allowed_hosts`` (a name, or ``name:port`` for one port only). Allowed ``Origin`` values: ``http://`` and
+    ``https://`` of each of those.
+
+    :raises InsecureListen: ``host`` is a wildcard address and ``allowed_hosts`` is empty.
+    """
+    names: list[str] = []
+    if is_loopback(host):
+        names += list(_LOOPBACK_NAMES)
+    elif _is_wildcard(host):
+        if not allowed_hosts:
+            raise InsecureListen(f"listening on {host} (every address) needs the host names clients connect with "
+                                 "(--allow-host NAME), which the Host header is checked against")
+    else:
+        names.append(f"[{host.strip('[]')}]" if ":" in host else host)
+    patterns = [f"{name}:*" for name in names]
+    for name in allowed_hosts:
+        has_port = name.rsplit(":", 1)[-1].isdigit() and (not name.startswith("[") or "]:" in name)
+        patterns.append(name if has_port else f"{name}:*")
+    patterns = list(dict.fromkeys(patterns))
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=patterns,
+        allowed_origins=[f"{scheme}://{pattern}" for pattern in patterns for scheme in ("http", "https")],
+    )
+
+
+async def serve_http(server: Server[Any], *, host: str = "127.0.0.1", port: int = 8765, path: str = "/mcp",
+                     token: str | None, allowed_hosts: list[str] | tuple[str, ...] = ()) -> None:
+    """Serve ``server`` over streamable HTTP at ``http://HOST:PORT/PATH`` (uvicorn) until cancelled or
+    SIGINT/SIGTERM.
+
+    :param token: the bearer token every request must carry (``Authorization: Bearer TOKEN``), or None for no
+        authentication, which is only allowed on a loopback ``host``.
+    :param allowed_hosts: more names clients may use in ``Host``/``Origin`` (see :func:`transport_security`).
+    :raises InsecureListen: ``token`` is None and ``host`` is not loopback; or see :func:`transport_security`.
+    """
+    import uvicorn
+
+    if token is None and not is_loopback(host):
+        raise InsecureListen(f"refusing to serve MCP over HTTP on {host} without a bearer token: anyone who can "
+                             "reach the port could run commands as this user")
+    security = transport_security(host, port, allowed_hosts)
+    auth: dict[str, Any] = {}
+    if token is not None:
+        listen = f"[{host.strip('[]')}]" if ":" in host else host
+        auth = {"auth": AuthSettings(issuer_url=f"http://{listen}:{port}", resource_server_url=None),
+                "token_verifier": StaticTokenVerifier(token)}
+    app = server.streamable_http_app(streamable_http_path=path, host=host, transport_security=security, **auth)
+    config = uvicorn.Config(app, host=host.strip("[]"), port=port, log_level="warning", lifespan="on")
+    log.info("mcp.http_listening", url=f"http://{host}:{port}{path}", auth="bearer" if token else "none",
+             allowed_hosts=security.allowed_hosts)
+    await uvicorn.Server(config).serve()

@@ -1,0 +1,118 @@
+"""MCP over streamable HTTP is authenticated: bearer token, 401 without it, Host/Origin checks, loopback only
+without a token. Real ``agent-tools mcp --transport http`` processes, the official MCP client SDK, loopback only."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from .test_mcp_server import CORE_TOOLS, agent_tools_cmd, bearer_client, http_server, server_env, structured
+
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "raw-test", "version": "0"}}}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+def token_of(tmp_path: Path) -> str:
+    return (tmp_path / "state" / "mcp-http.token").read_text().strip()
+
+
+async def post_init(url: str, **headers: str) -> httpx2.Response:
+    async with httpx2.AsyncClient(timeout=20.0) as client:
+        return await client.post(url, json=INIT, headers={**MCP_HEADERS, **headers})
+
+
+async def test_token_created_0600_and_the_sdk_client_works_with_it(tmp_path: Path) -> None:
+    async with http_server(tmp_path) as url:
+        path = tmp_path / "state" / "mcp-http.token"
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        token = token_of(tmp_path)
+        assert len(token) >= 40
+        async with bearer_client(token) as client, streamable_http_client(url, http_client=client) as (r, w), \
+                ClientSession(r, w) as session:
+            with anyio.fail_after(20):
+                await session.initialize()
+                assert CORE_TOOLS <= {t.name for t in (await session.list_tools()).tools}
+                out = structured(await session.call_tool("run_command", {"host": "local", "command": "echo authed"}))
+        assert (out["outcome"], out["stdout"]["text"]) == ("finished", "authed\n"), out
+        # the token is in no log the server wrote
+        assert token not in (tmp_path / "http-stderr.log").read_text()
+
+
+async def test_without_or_with_a_wrong_token_401_and_nothing_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    async with http_server(tmp_path) as url:
+        assert (await post_init(url)).status_code == 401
+        assert (await post_init(url, Authorization="Bearer " + "x" * 43)).status_code == 401
+        assert (await post_init(url, Authorization=token_of(tmp_path))).status_code == 401  # no "Bearer"
+        no_auth = await post_init(url)
+        assert no_auth.headers["www-authenticate"].startswith("Bearer")
+        # the SDK client without a token cannot start a session, let alone call a tool
+        with pytest.raises(Exception):  # noqa: B017 - the SDK's error type for an HTTP 401 is not public API
+            async with streamable_http_client(url) as (r, w), ClientSession(r, w) as session:
+                with anyio.fail_after(20):
+                    await session.initialize()
+                    await session.call_tool("run_command", {"host": "local", "command": f"touch {marker}"})
+        assert (await post_init(url, Authorization=f"Bearer {token_of(tmp_path)}")).status_code == 200
+    assert not marker.exists()
+
+
+async def test_host_and_origin_are_checked_against_dns_rebinding(tmp_path: Path) -> None:
+    async with http_server(tmp_path) as url:
+        auth = f"Bearer {token_of(tmp_path)}"
+        port = url.split(":")[2].split("/")[0]
+        assert (await post_init(url, Authorization=auth, Host=f"evil.example:{port}")).status_code == 421
+        assert (await post_init(url, Authorization=auth, Origin="http://evil.example")).status_code == 403
+        assert (await post_init(url, Authorization=auth, Origin=f"http://evil.example:{port}")).status_code == 403
+        assert (await post_init(url, Authorization=auth, Origin="http://127.0.0.1.evil.example")).status_code == 403
+        ok = await post_init(url, Authorization=auth, Origin=f"http://localhost:{port}", Host=f"localhost:{port}")
+        assert ok.status_code == 200, ok.text
+
+
+async def test_token_from_the_environment(tmp_path: Path) -> None:
+    token = "env-given-token-" + "z" * 20
+    async with http_server(tmp_path, env_extra={"AGENT_TOOLS_MCP_TOKEN": token}) as url:
+        assert (await post_init(url, Authorization=f"Bearer {token}")).status_code == 200
+        assert (await post_init(url)).status_code == 401
+    assert not (tmp_path / "state" / "mcp-http.token").exists()
+
+
+def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**server_env(tmp_path), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
+    return subprocess.run(agent_tools_cmd("--transport", "http", *args), capture_output=True, text=True, env=env,
+                          timeout=60, check=False, stdin=subprocess.DEVNULL)
+
+
+def test_refuses_to_listen_beyond_loopback_without_a_token(tmp_path: Path) -> None:
+    res = run_cli(tmp_path, "--host", "0.0.0.0", "--no-auth", "--port", "1")
+    assert res.returncode == 2 and "loopback" in res.stderr, res.stderr
+    # with a token, a wildcard address needs the names clients use (the Host check has nothing to check against)
+    res = run_cli(tmp_path, "--host", "0.0.0.0", "--port", "1")
+    assert res.returncode == 2 and "--allow-host" in res.stderr, res.stderr
+
+
+def test_a_token_file_readable_by_others_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "token"
+    path.write_text("a-token-that-others-can-read-0123456789\n")
+    path.chmod(0o644)
+    res = run_cli(tmp_path, "--token-file", str(path), "--port", "1")
+    assert res.returncode == 2 and "chmod 600" in res.stderr, res.stderr
+
+
+def test_the_library_refuses_an_unauthenticated_non_loopback_server(tmp_path: Path) -> None:
+    code = ("import anyio\nfrom mcp.server import Server\nfrom agent_tools.adapters.mcp_http import serve_http, "
+            "InsecureListen\ntry:\n    anyio.run(lambda: serve_http(Server('x'), host='0.0.0.0', port=1, token=None))\n"
+            "except InsecureListen as e:\n    print('refused:', e)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False,
+                         env={**server_env(tmp_path), "PATH": os.environ.get("PATH", "")})
+    assert res.stdout.startswith("refused:"), res.stdout + res.stderr
