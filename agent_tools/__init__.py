@@ -32,6 +32,7 @@ from .outcomes import (
     NeedsInput,
 )
 from .output import OutputView
+from .redact import redact_event
 from .tools.toolkit import Toolkit
 
 __version__ = "0.1.0"
@@ -62,10 +63,11 @@ __all__ = [
 
 if not _structlog.is_configured():
     # A library must not print: until the application (or our CLI / MCP entry points) configures structlog,
-    # agent_tools' events go to stdlib logging under "agent_tools.*", silent by default (NullHandler).
+    # agent_tools' events go to stdlib logging under "agent_tools.*", silent by default (NullHandler), redacted.
+    # An application configuring structlog itself should add agent_tools.redact.redact_event to its processors.
     _structlog.configure(
-        processors=[_structlog.stdlib.filter_by_level, _structlog.processors.TimeStamper(fmt="iso", utc=True),
-                    _structlog.stdlib.render_to_log_kwargs],
+        processors=[_structlog.stdlib.filter_by_level, redact_event,
+                    _structlog.processors.TimeStamper(fmt="iso", utc=True), _structlog.stdlib.render_to_log_kwargs],
         logger_factory=_structlog.stdlib.LoggerFactory(),
         wrapper_class=_structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=False,

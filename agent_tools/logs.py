@@ -7,11 +7,14 @@ import sys
 
 import structlog
 
+from .redact import redact_event
+
 __all__ = ["configure_logging"]
 
 
 def configure_logging(level: str = "warning", *, json_logs: bool | None = None) -> None:
-    """Send structured logs to **stderr** (stdout carries results, or the MCP protocol).
+    """Send structured logs to **stderr** (stdout carries results, or the MCP protocol), secrets redacted
+    (:func:`agent_tools.redact.redact_event`).
 
     :param level: minimum level name (``debug``, ``info``, ``warning``, ``error``).
     :param json_logs: JSON lines (default when stderr is not a TTY) or the console renderer.
@@ -23,6 +26,7 @@ def configure_logging(level: str = "warning", *, json_logs: bool | None = None) 
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            redact_event,  # every string of every event redacted before it is rendered anywhere
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             renderer,

@@ -21,8 +21,9 @@ _ANSI_RE = re.compile(
     r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC ... BEL | ST
     r"|\x1b[@-Z\\-_]"  # 7-bit C1 escapes
 )
-# other C0 control characters that garble a transcript (keep \t and \n; \r handled separately)
-_CTRL_RE = re.compile(r"[\x01-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]")
+# other C0 control characters that garble a transcript (keep \t and \n; \r handled separately), an ESC left
+# over from an unterminated sequence, and the C1 controls (U+009B is a one-character CSI on some terminals)
+_CTRL_RE = re.compile(r"[\x01-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 class OutputView(BaseModel):

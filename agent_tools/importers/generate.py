@@ -5,6 +5,7 @@ See :mod:`agent_tools.importers.synth` for what is inferred and how, and ``docs/
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pprint
@@ -21,6 +22,7 @@ from ..jobs.journal import Journal
 from ..recording.cassette import Cassette
 from ..recording.record import Recorder, RecordingHost, RecordingToolkit
 from ..recording.vclock import run_virtual
+from ..redact import redact
 from ..tools.toolkit import DEFAULT_BUDGET_S
 from .model import ShellCall
 from .plan import run_plan
@@ -82,7 +84,8 @@ def import_calls(calls: list[ShellCall], *, runtime: str, source: str | os.PathL
                  out_dir: str | os.PathLike[str], name: str | None = None) -> ImportResult:
     """Synthesise a cassette for ``calls`` and write it with a pytest file replaying it.
 
-    Writes ``OUT_DIR/cassettes/NAME.jsonl`` and ``OUT_DIR/test_transcript_NAME.py``.
+    Writes ``OUT_DIR/cassettes/NAME.jsonl`` and ``OUT_DIR/test_transcript_NAME.py``. Secrets in the calls'
+    commands and outputs are redacted first (:func:`agent_tools.redact.redact`): neither file holds them.
 
     :param runtime: ``claude-code`` or ``opencode`` (recorded in the cassette header).
     :param source: the transcript file (its name becomes NAME unless ``name`` is given).
@@ -90,6 +93,9 @@ def import_calls(calls: list[ShellCall], *, runtime: str, source: str | os.PathL
     """
     src = Path(source)
     name = name or _name(src)
+    # the one seam for transcripts: their commands and outputs are redacted before anything is inferred, run,
+    # recorded or written (cassette, generated test, the plan in it)
+    calls = [dataclasses.replace(c, command=redact(c.command), output=redact(c.output)) for c in calls]
     timeline = infer_timeline(calls)
     if not timeline.calls:
         raise ValueError(f"{src}: no shell call that ran was found")

@@ -2,8 +2,11 @@
 
 The host's job directory is the source of truth for a job's state (exit file, pid file); the journal keeps
 what only the controller knows: which host, the budget and deadline, probes, what output the agent has
-already been shown, and idempotency keys. Path: ``$AGENT_TOOLS_STATE_DIR/journal.sqlite3``, else
-``$XDG_STATE_HOME/agent-tools/journal.sqlite3`` (``~/.local/state/...``).
+already been shown, and idempotency keys. Text is stored redacted (:func:`agent_tools.redact.redact`: the
+command, the cancel reason, every string in ``meta``), whoever writes it (a launch, a job rediscovered from a
+host's job directory, an error message): the raw command stays only in the job's directory on the host.
+Path: ``$AGENT_TOOLS_STATE_DIR/journal.sqlite3``, else ``$XDG_STATE_HOME/agent-tools/journal.sqlite3``
+(``~/.local/state/...``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import structlog
 
 from ..clock import wall_time
 from ..errors import JobNotFound, JournalError
+from ..redact import redact, redact_obj
 
 __all__ = ["JobRecord", "Journal", "default_state_dir"]
 
@@ -209,8 +213,10 @@ class Journal:
         :raises JournalError: the id (or host + idempotency key) is already there, or the write failed.
         """
         vals = [getattr(rec, c) for c in _COLUMNS]
+        for name in _REDACTED:
+            vals[_COLUMNS.index(name)] = _redacted(name, vals[_COLUMNS.index(name)])
         vals[_COLUMNS.index("probes")] = json.dumps(rec.probes)
-        vals[_COLUMNS.index("meta")] = json.dumps(rec.meta)
+        vals[_COLUMNS.index("meta")] = json.dumps(vals[_COLUMNS.index("meta")])
         self._exec(f"INSERT INTO jobs ({','.join(_COLUMNS)}) VALUES ({','.join('?' * len(_COLUMNS))})",
                    tuple(vals))
 
@@ -254,6 +260,9 @@ class Journal:
         """Update columns of one job (``probes``/``meta`` given as Python objects)."""
         if not fields:
             return
+        for k in _REDACTED:
+            if k in fields:
+                fields[k] = _redacted(k, fields[k])
         for k in ("probes", "meta"):
             if k in fields:
                 fields[k] = json.dumps(fields[k])
@@ -280,6 +289,16 @@ class Journal:
         if not rows:
             self.add(rec)
         return not rows
+
+
+#: columns whose text is redacted before it is written (the storage seam for secrets; see the module docstring)
+_REDACTED = ("command", "cancel_reason", "meta")
+
+
+def _redacted(column: str, value: Any) -> Any:
+    if value is None:
+        return None
+    return redact_obj(value) if column == "meta" else redact(str(value))
 
 
 class _Damaged(Exception):

@@ -34,6 +34,7 @@ from ..outcomes import (
 )
 from ..output import OutputView, clean_text, split_budget
 from ..probes.checks import advance, check_probes
+from ..redact import redact
 from .discover import discover_script, parse_discovery
 from .journal import JobRecord, Journal, now
 from .scripts import (
@@ -207,13 +208,13 @@ class JobRunner:
         :param probes: probe specs (dicts) to judge the job's readiness by.
         :param idempotency_key: a second call with the same key on the same host returns the first job
             instead of starting another one (client retries after a dropped connection).
-        :param display_command: the command as shown in outcomes and the journal (secrets redacted);
-            defaults to ``command``.
+        :param display_command: the command as shown in outcomes and the journal; defaults to ``command``.
+            Either is redacted (:func:`agent_tools.redact.redact`): the raw command goes only to the host.
         :returns: ``finished``, ``needs_input``, ``detached``, ``killed`` or ``error``; never raises for
             host problems (they become ``error`` outcomes).
         :raises BadArguments: invalid arguments (also returned as ``error`` by the tools layer).
         """
-        shown = display_command if display_command is not None else command
+        shown = redact(display_command if display_command is not None else command)
         if not command.strip():
             raise BadArguments("command is empty")
         if len(command.encode()) > MAX_COMMAND_BYTES:
@@ -580,6 +581,9 @@ class JobRunner:
 
         :param max_skip: at most this many final job ids are sent to be skipped (the command line must stay
             below 128 KiB); older final jobs are listed again and ignored.
+
+        A rediscovered command is the raw text of the host's ``command`` file: it is redacted before it is kept
+        (:func:`agent_tools.redact.redact`), like every command the journal stores.
         :returns: the ids of the jobs that were added to the journal.
         :raises HostError: the host cannot be reached.
         """
@@ -597,7 +601,7 @@ class JobRunner:
         added: list[str] = []
         for f in found:
             if f.job_id not in known and _JOB_ID_RE.match(f.job_id) and self.journal.ensure(
-                    JobRecord(job_id=f.job_id, host=host.name, command=f.command, base=self.jobs_dir,
+                    JobRecord(job_id=f.job_id, host=host.name, command=redact(f.command), base=self.jobs_dir,
                               created_at=f.created_at, meta={"rediscovered": True})):
                 added.append(f.job_id)
         if added:
@@ -902,5 +906,7 @@ def _next_hint(job_id: str, state: str, rec: JobRecord) -> str:
 
 
 def _error(exc: AgentToolsError, host: str | None, command: str | None) -> ErrorOutcome:
-    return ErrorOutcome(host=host, command=command, kind=exc.kind, message=exc.message, retryable=exc.retryable,
-                        job_id=getattr(exc, "job_id", None))
+    """The ``error`` outcome of ``exc``; its message and the command are redacted (a host's error text can quote
+    the command line it failed on)."""
+    return ErrorOutcome(host=host, command=None if command is None else redact(command), kind=exc.kind,
+                        message=redact(exc.message), retryable=exc.retryable, job_id=getattr(exc, "job_id", None))

@@ -200,6 +200,8 @@ class Cassette:
             if kind == "exec":
                 ev["command"] = redact_command(str(ev["command"]), patterns)
             elif kind in ("tool", "tool_result"):
+                if isinstance(ev.get("name"), str):
+                    ev["name"] = redact(ev["name"], patterns)  # an unknown tool's name is the caller's text
                 for key in ("arguments", "result"):
                     if key in ev:
                         ev[key] = redact_obj(ev[key], patterns)

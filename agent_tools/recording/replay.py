@@ -39,7 +39,7 @@ from .. import errors as _errors
 from ..errors import AgentToolsError, HostError, ReplayError
 from ..hosts.base import ExecResult, Host, HostProcess
 from ..hosts.registry import HostRegistry
-from ..redact import redact_obj
+from ..redact import redact, redact_obj
 from ..tools.toolkit import Toolkit
 from .cassette import Cassette, ToolCall, blob_words, event_data, mask_secrets, redact_command
 from .ids import IdMap, normalise_ids
@@ -327,7 +327,7 @@ class ReplaySession:
                             f"has {len(self.tool_calls)} tool calls)")
         rec = self.tool_calls[k]
         args = redact_obj(json.loads(self.ids.to_recorded(json.dumps(arguments))), self.extra_patterns)
-        if rec.name != name or rec.arguments != args:
+        if rec.name != redact(name, self.extra_patterns) or rec.arguments != args:
             raise self.fail(f"tool call #{rec.call}: recorded {rec.name}({json.dumps(rec.arguments)[:300]}), "
                             f"replay called {name}({json.dumps(args)[:300]})")
         if rec.result is None:
