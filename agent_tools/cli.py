@@ -3,6 +3,11 @@
 Exit status: 0 when a command finished with status 0 or detached into a job; the command's own exit
 status when it finished non-zero; 1 for error/denied/needs_approval/needs_input/killed outcomes; 2 for
 usage errors.
+
+Everything shown that did not come from this module (commands, output, reasons, rule ids, host names, file
+names) is untrusted: it is redacted (:func:`agent_tools.redact.redact`) and put on screen as plain text with
+every control character made visible (:mod:`agent_tools.display`), never read as Rich markup or sent to the
+terminal as a control sequence.
 """
 
 from __future__ import annotations
@@ -18,11 +23,14 @@ import anyio
 import typer
 from pydantic import BaseModel
 from rich.console import Console
+from rich.text import Text
 
 from .cli_import import import_app
 from .cli_mcp import mcp
+from .display import plain, safe_text
 from .jobs.journal import Journal
 from .logs import configure_logging
+from .redact import redact, redact_argv, redact_obj
 from .tools.toolkit import Toolkit
 
 __all__ = ["app", "main"]
@@ -50,22 +58,39 @@ def _toolkit(ssh_config: list[str] | None, policy: list[str] | None = None) -> T
     try:
         return build_toolkit(ssh_config=ssh_config, policy=policy, warm=False)  # one call per process
     except PolicyError as exc:
-        err.print(f"[red]policy error:[/] {exc}")
+        _say(("policy error: ", "red"), _shown(exc), console=err)
         raise typer.Exit(2) from exc
+
+
+def _shown(value: object, style: str = "") -> Text:
+    """Untrusted ``value`` as it may be shown: redacted, control characters visible, never markup."""
+    return plain(redact(str(value)), style)
+
+
+def _say(*parts: str | tuple[str, str] | Text, console: Console | None = None) -> None:
+    """Print one line built from trusted literals (``str`` or ``(str, style)``) and untrusted :func:`_shown`
+    parts, with no markup parsing and no highlighting."""
+    (console or out).print(Text.assemble(*parts), highlight=False)
+
+
+def _block(text: str) -> None:
+    """Print untrusted output (already cleaned by :func:`agent_tools.output.clean_text`) as it is, line breaks
+    kept, control characters visible, no wrapping inserted."""
+    out.print(_shown(text), end="" if text.endswith("\n") else "\n", soft_wrap=True, highlight=False)
 
 
 def _run(fn: Callable[[], Awaitable[T]], label: str | None = None) -> T:
     """Run ``fn`` on anyio; on a TTY show a spinner with the elapsed time while waiting."""
     if label is None or not sys.stderr.isatty():
         return anyio.run(fn)
-    with err.status(label, spinner="dots") as status:
+    with err.status(_shown(label), spinner="dots") as status:
         async def wrapped() -> T:
             async with anyio.create_task_group() as tg:
                 async def tick() -> None:
                     t0 = anyio.current_time()
                     while True:
                         await anyio.sleep(0.2)
-                        status.update(f"{label} [{anyio.current_time() - t0:.1f}s]")
+                        status.update(_shown(label) + Text(f" [{anyio.current_time() - t0:.1f}s]"))
                 tg.start_soon(tick)
                 result = await fn()
                 tg.cancel_scope.cancel()
@@ -75,8 +100,9 @@ def _run(fn: Callable[[], Awaitable[T]], label: str | None = None) -> T:
 
 def _emit(result: BaseModel | dict[str, Any], as_json: bool) -> dict[str, Any]:
     data = result if isinstance(result, dict) else result.model_dump(mode="json")
+    data = dict(redact_obj(data))
     if as_json:
-        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")  # ensure_ascii: control characters come out escaped
         return data
     _render(data)
     return data
@@ -85,36 +111,99 @@ def _emit(result: BaseModel | dict[str, Any], as_json: bool) -> dict[str, Any]:
 def _render(d: dict[str, Any]) -> None:
     kind = d.get("outcome")
     if kind is None and "state" in d and "job_id" in d:
-        out.print(f"[bold]{d['job_id']}[/] on {d.get('host')}: [bold]{d['state']}[/]"
-                  + (f" exit {d['exit_status']}" if d.get("exit_status") is not None else "")
-                  + (f" readiness {d['readiness']}" if d.get("readiness") not in (None, "none") else "")
-                  + f" ({d.get('elapsed_s', 0):.1f}s) — {d.get('why', '')}")
+        _say(_shown(d["job_id"], "bold"), " on ", _shown(d.get("host")), ": ", _shown(d["state"], "bold"),
+             f" exit {d['exit_status']}" if d.get("exit_status") is not None else "",
+             Text.assemble(" readiness ", _shown(d["readiness"])) if d.get("readiness") not in (None, "none") else "",
+             f" ({float(d.get('elapsed_s') or 0):.1f}s) — ", _shown(d.get("why", "")))
         for key in ("new_stdout", "new_stderr"):
             text = (d.get(key) or {}).get("text")
             if text:
-                out.out(text, end="" if text.endswith("\n") else "\n", highlight=False)
+                _block(text)
         if d.get("next"):
-            out.print(f"[dim]next: {d['next']}[/]")
+            _say(("next: ", "dim"), _shown(d["next"], "dim"))
         return
     if kind is None:
-        out.print_json(data=d)
+        out.print_json(data=d)  # JSON: every string is quoted and escaped by the encoder, markup does not apply
         return
     head = {"finished": "green", "detached": "yellow", "killed": "red", "error": "red", "denied": "red",
             "needs_approval": "magenta", "needs_input": "magenta"}.get(str(kind), "white")
-    line = f"[bold {head}]{kind}[/]"
+    parts: list[str | tuple[str, str] | Text] = [_shown(kind, f"bold {head}")]
     if kind == "finished":
-        line += f" exit {d.get('exit_status')} in {d.get('duration_s')}s (job {d.get('job_id')})"
+        parts += [" exit ", _shown(d.get("exit_status")), f" in {d.get('duration_s')}s (job ",
+                  _shown(d.get("job_id")), ")"]
     elif kind == "detached":
-        line += f" after {d.get('elapsed_s')}s: job [bold]{d.get('job_id')}[/] — {d.get('why')}"
+        parts += [f" after {d.get('elapsed_s')}s: job ", _shown(d.get("job_id"), "bold"), " — ",
+                  _shown(d.get("why"))]
     elif kind in ("error", "denied", "needs_approval", "needs_input", "killed"):
-        line += " — " + str(d.get("message") or d.get("reason") or d.get("prompt") or "")
-    out.print(line)
+        parts += [" — ", _shown(d.get("message") or d.get("reason") or d.get("prompt") or "")]
+    _say(*parts)
     for key in ("stdout", "stderr"):
         text = (d.get(key) or {}).get("text")
         if text:
-            out.out(text, end="" if text.endswith("\n") else "\n", highlight=False)
+            _block(text)
     if d.get("next"):
-        out.print(f"[dim]next: {d['next']}[/]")
+        _say(("next: ", "dim"), _shown(d["next"], "dim"))
+
+
+_SHELL_SYNTAX = frozenset(";|&<>$`()\n")
+
+
+def _hides_syntax(command: str, shown: str) -> bool:
+    """Whether redaction removed shell operators from ``command`` (a secret-looking span that hides code)."""
+    from collections import Counter
+
+    before = Counter(c for c in command if c in _SHELL_SYNTAX)
+    after = Counter(c for c in shown if c in _SHELL_SYNTAX)
+    return any(after[c] < n for c, n in before.items())
+
+
+#: a command longer than this many screen lines is shown through the pager ($PAGER, else less) before the prompt
+_PAGE_MARGIN_LINES = 12
+
+
+def _screen_lines(text: Text, width: int) -> int:
+    return sum(max(1, -(-len(line.plain) // max(1, width))) for line in text.split("\n"))
+
+
+def _ask_approval(d: dict[str, Any], command: str) -> bool:
+    """Show the whole command verbatim (multi-line kept, nothing cut; paged when it does not fit the screen),
+    the host, the rule and the digest the approval is bound to; ask y/N. Returns the answer."""
+    from .policy.approvals import command_digest
+
+    digest = command_digest(command)
+    if d.get("command_digest") and d["command_digest"] != digest:  # cannot happen unless the command changed
+        _say(("the approval request is for another command; not asking", "red"), console=err)
+        return False
+    shown = redact(command)
+    body = _shown(command)
+    lines = command.count("\n") + 1
+    hidden = shown.count("[REDACTED]") - command.count("[REDACTED]")
+    _say(("needs approval", "bold magenta"), " — ", _shown(d.get("reason") or ""))
+    _say("  host     ", _shown(d.get("host"), "bold"))
+    _say("  rule     ", _shown(d.get("rule_id") or "(none)"))
+    _say("  digest   ", (digest, "bold"), "  (SHA-256 of the exact command below; the approval is bound to it)")
+    _say("  approval ", _shown(d.get("approval_id")), f"  (expires in {d.get('expires_s')} s)")
+    note = f"  command  {lines} line(s), {len(command)} character(s), shown exactly between the rules"
+    if hidden > 0:
+        note += f"; {hidden} secret(s) shown as [REDACTED]"
+    if body.plain != shown:
+        note += "; control/invisible characters shown as escapes"
+    _say(note)
+    if _hides_syntax(command, shown):
+        _say(("  warning: a redacted part of this command holds shell syntax (; | & < > $ ` ( ) or a line break): "
+              "it may run more than is shown. The policy decided on the full command.", "bold red"))
+    framed = Text.assemble(("─" * 8 + " command " + "─" * 8 + "\n", "dim"), body,
+                           ("\n" + "─" * 8 + " end " + "─" * 12, "dim"))
+    if _screen_lines(framed, out.size.width) > max(4, out.size.height - _PAGE_MARGIN_LINES):
+        _say(f"  (the command is {lines} line(s) long: it is shown in the pager first; quit the pager to answer)")
+        with out.pager(styles=False):
+            out.print(Text.assemble(f"digest {digest}, host ", _shown(d.get("host")), "\n"), highlight=False)
+            out.print(framed, highlight=False, soft_wrap=False)
+        _say("  (shown in full in the pager)")
+    else:
+        out.print(framed, highlight=False, soft_wrap=False)
+    host = safe_text(str(d.get("host")))
+    return typer.confirm(f"Approve running this command (digest {digest}) on {host}?", default=False)
 
 
 def _exit_code(d: dict[str, Any]) -> int:
@@ -176,10 +265,15 @@ def run(
                 args["approval_id"] = approve
             d = await tk.dispatch("run_command", args)
             if d.get("outcome") == "needs_approval" and not as_json and sys.stdin.isatty() and approve is None:
-                _render(d)
-                if typer.confirm(f"Approve running this on {host}?", default=False):
-                    tk.approvals.approve(d["approval_id"], by=os.environ.get("USER", "cli"))  # type: ignore[union-attr]
+                if _ask_approval(d, cmd):
+                    from .policy.approvals import command_digest
+
+                    tk.approvals.approve(d["approval_id"], by=os.environ.get("USER", "cli"),  # type: ignore[union-attr]
+                                         digest=command_digest(cmd))
                     d = await tk.dispatch("run_command", dict(args, approval_id=d["approval_id"]))
+                else:
+                    tk.approvals.reject(d["approval_id"], by=os.environ.get("USER", "cli"))  # type: ignore[union-attr]
+                    d = dict(d, next="not approved; nothing ran")
             return d
 
     d = _run(go, None if as_json or sys.stdin.isatty() else f"{host}: {cmd[:60]}")
@@ -223,7 +317,7 @@ def output(
     if as_json or d.get("outcome") == "error":
         _emit(d, True if as_json else False)
     else:
-        sys.stdout.write(d["text"])
+        sys.stdout.write(safe_text(redact(d["text"])))
     raise typer.Exit(1 if d.get("outcome") == "error" else 0)
 
 
@@ -243,7 +337,7 @@ def cancel(
     if as_json:
         _emit(d, True)
     else:
-        out.print(d.get("message") or d)
+        _say(_shown(d.get("message") or json.dumps(d)))
     raise typer.Exit(1 if d.get("outcome") == "error" or d.get("survivors") else 0)
 
 
@@ -266,9 +360,14 @@ def jobs(
 
     table = Table("job", "host", "state", "exit", "command")
     for j in d["jobs"]:
-        table.add_row(j["job_id"], j["host"], j["state"],
-                      "" if j["exit_status"] is None else str(j["exit_status"]), j["command"][:70])
+        command = redact(j["command"])
+        first = command.split("\n", 1)[0]
+        cut = first[:70] + (f" … ({len(command)} chars)" if len(first) > 70 or len(first) < len(command) else "")
+        table.add_row(_shown(j["job_id"]), _shown(j["host"]), _shown(j["state"]),
+                      "" if j["exit_status"] is None else _shown(j["exit_status"]), _shown(cut))
     out.print(table)
+    if d.get("note"):
+        _say(("note: ", "dim"), _shown(d["note"], "dim"))
 
 
 app.command()(mcp)
@@ -304,10 +403,10 @@ def policy_check(files: Annotated[list[str], typer.Argument(help="policy files")
         try:
             ps = PolicySet.load([f])
             n = sum(len(p.policy.rules) for p in ps.policies)
-            out.print(f"[green]ok[/] {f}: {n} rules, examples pass")
+            _say(("ok", "green"), " ", _shown(f), f": {n} rules, examples pass")
         except PolicyError as exc:
             bad += 1
-            out.print(f"[red]error[/] {exc}", highlight=False)
+            _say(("error", "red"), " ", _shown(exc))
     raise typer.Exit(1 if bad else 0)
 
 
@@ -327,23 +426,29 @@ def policy_explain(
     try:
         ps = load_policies(paths)
     except PolicyError as exc:
-        err.print(f"[red]policy error:[/] {exc}")
+        _say(("policy error: ", "red"), _shown(exc), console=err)
         raise typer.Exit(2) from exc
     d = ps.decide(host, " ".join(command))
     if as_json:
-        sys.stdout.write(d.model_dump_json(indent=2) + "\n")
+        data = redact_obj(d.model_dump(mode="json"))
+        for c in data.get("commands", []):
+            c["argv"] = redact_argv(c.get("argv", []))
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
     colour = {"allow": "green", "ask": "magenta", "deny": "red"}[d.decision]
-    out.print(f"[bold {colour}]{d.decision}[/] (rule {d.rule_id}) — {d.reason}", highlight=False)
-    out.print(f"budget {d.budget_s:g} s, on_timeout {d.on_timeout}, detach "
-              f"{'immediately' if d.detach_immediately else 'on budget'}, deadline "
-              f"{d.deadline_from or d.deadline_s}", highlight=False)
+    _say((d.decision, f"bold {colour}"), " (rule ", _shown(d.rule_id), ") — ", _shown(d.reason))
+    _say(f"budget {d.budget_s:g} s, on_timeout {d.on_timeout}, detach "
+         f"{'immediately' if d.detach_immediately else 'on budget'}, deadline {d.deadline_from or d.deadline_s}")
     for c in d.commands:
-        extra = " [opaque: " + str(c.opaque_reason) + "]" if getattr(c, "opaque", False) else ""
-        out.print(f"  {c.decision:5} {c.rule_id or '-':24} {' '.join(c.argv)}{extra}", highlight=False)
+        argv = " ".join(redact_argv(c.argv)) if c.argv else "(" + redact(getattr(c, "text", "") or "") + ")"
+        parts: list[str | tuple[str, str] | Text] = [f"  {c.decision:5} ", _shown(f"{c.rule_id or '-':24}"), " ",
+                                                     _shown(argv)]
+        if getattr(c, "opaque", False):
+            parts += [" [opaque: ", _shown(c.opaque_reason), "]"]
+        _say(*parts)
     for p in d.probes:
-        out.print(f"  probe {json.dumps(p)}", highlight=False)
-    out.print(f"[dim]policy files: {', '.join(d.policy_files)}[/]")
+        _say("  probe ", _shown(json.dumps(p)))
+    _say(("policy files: ", "dim"), _shown(", ".join(d.policy_files), "dim"))
 
 
 def _shipped_policies() -> list[Path]:
@@ -373,7 +478,8 @@ def demo_hicache(
     from .demo.hicache import embedded_node, run_walkthrough
 
     def emit(line: str) -> None:
-        sys.stdout.write(line + "\n")
+        # the walkthrough's lines quote command output from the host: untrusted
+        sys.stdout.write(safe_text(redact(line)) + "\n")
         sys.stdout.flush()
 
     async def go() -> str:

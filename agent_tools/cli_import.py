@@ -11,7 +11,9 @@ from typing import Annotated
 
 import typer
 
+from .display import safe_text
 from .importers import ShellCall, import_calls, parse_claude_code, parse_opencode
+from .redact import redact
 
 __all__ = ["import_app"]
 
@@ -27,9 +29,11 @@ def _run(calls: list[ShellCall], runtime: str, source: Path, out_dir: Path, name
     try:
         result = import_calls(calls, runtime=runtime, source=source, out_dir=out_dir, name=name)
     except ValueError as exc:
-        sys.stderr.write(f"agent-tools import: {exc}\n")
+        sys.stderr.write(safe_text(redact(f"agent-tools import: {exc}")) + "\n")
         raise typer.Exit(1) from exc
-    w = sys.stdout.write
+
+    def w(line: str) -> None:  # names and outcomes read from the transcript: shown as text, secrets redacted
+        sys.stdout.write(safe_text(redact(line)))
     w(f"{len(calls)} shell call(s) read from {source}\n")
     for step in result.results:
         what = step["outcome"] or f"{step['state']} / readiness {step['readiness']}"
@@ -61,6 +65,7 @@ def opencode(
     try:
         calls = parse_opencode(session)
     except ValueError as exc:
-        sys.stderr.write(f"agent-tools import: {session} is not an opencode export (JSON): {exc}\n")
+        sys.stderr.write(safe_text(redact(f"agent-tools import: {session} is not an opencode export (JSON): {exc}"))
+                         + "\n")
         raise typer.Exit(1) from exc
     _run(calls, "opencode", session, out_dir, name)

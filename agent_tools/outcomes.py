@@ -130,6 +130,8 @@ class NeedsApproval(_Model):
     host: str
     command: str
     approval_id: str
+    command_digest: str = Field(default="", description="first 12 hex digits of the SHA-256 of the exact command "
+                                                        "the approval is bound to (show it to the operator)")
     rule_id: str | None = None
     reason: str
     expires_s: float = Field(description="seconds until the approval id expires")

@@ -1,16 +1,25 @@
 """Single-use approvals for commands a policy answered with ``ask``.
 
-An approval is bound to one host alias, the exact command text, the rule that asked and an expiry. Its life:
-``request`` (pending) -> ``approve`` (approved) -> ``consume`` (used, once). ``reject`` ends it. Anything
-else is refused with :class:`ApprovalRefused`, whose ``code`` says why (``unknown``, ``expired``, ``used``,
-``rejected``, ``not_approved``, ``mismatch``, ``no_approval``).
+An approval is bound to one host alias, the SHA-256 of the exact command text (``command_sha256``; a person is
+shown its first 12 hex digits, :func:`agent_tools.display.command_digest`), the rule that asked and an expiry.
+Its life: ``request`` (pending) -> ``approve`` (approved) -> ``consume`` (used, once). ``reject`` ends it.
+Anything else is refused with :class:`ApprovalRefused`, whose ``code`` says why (``unknown``, ``expired``,
+``used``, ``rejected``, ``not_approved``, ``mismatch``, ``no_approval``).
 
-Storage is SQLite: in memory by default, or a file (``path=``) so approvals survive a restart. Times come from
-an injectable ``clock`` (seconds, default :func:`time.time`), so tests never sleep.
+Every change of state is one conditional ``UPDATE`` (``... WHERE status IN (...) AND expires_at > now``) whose
+row count decides: two processes presenting the same approval at the same moment (two ``agent-tools run
+--approve ID``, two MCP servers on one state directory) get one ``used`` and one refusal, never two runs, and
+an approval once used or rejected can never be approved again.
+
+Storage is SQLite: in memory by default, or a file (``path=``, WAL mode, shared by processes) so approvals
+survive a restart. Only the *redacted* command is stored (:func:`agent_tools.redact.redact`), for display; the
+binding is the digest, so no secret from a command line is written here. Times come from an injectable
+``clock`` (seconds, default :func:`time.time`), so tests never sleep.
 """
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import sqlite3
 import time
@@ -21,7 +30,9 @@ from typing import Literal
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["DEFAULT_APPROVAL_TTL_S", "Approval", "ApprovalRefused", "ApprovalStore"]
+from ..redact import redact
+
+__all__ = ["DEFAULT_APPROVAL_TTL_S", "Approval", "ApprovalRefused", "ApprovalStore", "command_digest", "command_sha256"]
 
 log = structlog.get_logger(__name__)
 
@@ -42,10 +53,22 @@ CREATE TABLE IF NOT EXISTS approvals (
     status TEXT NOT NULL,
     decided_by TEXT,
     decided_at REAL,
-    used_at REAL
+    used_at REAL,
+    command_sha256 TEXT
 );
-CREATE INDEX IF NOT EXISTS approvals_host_command ON approvals (host, command);
 """
+_INDEX = "CREATE INDEX IF NOT EXISTS approvals_host_digest ON approvals (host, command_sha256)"
+
+
+def command_sha256(command: str) -> str:
+    """The full SHA-256 (hex) of ``command``'s UTF-8 bytes: what an approval is bound to."""
+    return hashlib.sha256(command.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def command_digest(command: str) -> str:
+    """The short digest a person compares when approving ``command``: the first 12 hex digits (48 bits) of
+    :func:`command_sha256`. The approval itself is bound to the full SHA-256."""
+    return command_sha256(command)[:12]
 
 
 class Approval(BaseModel):
@@ -55,7 +78,8 @@ class Approval(BaseModel):
 
     id: str = Field(description="`a_` followed by 22 random URL-safe characters (128 bits).")
     host: str
-    command: str
+    command: str = Field(description="the command, secrets redacted (for display only)")
+    command_sha256: str = Field(description="SHA-256 (hex) of the exact command: what the approval is bound to")
     rule_id: str
     created_at: float
     expires_at: float
@@ -77,9 +101,11 @@ class ApprovalRefused(ValueError):
 class ApprovalStore:
     """Issues and checks approvals.
 
-    :param path: SQLite file to keep approvals in, or None for memory only.
+    :param path: SQLite file to keep approvals in, or None for memory only. A file written by an older version
+        (raw commands, no digest column) is migrated on open: digests computed, commands redacted.
     :param clock: returns the current time in seconds; injected by tests.
     :param ttl_s: default lifetime of a request, seconds.
+    :raises sqlite3.Error: the file cannot be opened.
     """
 
     def __init__(
@@ -92,10 +118,27 @@ class ApprovalStore:
         self._clock = clock
         self._ttl_s = ttl_s
         self._db = sqlite3.connect(
-            ":memory:" if path is None else str(path), isolation_level=None, check_same_thread=False
+            ":memory:" if path is None else str(path), isolation_level=None, check_same_thread=False, timeout=30.0
         )
         self._db.row_factory = sqlite3.Row
+        if path is not None:
+            self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(_SCHEMA)
+        self._migrate()
+        self._db.execute(_INDEX)
+
+    def _migrate(self) -> None:
+        """Bring a store of an older version up to date: add ``command_sha256`` (from the raw command it kept)
+        and replace each stored command by its redacted form."""
+        columns = {row["name"] for row in self._db.execute("PRAGMA table_info(approvals)")}
+        if "command_sha256" not in columns:
+            self._db.execute("ALTER TABLE approvals ADD COLUMN command_sha256 TEXT")
+        rows = self._db.execute("SELECT id, command FROM approvals WHERE command_sha256 IS NULL").fetchall()
+        for row in rows:
+            self._db.execute("UPDATE approvals SET command_sha256 = ?, command = ? WHERE id = ?",
+                             (command_sha256(row["command"]), redact(row["command"]), row["id"]))
+        if rows:
+            log.info("approvals.migrated", count=len(rows))
 
     def close(self) -> None:
         """Close the database."""
@@ -105,13 +148,15 @@ class ApprovalStore:
         """Create a pending approval for ``command`` on ``host``, asked by ``rule_id``; expires after ``ttl_s``."""
         now = self._clock()
         approval = Approval(
-            id="a_" + secrets.token_urlsafe(16), host=host, command=command, rule_id=rule_id, created_at=now,
+            id="a_" + secrets.token_urlsafe(16), host=host, command=redact(command),
+            command_sha256=command_sha256(command), rule_id=rule_id, created_at=now,
             expires_at=now + (self._ttl_s if ttl_s is None else ttl_s), status="pending",
         )  # fmt: skip
         self._db.execute(
-            "INSERT INTO approvals (id, host, command, rule_id, created_at, expires_at, status)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (approval.id, host, command, rule_id, approval.created_at, approval.expires_at, approval.status),
+            "INSERT INTO approvals (id, host, command, command_sha256, rule_id, created_at, expires_at, status)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (approval.id, host, approval.command, approval.command_sha256, rule_id, approval.created_at,
+             approval.expires_at, approval.status),
         )
         log.info("approval.requested", approval_id=approval.id, host=host, rule_id=rule_id)
         return approval
@@ -129,11 +174,19 @@ class ApprovalStore:
         ).fetchall()
         return [Approval(**dict(row)) for row in rows]
 
-    def approve(self, approval_id: str, *, by: str | None = None) -> Approval:
-        """Approve a pending request.
+    def approve(self, approval_id: str, *, by: str | None = None, digest: str | None = None) -> Approval:
+        """Approve a pending request (approving an approved, unused one again changes nothing but who/when).
 
-        :raises ApprovalRefused: unknown id, expired, already used, or rejected.
+        :param digest: the command digest the person was shown (:func:`agent_tools.display.command_digest`,
+            or the full ``command_sha256``); when given it must be a prefix of the request's own, so a person
+            approves exactly the command they read.
+        :raises ApprovalRefused: unknown id, expired, already used, rejected, or ``mismatch`` (``digest``).
         """
+        if digest is not None:
+            approval = self._usable(approval_id)
+            if not digest or not approval.command_sha256.startswith(digest.lower()):
+                raise ApprovalRefused("mismatch", f"approval {approval_id} is for another command (digest "
+                                                  f"{approval.command_sha256[:12]}, not {digest})", approval_id)
         return self._decide(approval_id, "approved", by)
 
     def reject(self, approval_id: str, *, by: str | None = None) -> Approval:
@@ -143,10 +196,14 @@ class ApprovalStore:
     def _decide(self, approval_id: str, status: ApprovalStatus, by: str | None) -> Approval:
         approval = self._usable(approval_id)
         now = self._clock()
-        self._db.execute(
-            "UPDATE approvals SET status = ?, decided_by = ?, decided_at = ? WHERE id = ?",
-            (status, by, now, approval_id),
+        cursor = self._db.execute(
+            "UPDATE approvals SET status = ?, decided_by = ?, decided_at = ?"
+            " WHERE id = ? AND status IN ('pending', 'approved') AND expires_at > ?",
+            (status, by, now, approval_id, now),
         )
+        if cursor.rowcount != 1:  # used or rejected meanwhile by another process: say why
+            self._usable(approval_id)
+            raise ApprovalRefused("used", f"approval {approval_id} changed while it was being decided", approval_id)
         log.info(f"approval.{status}", approval_id=approval_id, by=by)
         return approval.model_copy(update={"status": status, "decided_by": by, "decided_at": now})
 
@@ -165,7 +222,8 @@ class ApprovalStore:
     def consume(
         self, host: str, command: str, *, approval_id: str | None = None, rule_id: str | None = None
     ) -> Approval:
-        """Use an approval for exactly ``command`` on ``host``, once.
+        """Use an approval for exactly ``command`` on ``host`` (compared by SHA-256), once: of several callers
+        presenting the same approval at once, exactly one gets it.
 
         :param approval_id: the approval to use; None: the newest approved, unexpired, unused one for this
             host and command.
@@ -174,10 +232,11 @@ class ApprovalStore:
             another host, command or rule), ``not_approved`` (still pending), ``expired``, ``used``,
             ``rejected``, ``unknown``.
         """
+        digest = command_sha256(command)
         if approval_id is None:
             rows = self._db.execute(
-                "SELECT id FROM approvals WHERE host = ? AND command = ? ORDER BY created_at DESC",
-                (host, command),
+                "SELECT id FROM approvals WHERE host = ? AND command_sha256 = ? ORDER BY created_at DESC",
+                (host, digest),
             ).fetchall()
             if not rows:
                 raise ApprovalRefused("no_approval", f"no approval for this command on {host}")
@@ -192,7 +251,7 @@ class ApprovalStore:
             else:
                 approval_id = rows[0]["id"]  # report why the newest one cannot be used
         approval = self._usable(approval_id)
-        if approval.host != host or approval.command != command:
+        if approval.host != host or approval.command_sha256 != digest:
             raise ApprovalRefused("mismatch", f"approval {approval_id} is for another command or host", approval_id)
         if rule_id is not None and approval.rule_id != rule_id:
             raise ApprovalRefused(
@@ -203,8 +262,8 @@ class ApprovalStore:
             raise ApprovalRefused("not_approved", f"approval {approval_id} is still pending", approval_id)
         now = self._clock()
         cursor = self._db.execute(
-            "UPDATE approvals SET status = 'used', used_at = ? WHERE id = ? AND status = 'approved'",
-            (now, approval_id),
+            "UPDATE approvals SET status = 'used', used_at = ? WHERE id = ? AND status = 'approved' AND expires_at > ?",
+            (now, approval_id, now),
         )
         if cursor.rowcount != 1:  # lost a race with another consumer of the same database
             raise ApprovalRefused("used", f"approval {approval_id} was already used", approval_id)

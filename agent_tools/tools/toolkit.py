@@ -23,7 +23,7 @@ from ..hosts.registry import HostRegistry
 from ..jobs.journal import Journal
 from ..jobs.manager import JobRunner, _error
 from ..outcomes import Denied, ErrorOutcome, JobInfo, JobList, NeedsApproval
-from ..redact import redact
+from ..redact import redact, redact_obj
 from . import ops
 from .args import (
     HostArgs,
@@ -205,7 +205,8 @@ class Toolkit:
             else:
                 refused = ""
             appr = self.approvals.request(host, command, decision.rule_id)
-            outcome = NeedsApproval(host=host, command=shown, approval_id=appr.id, rule_id=decision.rule_id,
+            outcome = NeedsApproval(host=host, command=shown, approval_id=appr.id,
+                                    command_digest=appr.command_sha256[:12], rule_id=decision.rule_id,
                                     reason=(decision.reason or "the policy asks for approval") + refused,
                                     expires_s=round(appr.expires_at - appr.created_at, 1),
                                     next=f"ask the operator to approve {appr.id}; then call again with the same "
@@ -226,13 +227,15 @@ class Toolkit:
     async def dispatch(self, name: str, arguments: str | dict[str, Any] | None) -> dict[str, Any]:
         """Call tool ``name`` with JSON ``arguments`` (a JSON object text or a dict); returns a JSON-ready dict.
 
-        Never raises for bad input or host failures: they come back as ``{"outcome": "error", ...}``.
+        Never raises for bad input or host failures: they come back as ``{"outcome": "error", ...}``. Every
+        string in the result is redacted (:func:`agent_tools.redact.redact_obj`, plus the ``redact:`` patterns of
+        the policy files of the result's host).
         """
         entry = self._specs.get(name)
         if entry is None:
-            return ErrorOutcome(kind="bad_arguments", retryable=False,
-                                message=f"unknown tool {name!r}; tools: {', '.join(self._specs)}").model_dump(
-                                    mode="json")
+            return dict(redact_obj(ErrorOutcome(
+                kind="bad_arguments", retryable=False,
+                message=f"unknown tool {name!r}; tools: {', '.join(self._specs)}").model_dump(mode="json")))
         spec, handler = entry
         raw: dict[str, Any] = {}
         try:
@@ -260,13 +263,12 @@ class Toolkit:
                             raw.get("command") if isinstance(raw.get("command"), str) else None)
         data = result.model_dump(mode="json")
         host = data.get("host") or (raw.get("host") if isinstance(raw.get("host"), str) else None)
+        extra: list[str] = []
         if self.policy is not None and isinstance(host, str):
-            extra = self.policy.redact_patterns(host)
-            if extra:  # a policy file's own secret shapes (redact: [...]), on top of the built-in ones
-                from ..redact import redact_obj
-
-                data = redact_obj(data, extra)
-        return data
+            extra = self.policy.redact_patterns(host)  # a policy file's own secret shapes (redact: [...])
+        # the one seam of what an agent is shown: every string of every result, whichever path produced it
+        # (outcomes, rediscovered jobs, error messages, probe evidence)
+        return dict(redact_obj(data, extra))
 
     # ---------------------------------------------------------------- tools
     async def run_command(
