@@ -123,6 +123,7 @@ class ApprovalStore:
         self._db.row_factory = sqlite3.Row
         if path is not None:
             self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA secure_delete=ON")  # a migrated raw command leaves no copy in free pages
         self._db.executescript(_SCHEMA)
         self._migrate()
         self._db.execute(_INDEX)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agent_tools.policy import ApprovalRefused, ApprovalStore
+from agent_tools.policy.approvals import command_digest
 
 
 class Clock:
@@ -104,3 +109,77 @@ def test_sqlite_file_survives_a_restart(tmp_path: Path, clock: Clock) -> None:
     with refused("used"):
         third.consume("h", CMD)
     third.close()
+
+
+def _present(path: str, ids: list[str], barrier: Any, results: Any) -> None:
+    """One process presenting approvals: for each id, at the same moment as the other process (barrier), approve
+    it and use it for the command, as ``agent-tools run --approve ID`` does."""
+    store = ApprovalStore(path)
+    won = []
+    for approval_id in ids:
+        barrier.wait()
+        try:
+            store.approve(approval_id, by=f"pid-{os.getpid()}")
+            store.consume("gpu-1", CMD, approval_id=approval_id)
+            won.append(approval_id)
+        except ApprovalRefused as exc:
+            assert exc.code in ("used", "expired"), exc
+    results.put(won)
+    store.close()
+
+
+def test_two_processes_presenting_one_approval_run_it_once(tmp_path: Path) -> None:
+    path = str(tmp_path / "approvals.sqlite3")
+    store = ApprovalStore(path)
+    ids = [store.request("gpu-1", CMD, "restart-sglang").id for _ in range(150)]
+    store.close()
+    ctx = multiprocessing.get_context("spawn")  # two real processes, each with its own connection
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_present, args=(path, ids, barrier, results)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    won = [results.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    winners = Counter(approval_id for w in won for approval_id in w)
+    assert set(winners) == set(ids), "an approval was used by nobody"
+    assert max(winners.values()) == 1, f"{sum(n > 1 for n in winners.values())} approvals were used twice"
+    after = ApprovalStore(path)
+    assert {after.get(i).status for i in ids} == {"used"}  # type: ignore[union-attr]
+    after.close()
+
+
+def test_bound_to_the_digest_and_stored_redacted(tmp_path: Path) -> None:
+    token = "hf_" + "k" * 34
+    cmd = f"HF_TOKEN={token} systemctl restart sglang"
+    store = ApprovalStore(tmp_path / "a.sqlite3")
+    a = store.request("gpu-1", cmd, "restart-sglang")
+    assert a.command == "HF_TOKEN=[REDACTED] systemctl restart sglang"
+    with refused("mismatch"):  # the person was shown another command's digest
+        store.approve(a.id, digest=command_digest("systemctl restart sglang"))
+    store.approve(a.id, digest=command_digest(cmd))
+    with refused("mismatch"):  # the same text once redacted is another command
+        store.consume("gpu-1", a.command, approval_id=a.id)
+    assert store.consume("gpu-1", cmd, approval_id=a.id).status == "used"
+    store.close()
+    assert token.encode() not in (tmp_path / "a.sqlite3").read_bytes()
+
+
+def test_a_store_of_the_previous_version_is_migrated(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.sqlite3"
+    db = sqlite3.connect(path)
+    db.executescript("CREATE TABLE approvals (id TEXT PRIMARY KEY, host TEXT NOT NULL, command TEXT NOT NULL, "
+                     "rule_id TEXT NOT NULL, created_at REAL NOT NULL, expires_at REAL NOT NULL, status TEXT NOT NULL, "
+                     "decided_by TEXT, decided_at REAL, used_at REAL);")
+    secret_cmd = "GITHUB_TOKEN=ghp_" + "q" * 36 + " git push"
+    db.execute("INSERT INTO approvals VALUES ('a_old', 'h', ?, 'r', 0, 1e12, 'approved', 'x', 0, NULL)", (secret_cmd,))
+    db.commit()
+    db.close()
+    store = ApprovalStore(path)
+    assert store.get("a_old").command == "GITHUB_TOKEN=[REDACTED] git push"  # type: ignore[union-attr]
+    assert store.consume("h", secret_cmd, approval_id="a_old").status == "used"
+    store.close()
+    assert b"ghp_qqqq" not in b"".join(p.read_bytes() for p in tmp_path.iterdir())
