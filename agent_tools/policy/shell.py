@@ -13,6 +13,16 @@ command word that is not static text (``$CMD``, ``$(echo rm)``), ``eval``/``bash
 interpreter code (``python -c``), a variable such as ``PATH`` or ``LD_PRELOAD`` that changes what runs, a program
 run from outside the system directories, or a wrapper option this module does not know.
 
+A name given a new meaning in the command line (a shell function, ``alias NAME=...``, ``enable [-n|-f]``,
+``hash -p``, ``export -f``/``declare -fx``) makes every call of that name opaque, and its definition too
+(``ls && :(){ :|:& };:`` is never ``allow``); the code such definitions hold (function bodies, alias values,
+``trap`` actions, ``mapfile -C`` callbacks) is parsed as commands of its own. A variable assigned quoted text
+holding ``$(...)`` or a backquote is opaque (bash runs it where the variable is read as a number), and so is
+``declare -n``. ``writes`` also holds the files programs write through their operands or options (``cp``, ``mv``,
+``install``, ``rsync``, ``truncate``, ``shred``, ``badblocks -w``, ``curl -o``, ``sort -o``, ``tar -f``,
+``openssl -out``...), so a rule on written paths (block devices) sees ``cp /dev/zero /dev/sda`` as well as
+``> /dev/sda``.
+
 Word values are computed the way bash would after quote removal when they are static (``r''m`` -> ``rm``,
 ``\\rm`` -> ``rm``, ``$'\\x72m'`` -> ``rm``, ``{a,b}`` brace expansion); a word holding an expansion keeps its
 source text (``$HOME``) and is flagged dynamic.
@@ -85,6 +95,8 @@ _BENIGN_WRITE_TARGETS = frozenset(
 )
 _OUTPUT_OPS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&"})
 _GLOB_CHARS = frozenset("*?[")
+# quoted text in a variable that bash would run as code when the variable is evaluated as a number
+_CODE_IN_VALUE_RE = re.compile(r"\$\(|`")
 
 
 class Redirect(BaseModel):
@@ -112,8 +124,11 @@ class SimpleCommand(BaseModel):
     ``writes`` are the files this command writes through redirections, ``dd of=`` or ``tee`` (``/dev/null``,
     the standard streams and descriptor duplications are left out). ``target_host`` is set when the command
     runs on another host through ``ssh``. ``args_from_stdin`` is set for commands run by ``xargs``, whose
-    remaining arguments are not known. ``argv`` is empty for a pseudo-command standing for a parse error, a
-    dangerous variable assignment or a redirection without a command (``> /dev/sda``).
+    remaining arguments are not known. ``defines`` names the commands this one gives a new meaning for the rest
+    of the command line (a shell function, an ``alias``, ``enable``, ``hash -p``, ``export -f``): every call of
+    such a name is opaque (new code), and so is the definition when the name is called. ``argv`` is empty for a
+    pseudo-command standing for a parse error, a dangerous variable assignment, a function definition or a
+    redirection without a command (``> /dev/sda``).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -129,6 +144,7 @@ class SimpleCommand(BaseModel):
     opaque_reason: str | None = None
     target_host: str | None = None
     args_from_stdin: bool = False
+    defines: list[str] = Field(default_factory=list)
     text: str = ""
 
     @property
@@ -396,9 +412,11 @@ class _Script:
 
 @dataclass(frozen=True)
 class _Self:
-    """Emit the command itself (no inner command), opaque when ``reason`` is set."""
+    """Emit the command itself (no inner command), opaque when ``reason`` is set; ``defines`` as
+    :attr:`SimpleCommand.defines`."""
 
     reason: str | None = None
+    defines: tuple[str, ...] = ()
 
 
 _Result = _Inner | _Script | _Self
@@ -699,6 +717,68 @@ def _wrap_source(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
     return [_Self(f"{name} runs the commands in {target}, which the policy cannot see")]
 
 
+def _wrap_alias(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    """``alias NAME=VALUE``: NAME is redefined, and VALUE is shell code (run where NAME is used)."""
+    defines: list[str] = []
+    scripts: list[_Result] = []
+    for word in args:
+        if not word.static:
+            return [_Self("alias: a definition built at run time")]
+        if word.text.startswith("-") or "=" not in word.text:
+            continue  # `alias -p`, `alias NAME`: print
+        alias_name, _, value = word.text.partition("=")
+        defines.append(alias_name)
+        scripts.append(_Script(value, f"alias {alias_name}"))
+    return [_Self(defines=tuple(defines)), *scripts]
+
+
+def _wrap_enable(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    """``enable [-n] NAME`` turns a builtin on or off (so NAME runs something else); ``enable -f FILE NAME``
+    loads a builtin from a shared object."""
+    opts = _scan_options(args, short_arg="fd", short_flag="anps")
+    names = tuple(w.text for w in args[opts.index :])
+    if opts.dynamic or any(not w.static for w in args[opts.index :]):
+        return [_Self("enable: a name built at run time")]
+    if "-f" in opts.values:
+        return [_Self(f"enable -f loads builtin code from {opts.values['-f']}, which the policy cannot see",
+                      defines=names)]
+    return [_Self(_unknown_note(name, opts), defines=names)]
+
+
+def _wrap_hash(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    """``hash -p PATH NAME`` makes NAME run PATH."""
+    opts = _scan_options(args, short_arg="p", short_flag="rdlt")
+    if "-p" in opts.values:
+        names = tuple(w.text for w in args[opts.index :])
+        return [_Self(f"hash -p makes {' '.join(names) or 'a name'} run {opts.values['-p']}", defines=names)]
+    return [_Self(_unknown_note(name, opts))]
+
+
+def _wrap_trap(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    """``trap ACTION SIGNAL...``: ACTION is shell code, run when the signal (or EXIT, ERR, DEBUG) comes."""
+    if args and args[0].static and args[0].text == "--":
+        args = args[1:]
+    if not args or (args[0].static and args[0].text in ("-p", "-l", "-P")):
+        return [_Self()]
+    action = args[0]
+    if not action.static:
+        return [_Self("trap runs a command built at run time")]
+    if action.text in ("", "-") or len(args) == 1:
+        return [_Self()]
+    return [_Self(), _Script(action.text, "trap")]
+
+
+def _wrap_mapfile(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    """``mapfile -C CALLBACK``: CALLBACK is shell code, run every ``-c`` lines."""
+    opts = _scan_options(args, short_arg="dnOsuCc", short_flag="t")
+    if "-C" not in opts.values:
+        return [_Self()]
+    callback = next((w for w in args if w.text == opts.values["-C"] or w.text == "-C" + opts.values["-C"]), None)
+    if callback is not None and not callback.static:
+        return [_Self(f"{name} -C runs a callback built at run time")]
+    return [_Self(), _Script(opts.values["-C"], f"{name} -C")]
+
+
 def _wrap_su(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
     script: _Word | None = None
     for i, word in enumerate(args):
@@ -853,6 +933,12 @@ _WRAPPERS: dict[str, _WrapFn] = {
     "runuser": _wrap_su,
     "ssh": _wrap_ssh,
     "find": _wrap_find,
+    "alias": _wrap_alias,
+    "enable": _wrap_enable,
+    "hash": _wrap_hash,
+    "trap": _wrap_trap,
+    "mapfile": _wrap_mapfile,
+    "readarray": _wrap_mapfile,
     **{shell: _wrap_shell for shell in _SHELLS},
 }
 
@@ -1111,6 +1197,10 @@ class _Walker:
                 self.out.append(self.pseudo(None, self.text(node), redirects))
             elif kind == "variable_assignment" and (node.parent is None or node.parent.type != "command"):
                 self.assignment(node)
+            elif kind == "function_definition":
+                self.function(node)
+            elif kind == "declaration_command":
+                self.declaration(node)
             stack.extend(reversed(node.children))
 
     def assignment(self, node: tree_sitter.Node) -> None:
@@ -1119,13 +1209,61 @@ class _Walker:
         if _DANGEROUS_VAR_RE.match(name):
             reason = f"sets {name}, which changes what later commands run"
             self.out.append(self.pseudo(reason, self.text(node)))
+        elif (code := self.code_in_value(node)) is not None:
+            self.out.append(self.pseudo(code, self.text(node)))
+
+    def code_in_value(self, node: tree_sitter.Node) -> str | None:
+        """Why an assignment whose value is quoted text holding ``$(...)`` or a backquote is opaque: bash runs that
+        text when the variable is read in arithmetic (``$((x))``, ``[[ x -eq 1 ]]``, an array subscript)."""
+        value = node.child_by_field_name("value")
+        if value is None:
+            return None
+        word = self.word(value)
+        if word.static and _CODE_IN_VALUE_RE.search(word.text):
+            name_node = node.child_by_field_name("name")
+            name = self.text(name_node) if name_node is not None else "a variable"
+            return f"{name} holds shell code ({word.text[:40]!r}), which bash runs where {name} is read as a number"
+        return None
+
+    def function(self, node: tree_sitter.Node) -> None:
+        """A function definition: its body is walked as commands like any other; the name is recorded so that
+        its calls are decided as new code (:func:`_apply_definitions`)."""
+        name_node = node.child_by_field_name("name")
+        if name_node is None:
+            return
+        name = self.word(name_node)
+        header = self.text(node).split("\n", 1)[0][:80]
+        if not name.static:
+            self.out.append(self.pseudo("defines a function whose name is computed at run time", header))
+            return
+        self.out.append(self.pseudo(None, header).model_copy(update={"defines": [name.text]}))
+
+    def declaration(self, node: tree_sitter.Node) -> None:
+        """``declare``/``typeset``/``export``/``local``/``readonly``: ``-f`` with export (``export -f``,
+        ``declare -fx``) hands shell functions to child bash processes; ``-n`` makes a name refer to another
+        variable (``declare -n x=PATH; x=/tmp``)."""
+        keyword = self.text(node.children[0]) if node.children else ""
+        letters = "".join(self.text(c)[1:] for c in node.children[1:]
+                          if c.type == "word" and self.text(c)[:1] in ("-", "+"))
+        names = [self.text(c) for c in node.children[1:] if c.type in ("variable_name", "word")
+                 and self.text(c)[:1] not in ("-", "+")]
+        if "f" in letters and ("x" in letters or keyword == "export"):
+            reason = (f"exports shell function(s) {' '.join(names) or '(all)'} to child processes: a bash they "
+                      "start runs the function in place of the command")
+            self.out.append(self.pseudo(reason, self.text(node)).model_copy(update={"defines": names}))
+        if "n" in letters:
+            self.out.append(self.pseudo(f"{keyword} -n makes a name refer to another variable, which the policy "
+                                        "cannot follow", self.text(node)))
 
     def command(self, node: tree_sitter.Node) -> None:
         assignments = tuple(self.text(c) for c in node.children if c.type == "variable_assignment")
+        code_notes = tuple(r for c in node.children if c.type == "variable_assignment"
+                           and (r := self.code_in_value(c)) is not None)
         words = self.command_words(node)
         redirects, extra, stdin, stdin_text = self.context_for(node)
         ctx = replace(
             self.ctx,
+            notes=(*self.ctx.notes, *code_notes),
             redirects=(*self.ctx.redirects, *redirects),
             stdin=stdin if stdin != "inherit" else self.ctx.stdin,
             stdin_text=stdin_text if stdin != "inherit" else self.ctx.stdin_text,
@@ -1157,10 +1295,58 @@ def _writes(argv: Sequence[str], redirects: Sequence[Redirect]) -> list[str]:
         targets.extend(a[3:] for a in argv[1:] if a.startswith("of=") and a[3:] not in _BENIGN_WRITE_TARGETS)
     elif program == "tee":
         targets.extend(a for a in argv[1:] if not a.startswith("-") and a not in _BENIGN_WRITE_TARGETS)
+    else:
+        targets.extend(t for t in _program_writes(program, list(argv[1:])) if t not in _BENIGN_WRITE_TARGETS)
     return targets
 
 
-def _emit(words: list[_Word], ctx: _Ctx, reason: str | None) -> SimpleCommand:
+#: programs that write the file named by their last operand (or by -t/--target-directory)
+_WRITES_LAST = frozenset({"cp", "mv", "install", "rsync", "scp", "ln", "link", "ddrescue", "xxd"})
+#: programs that write every file operand
+_WRITES_ALL = frozenset({"truncate", "shred", "badblocks", "fallocate"})
+#: options naming an output file: program -> option spellings (short ones take the next word or an attached value)
+_OUTPUT_OPTIONS: dict[str, tuple[str, ...]] = {
+    "sort": ("-o", "--output"), "curl": ("-o", "--output"), "wget": ("-O", "--output-document"),
+    "openssl": ("-out",), "tar": ("-f", "--file"),
+    "pv": ("-o",), "tcpdump": ("-w",), "sfdisk": ("-O", "--backup-file"),
+}
+
+
+def _program_writes(program: str, args: list[str]) -> list[str]:
+    """Files a program writes because of its operands or options (a block device among them is destroyed)."""
+    operands = [a for a in args if not a.startswith("-")]
+    if program in _WRITES_LAST:
+        for i, a in enumerate(args):
+            if a in ("-t", "--target-directory") and i + 1 < len(args):
+                return [args[i + 1]]
+            if a.startswith("--target-directory="):
+                return [a.split("=", 1)[1]]
+        if program == "xxd":  # only `xxd -r IN OUT` writes a file
+            return operands[1:2] if "-r" in args or "-revert" in args else []
+        return operands[-1:] if len(operands) >= 2 else []
+    if program in _WRITES_ALL:
+        if program == "badblocks":  # read-only unless -w (destructive) or -n (non-destructive read-write)
+            clusters = [a[1:] for a in args if a.startswith("-") and not a.startswith("--")]
+            return operands[:1] if any("w" in c or "n" in c for c in clusters) else []
+        return operands
+    out: list[str] = []
+    for i, a in enumerate(args):
+        for opt in _OUTPUT_OPTIONS.get(program, ()):
+            if a == opt and i + 1 < len(args):
+                out.append(args[i + 1])
+            elif opt.startswith("--") and a.startswith(opt + "="):
+                out.append(a.split("=", 1)[1])
+            elif len(opt) == 2 and a.startswith("-") and not a.startswith("--") and opt[1] in a[1:]:
+                # a getopt cluster: `-cf FILE` (the letter last: the next word), `-ofile` (the rest of the word)
+                rest = a[a.index(opt[1], 1) + 1 :]
+                if rest:
+                    out.append(rest)
+                elif i + 1 < len(args):
+                    out.append(args[i + 1])
+    return out
+
+
+def _emit(words: list[_Word], ctx: _Ctx, reason: str | None, defines: tuple[str, ...] = ()) -> SimpleCommand:
     argv = [w.text for w in words]
     program_path = argv[0] if argv else ""
     reasons = [*ctx.notes]
@@ -1191,6 +1377,7 @@ def _emit(words: list[_Word], ctx: _Ctx, reason: str | None) -> SimpleCommand:
         opaque_reason="; ".join(dict.fromkeys(reasons)) or None,
         target_host=ctx.target_host,
         args_from_stdin=ctx.args_from_stdin,
+        defines=list(defines),
         text=ctx.text,
     )
 
@@ -1218,7 +1405,7 @@ def _resolve(words: list[_Word], ctx: _Ctx) -> list[SimpleCommand]:
     out: list[SimpleCommand] = []
     for result in handler(name, list(words[1:]), ctx):
         if isinstance(result, _Self):
-            out.append(_emit(words, ctx, result.reason))
+            out.append(_emit(words, ctx, result.reason, result.defines))
             continue
         notes = (*ctx.notes, result.note) if result.note else ctx.notes
         inner_ctx = replace(
@@ -1254,12 +1441,47 @@ def _parse_script(script: str, ctx: _Ctx) -> list[SimpleCommand]:
     return commands
 
 
+#: function names the shell calls by itself (for every command that is not found)
+_HOOK_FUNCTIONS = frozenset({"command_not_found_handle"})
+
+
+def _apply_definitions(commands: list[SimpleCommand]) -> list[SimpleCommand]:
+    """Names given a new meaning in the command line (:attr:`SimpleCommand.defines`) make each call of them
+    opaque, and their definition too when they are called (or always for a hook such as
+    ``command_not_found_handle``); a function definition nobody calls runs nothing and is dropped (its body's
+    commands were decided on their own). Conservative: a call before the definition, or through ``command``,
+    counts as well."""
+    defined = {name for c in commands for name in c.defines}
+    if not defined:
+        return commands
+    called = {c.program for c in commands if c.program in defined and not c.defines}
+    out: list[SimpleCommand] = []
+    for c in commands:
+        if c.defines:
+            used = [n for n in c.defines if n in called or n in _HOOK_FUNCTIONS]
+            if used and not c.opaque:
+                what = "the function" if not c.argv else f"{c.program}"
+                c = c.model_copy(update={"opaque": True, "opaque_reason": (
+                    f"{what} redefines {', '.join(used)}, which this command line then runs: new code")})
+            if c.opaque or c.argv:
+                out.append(c)
+            continue
+        if c.program in defined:
+            note = (f"{c.program!r} is redefined in this command line (a shell function, alias, enable, hash -p or "
+                    "export -f): it runs new code, not the command of that name")
+            c = c.model_copy(update={"opaque": True,
+                                     "opaque_reason": "; ".join(r for r in (c.opaque_reason, note) if r)})
+        out.append(c)
+    return out
+
+
 def parse_command(command: str) -> list[SimpleCommand]:
     """Parse a shell command line into the simple commands it would run, wrappers unwrapped.
 
     :param command: the command line as given to ``bash -c``.
     :returns: the simple commands in source order (a ``find -exec`` yields ``find`` and then the inner
         command). A command line that does not parse yields an opaque pseudo-command (empty ``argv``) first,
-        followed by whatever commands could still be recognised. Never raises for any input string.
+        followed by whatever commands could still be recognised. A name redefined in the command line (shell
+        function, alias, ``enable``, ``hash -p``) makes its calls opaque. Never raises for any input string.
     """
-    return _Walker(command.encode(), _Ctx()).run()
+    return _apply_definitions(_Walker(command.encode(), _Ctx()).run())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import shlex
 from pathlib import Path
 
 import pytest
@@ -200,3 +201,60 @@ def test_never_raises_on_junk(both: PolicySet) -> None:
     for _ in range(1500):
         command = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
         assert both.decide("gpu-node-1", command).decision in ("allow", "ask", "deny")
+
+
+@pytest.fixture(scope="module")
+def default() -> PolicySet:
+    return PolicySet.load([POLICIES / "default.yaml"])
+
+
+def test_random_redefinitions_are_never_allowed(default: PolicySet, gpu: PolicySet, both: PolicySet) -> None:
+    """A command an allow rule covers, redefined (function, alias, hash -p, enable) and then called in any of
+    many ways, is never allowed by either shipped policy."""
+    rng = random.Random(1313)
+    names = ["ls", "cat", "echo", ":", "true", "nvidia-smi", "free", "df", "ps", "journalctl", "date", "grep",
+             "uptime", "pwd"]
+    for _ in range(700):
+        name = rng.choice(names)
+        body = rng.choice(["echo hi", ":", "ls", "curl -s http://127.0.0.1:9/", f"{name}|{name}&", "true", "date"])
+        define = rng.choice([f"{name}(){{ {body}; }}", f"{name} () {{ {body}; }}", f"function {name} {{ {body}; }}",
+                             f"function {name}() {{ {body}; }}", f"alias {name}={shlex.quote(body)}",
+                             f"hash -p /tmp/evil {name}", f"enable -n {name}"])
+        call = rng.choice([name, f"{name} -l /tmp", f"bash -c {shlex.quote(name)}", f"time {name}",
+                           f"eval {name}", f"{name} | head", f"( {name} )"])
+        glue = rng.choice(["; ", " && ", "\n", " || ", " & "])
+        prefix = rng.choice(["", "ls; ", "df -h && ", "nvidia-smi -L\n"])
+        command = rng.choice([f"{prefix}{define}{glue}{call}", f"{prefix}{call}{glue}{define}"])
+        if rng.random() < 0.3:
+            command = f"bash -c {shlex.quote(command)}"
+        for ps, host in ((default, "web-1"), (gpu, "gpu-node-1"), (both, "gpu-node-1")):
+            d = ps.decide(host, command)
+            assert d.decision != "allow", (command, host, d.reason)
+
+
+def test_random_block_device_writes_are_denied(default: PolicySet, gpu: PolicySet, both: PolicySet) -> None:
+    """Any program of the list writing any block device, through any wrapper, is denied by both shipped
+    policies."""
+    rng = random.Random(2026)
+    devices = ["/dev/sda", "/dev/sdb1", "/dev/nvme0n1", "/dev/nvme1n1p2", "/dev/vdb", "/dev/xvda", "/dev/md0",
+               "/dev/mapper/vg-root", "/dev/disk/by-id/nvme-x", "/dev/dm-0", "/dev/loop0", "//dev/sda",
+               "/dev/./nvme0n1", "/dev/../dev/sda", "/dev/zram0", "/dev/mmcblk0"]
+    forms = ["cp /dev/zero {d}", "cp -f image.raw {d}", "mv image {d}", "install -m 600 img {d}", "rsync -a img {d}",
+             "truncate -s 0 {d}", "tee {d} < /dev/zero", "echo x | tee -a {d}", "dd if=/dev/zero of={d} bs=1M",
+             "cat /dev/zero > {d}", "cat > {d}", "pv /dev/zero > {d}", "pv -o {d} img", "shred -n1 {d}",
+             "mkfs.ext4 {d}", "mkfs -t xfs {d}", "wipefs -a {d}", "blkdiscard {d}", "curl -so {d} http://127.0.0.1/",
+             "sort -o {d} list", "tar -cf {d} /srv", "badblocks -w {d}", ": > {d}", "{{ echo x; }} > {d}",
+             "printf x >> {d}", "xxd -r dump {d}", "exec 3>{d}"]
+    wrappers = ["{c}", "sudo {c}", "sudo -n -u root {c}", "nice -n 5 {c}", "timeout 5 {c}", "env -i {c}",
+                "nohup {c}", "time {c}", "busybox {c}", "bash -c {q}", "sh -c {q}", "ssh other {q}", "eval {q}",
+                "true && {c}", "ls; {c}"]
+    for _ in range(700):
+        command = rng.choice(forms).format(d=rng.choice(devices))
+        wrapped = rng.choice(wrappers)
+        if wrapped.startswith(("busybox", "nohup", "time", "sudo", "nice", "timeout", "env")) and (
+                command.startswith(("{", ":", "exec")) or ">" in command or "|" in command):
+            wrapped = "bash -c {q}"  # a wrapper runs a program, not shell syntax
+        full = wrapped.format(c=command, q=shlex.quote(command))
+        for ps, host in ((default, "web-1"), (gpu, "gpu-node-1"), (both, "gpu-node-1")):
+            d = ps.decide(host, full)
+            assert d.decision == "deny", (full, host, d.decision, d.reason)

@@ -26,7 +26,7 @@ def argvs(command: str) -> list[list[str]]:
         ("if a; then b; elif c; then d; else e; fi", [["a"], ["b"], ["c"], ["d"], ["e"]]),
         ("for i in 1 2; do a $i; done; while b; do c; done", [["a", "$i"], ["b"], ["c"]]),
         ("case $x in y) a;; *) b;; esac", [["a"], ["b"]]),
-        ("f() { a; }; f", [["a"], ["f"]]),
+        ("f() { a; }; f", [[], ["a"], ["f"]]),  # the definition (a pseudo-command, since f is called), body, call
         ("r''m \\-rf '/'\"x\"", [["rm", "-rf", "/x"]]),
         ("$'\\x72m' a", [["rm", "a"]]),
         ("echo {a,b}{1..2}", [["echo", "a1", "a2", "b1", "b2"]]),
@@ -175,3 +175,51 @@ def test_deep_nesting_is_bounded() -> None:
 )
 def test_normalise_path(path: str, normal: str) -> None:
     assert normalise_path(path) == normal
+
+
+@pytest.mark.parametrize(
+    ("command", "redefined"),
+    [
+        (":(){ :|:& };:", ":"),
+        ("function ls { echo; }; ls -l", "ls"),
+        ("alias ls='echo x'; ls", "ls"),
+        ("enable -n echo; echo x", "echo"),
+        ("hash -p /tmp/x ls; ls", "ls"),
+        ("bash -c 'ls(){ :; }; ls'", "ls"),
+        ("ls; ls(){ :; }", "ls"),  # conservative: a call before the definition counts too
+    ],
+)
+def test_a_redefined_name_makes_its_calls_and_definition_opaque(command: str, redefined: str) -> None:
+    commands = parse_command(command)
+    calls = [c for c in commands if c.program == redefined and not c.defines]
+    assert calls and all(c.opaque and "redefined" in (c.opaque_reason or "") for c in calls)
+    definitions = [c for c in commands if redefined in c.defines]
+    assert definitions and all(c.opaque for c in definitions)
+
+
+def test_a_function_nobody_calls_runs_nothing_but_its_body_is_still_parsed() -> None:
+    assert argvs("ls(){ rm -rf /; }") == [["rm", "-rf", "/"]]
+    assert not any(c.opaque for c in parse_command("ls(){ :; }; echo ok"))
+
+
+@pytest.mark.parametrize(
+    ("command", "writes"),
+    [
+        ("cp /dev/zero /dev/sda", ["/dev/sda"]),
+        ("cp -t /dev/disk x y", ["/dev/disk"]),
+        ("mv a b c/", ["c/"]),
+        ("rsync -a src/ host:dst/", ["host:dst/"]),
+        ("truncate -s0 a b", ["a", "b"]),
+        ("badblocks -sv /dev/sda", []),
+        ("badblocks -wsv /dev/sda", ["/dev/sda"]),
+        ("curl -so out http://x", ["out"]),
+        ("curl --output=out http://x", ["out"]),
+        ("sort -oout in", ["out"]),
+        ("tar -czf a.tgz dir", ["a.tgz"]),
+        ("xxd -r dump out", ["out"]),
+        ("xxd dump", []),
+        ("cp a /dev/null", []),
+    ],
+)
+def test_programs_writing_their_operands(command: str, writes: list[str]) -> None:
+    assert parse_command(command)[0].writes == writes
