@@ -123,7 +123,8 @@ def _render(d: dict[str, Any]) -> None:
             _say(("next: ", "dim"), _shown(d["next"], "dim"))
         return
     if kind is None:
-        out.print_json(data=d)  # JSON: every string is quoted and escaped by the encoder, markup does not apply
+        # JSON: strings quoted and escaped by the encoder (ensure_ascii: bidi, C1 and zero-width characters too)
+        out.print_json(data=d, ensure_ascii=True)
         return
     head = {"finished": "green", "detached": "yellow", "killed": "red", "error": "red", "denied": "red",
             "needs_approval": "magenta", "needs_input": "magenta"}.get(str(kind), "white")
