@@ -1,9 +1,11 @@
-"""A log probe's line is an event: once seen after the start point it stays seen.
+"""A log probe's line is an event: once seen after the start point it stays seen, for as long as the unit is
+in the same invocation.
 
 The race this guards (seen in the hicache demo): SGLang prints its ready line, the unit becomes ``active`` a
-moment later. A poll in between sees the line (log probe passed, cursor moved past it) but not yet the active
-unit, so readiness stays pending; the next poll reads only the lines after the cursor and must still count
-the ready line, or readiness never comes.
+moment later. The log probe counts only once the unit is active in its new invocation (the old process may
+still be writing while it stops), so its first read finds the line, moves the cursor past it and passes; the
+next polls read only the lines after the cursor and must still count the ready line, or readiness never comes.
+A new invocation (systemd restarted the unit after a crash) drops the line: it was the dead process's.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ def entry(n: int, msg: str) -> str:
 
 async def test_a_log_line_seen_once_stays_seen_after_the_cursor_moves_on() -> None:
     journal = [entry(1, "Loading weights"), entry(2, "The server is fired up and ready to roll!")]
+    invocation = {"id": "new"}
 
     def handler(command: str, _stdin: bytes) -> ExecResult:
         if command.startswith("journalctl"):
@@ -29,18 +32,29 @@ async def test_a_log_line_seen_once_stays_seen_after_the_cursor_moves_on() -> No
             return ExecResult(0, stdout=("\n".join(journal) + "\n").encode())
         if command.startswith("systemctl show"):
             state = "active" if sum(c.startswith("systemctl") for c in host.calls) > 1 else "activating"
-            return ExecResult(0, stdout=f"ActiveState={state}\nSubState=running\nResult=success\n"
-                                        "InvocationID=new\n".encode())
+            return ExecResult(0, stdout=f"ActiveState={state}\nSubState=running\nResult=success\nType=notify\n"
+                                        f"InvocationID={invocation['id']}\n".encode())
         return ExecResult(1)
 
     host = FunctionHost(handler)
     specs = [{"kind": "systemd_unit", "unit": "sglang.service", "not_invocation": "old"},
              {"kind": "log", "unit": "sglang.service", "pattern": "fired up and ready", "cursor": "c0"}]
     first = await check_probes(host, specs)
-    assert [r.state for r in first] == ["not_yet", "passed"]  # the line came before the unit was active
+    assert [r.state for r in first] == ["not_yet", "not_yet"]  # activating: the log is not read yet
+    assert "not checked yet" in first[1].evidence
+    assert not any(c.startswith("journalctl") for c in host.calls)
     specs = advance(specs, first)
-    assert specs[1]["cursor"] == "c2"
     second = await check_probes(host, specs)
-    assert [r.state for r in second] == ["passed", "passed"], second
-    assert "fired up" in second[1].evidence
+    assert [r.state for r in second] == ["passed", "passed"], second  # the line came before the unit was active
+    specs = advance(specs, second)
+    assert specs[1]["cursor"] == "c2"
+    third = await check_probes(host, specs)
+    assert [r.state for r in third] == ["passed", "passed"], third
+    assert "fired up" in third[1].evidence
     assert sum(c.startswith("journalctl") for c in host.calls) == 1, "a matched log probe is not read again"
+
+    invocation["id"] = "after-crash"  # systemd restarted it: the line seen was the old process's
+    specs = advance(specs, third)
+    fourth = await check_probes(host, [{"kind": "systemd_unit", "unit": "sglang.service", "not_invocation": "old"},
+                                       specs[1]])
+    assert [r.state for r in fourth] == ["passed", "not_yet"], fourth

@@ -1,12 +1,18 @@
-"""Running probes against a host. Each check makes at most one round trip (one exec or one TCP exchange)."""
+"""Running probes against a host. Each check makes at most one round trip (one exec or one TCP exchange).
+
+A job's probes are checked in two steps (:func:`check_probes`): first its ``systemd_unit`` probes, then the
+others, and those count only against the new process: while a unit is not active in its new invocation (the
+old process may still be answering during ``deactivating/stop-sigterm``), an ``http``, ``port`` or ``log``
+probe is not checked and reads ``not_yet``; a log line seen earlier stops counting when the unit's
+invocation changes, and journal lines of other invocations never count.
+"""
 
 from __future__ import annotations
 
 import json
 import re
 import shlex
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
@@ -14,8 +20,8 @@ import h11
 
 from ..errors import HostError
 from ..hosts.base import Host, run_on
-from ..outcomes import ProbeReport
-from .parse import parse_free, parse_nvidia_smi, parse_systemctl_show
+from .parse import parse_free, parse_nvidia_smi
+from .result import ProbeResult
 from .specs import (
     GpuMemoryProbe,
     HostMemoryProbe,
@@ -25,63 +31,24 @@ from .specs import (
     SystemdUnitProbe,
     probe_from_dict,
 )
+from .systemd import STATE_KEYS as UNIT_STATE_KEYS
+from .systemd import UNIT_PROPS, check_unit
 
-__all__ = ["UNIT_PROPS", "ProbeResult", "advance", "check_probe", "check_probes"]
-
-#: the unit properties a systemd_unit probe reads (systemctl(1) show -p)
-UNIT_PROPS = "ActiveState,SubState,Result,ExecMainStatus,NRestarts,InvocationID,TimeoutStartUSec"
-
-
-@dataclass
-class ProbeResult:
-    """One probe check.
-
-    :param state: ``passed``, ``not_yet`` or ``failed`` (terminal: the thing probed will not become ready).
-    :param evidence: what was seen, short (unit state, HTTP status, matched line).
-    :param updates: spec fields to carry into the next check (log cursor / file offset).
-    """
-
-    kind: str
-    target: str
-    state: Literal["passed", "not_yet", "failed"]
-    evidence: str
-    updates: dict[str, Any] = field(default_factory=dict)
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def report(self) -> ProbeReport:
-        """The agent-facing view of this result."""
-        return ProbeReport(kind=self.kind, target=self.target, state=self.state, evidence=self.evidence)
-
+__all__ = ["STATE_KEYS", "UNIT_PROPS", "ProbeResult", "advance", "check_probe", "check_probes"]
 
 #: key a passed log probe's spec carries into later checks (the line it saw); internal, not part of the schema
 MATCHED = "matched_line"
+#: with MATCHED: the invocations of the job's units when the line was seen (another invocation drops the line)
+MATCHED_GATE = "matched_gate"
+
+#: spec keys that carry a check's state to the next check (not part of any probe's schema)
+STATE_KEYS = frozenset({MATCHED, MATCHED_GATE}) | UNIT_STATE_KEYS
 
 
 def advance(specs: list[dict[str, Any]], results: list[ProbeResult]) -> list[dict[str, Any]]:
-    """The specs to check next time: each spec with its result's ``updates`` (log cursor / file offset, and
-    for a log probe that passed, the line it saw: it stays passed)."""
+    """The specs to check next time: each spec with its result's ``updates`` (log cursor / file offset; for a
+    log probe that passed, the line it saw: it stays passed; for a unit, the invocation that passed)."""
     return [dict(spec, **r.updates) for spec, r in zip(specs, results, strict=True)]
-
-
-async def _systemd(host: Host, p: SystemdUnitProbe) -> ProbeResult:
-    res = await run_on(host, f"systemctl show -p {UNIT_PROPS} {shlex.quote(p.unit)}")
-    props = parse_systemctl_show(res.stdout.decode("utf-8", "replace"))
-    active, sub, result = props.get("ActiveState", "?"), props.get("SubState", "?"), props.get("Result", "?")
-    inv = props.get("InvocationID", "")
-    evidence = f"{active}/{sub} result={result}"
-    if props.get("NRestarts", "0") not in ("", "0"):
-        evidence += f" restarts={props['NRestarts']}"
-    new_invocation = p.not_invocation is None or (inv != "" and inv != p.not_invocation)
-    if active == "failed" and new_invocation:
-        return ProbeResult("systemd_unit", p.unit, "failed", evidence + f" exit={props.get('ExecMainStatus', '?')}",
-                           details=props)
-    if not new_invocation:
-        return ProbeResult("systemd_unit", p.unit, "not_yet", evidence + " (restart not begun yet)", details=props)
-    if active == "active":
-        return ProbeResult("systemd_unit", p.unit, "passed", evidence, details=props)
-    if active == "inactive" and result not in ("success", "?"):
-        return ProbeResult("systemd_unit", p.unit, "failed", evidence, details=props)
-    return ProbeResult("systemd_unit", p.unit, "not_yet", evidence, details=props)
 
 
 async def http_get(host: Host, url: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
@@ -141,7 +108,7 @@ async def _http(host: Host, p: HttpProbe) -> ProbeResult:
     return ProbeResult("http", p.url, "not_yet", f"HTTP {status} {text[:80]}".strip(), details={"status": status})
 
 
-async def _log(host: Host, p: LogProbe) -> ProbeResult:
+async def _log(host: Host, p: LogProbe, invocation: str | None = None) -> ProbeResult:
     target = p.unit or p.path or "?"
     if p.unit:
         cmd = (f"journalctl -u {shlex.quote(p.unit)} -o json --no-pager"
@@ -154,11 +121,14 @@ async def _log(host: Host, p: LogProbe) -> ProbeResult:
                 entry = json.loads(raw)
             except json.JSONDecodeError:
                 continue
+            cursor = entry.get("__CURSOR", cursor)
+            inv = entry.get("_SYSTEMD_INVOCATION_ID") or entry.get("INVOCATION_ID")
+            if invocation and inv and inv != invocation:
+                continue  # another invocation's line (the old process stopping, a crashed attempt): never counts
             msg = entry.get("MESSAGE", "")
             if isinstance(msg, list):  # journald sends non-UTF-8 messages as byte arrays
                 msg = bytes(msg).decode("utf-8", "replace")
             lines.append(str(msg))
-            cursor = entry.get("__CURSOR", cursor)
         updates: dict[str, Any] = {"cursor": cursor} if cursor != p.cursor else {}
     else:
         assert p.path is not None
@@ -206,29 +176,49 @@ async def _hostmem(host: Host, p: HostMemoryProbe) -> ProbeResult:
                        f"available {avail / 2**30:.1f} GiB", details=mem)
 
 
-async def check_probe(host: Host, spec: dict[str, Any] | Any) -> ProbeResult:
+def _target(spec: dict[str, Any]) -> str:
+    return str(spec.get("unit") or spec.get("path") or spec.get("url")
+               or (f"{spec.get('address', '127.0.0.1')}:{spec['port']}" if spec.get("port") else spec.get("kind")))
+
+
+async def check_probe(host: Host, spec: dict[str, Any] | Any, *, gate: str | None = None,
+                      invocation: str | None = None) -> ProbeResult:
     """Run one probe on ``host``.
 
-    :param spec: a probe spec model or dict (``{"kind": ...}``).
+    :param spec: a probe spec model or dict (``{"kind": ...}``), possibly carrying state from earlier checks
+        (:data:`STATE_KEYS`, put there by :func:`advance`).
+    :param gate: the invocations of the job's units now (see :func:`check_probes`): a log line seen under
+        another gate no longer counts.
+    :param invocation: for a log probe of a unit's journal: only lines of this invocation count.
     :returns: a :class:`ProbeResult`; host problems give ``not_yet`` with the error as evidence (a probe never
         raises for a transient fault).
     :raises BadArguments: invalid spec.
     """
-    if isinstance(spec, dict) and MATCHED in spec:
-        if spec.get("kind") == "log" and spec[MATCHED]:
+    state: dict[str, Any] = {}
+    if isinstance(spec, dict) and STATE_KEYS & spec.keys():
+        state = {k: spec[k] for k in STATE_KEYS & spec.keys()}
+        spec = {k: v for k, v in spec.items() if k not in STATE_KEYS}
+        if spec.get("kind") == "log" and state.get(MATCHED) and state.get(MATCHED_GATE) == gate:
             # a log line is an event: once seen after the start point it stays seen, even though the cursor
-            # has moved past it (another probe may pass only later)
-            target = spec.get("unit") or spec.get("path") or "?"
-            return ProbeResult("log", str(target), "passed", str(spec[MATCHED]))
-        spec = {k: v for k, v in spec.items() if k != MATCHED}
+            # has moved past it (another probe may pass only later), as long as the unit's invocation is the same
+            return ProbeResult("log", _target(spec), "passed", str(state[MATCHED]))
+        final = state.get("final")
+        if spec.get("kind") == "systemd_unit" and isinstance(final, dict):
+            return ProbeResult("systemd_unit", _target(spec), "passed", str(final.get("evidence", "")),
+                               details={"ended": final.get("ended", ""), "new_active": False})
     p = probe_from_dict(spec)
     try:
         if isinstance(p, SystemdUnitProbe):
-            return await _systemd(host, p)
+            return await check_unit(host, p, state)
         if isinstance(p, HttpProbe):
             return await _http(host, p)
         if isinstance(p, LogProbe):
-            return await _log(host, p)
+            r = await _log(host, p, invocation if p.unit else None)
+            if r.state == "passed":
+                r.updates[MATCHED_GATE] = gate
+            elif state.get(MATCHED):
+                r.updates[MATCHED] = ""  # the line seen before counted for another invocation: forget it
+            return r
         if isinstance(p, PortProbe):
             return await _port(host, p)
         if isinstance(p, GpuMemoryProbe):
@@ -240,13 +230,47 @@ async def check_probe(host: Host, spec: dict[str, Any] | Any) -> ProbeResult:
 
 
 async def check_probes(host: Host, specs: list[dict[str, Any]]) -> list[ProbeResult]:
-    """Run several probes on one host concurrently (each at most one round trip)."""
-    results: list[ProbeResult | None] = [None] * len(specs)
+    """Check a job's probes on one host: its ``systemd_unit`` probes first (concurrently), then the others
+    (concurrently; each at most one round trip), which count only against the units' new processes.
 
-    async def one(i: int, s: dict[str, Any]) -> None:
-        results[i] = await check_probe(host, s)
+    While any unit probe does not see its unit active in a new invocation, the other probes are not checked:
+    they read ``not_yet`` (the old process may still answer while it stops). A log probe of a unit's journal
+    counts only that unit's current invocation's lines, and a line it saw under other invocations is dropped.
+    Without unit probes every probe is checked at once.
+
+    :returns: one :class:`ProbeResult` per spec, in order.
+    """
+    results: list[ProbeResult | None] = [None] * len(specs)
+    units = [i for i, s in enumerate(specs) if s.get("kind") == "systemd_unit"]
+
+    async def one(i: int, gate: str | None = None, invocation: str | None = None) -> None:
+        results[i] = await check_probe(host, specs[i], gate=gate, invocation=invocation)
 
     async with anyio.create_task_group() as tg:
-        for i, s in enumerate(specs):
-            tg.start_soon(one, i, s)
+        for i in units:
+            tg.start_soon(one, i)
+    gate: str | None = None
+    invocations: dict[str, str] = {}
+    waiting: list[ProbeResult] = []
+    for i in units:
+        r = results[i]
+        assert r is not None
+        invocations[r.target] = str(r.details.get("InvocationID", ""))
+        if not r.details.get("new_active"):
+            waiting.append(r)
+    if units:
+        gate = "|".join(invocations.values())
+    others = [i for i in range(len(specs)) if i not in units]
+    if waiting:
+        w = waiting[0]
+        for i in others:
+            spec = specs[i]
+            results[i] = ProbeResult(
+                str(spec.get("kind")), _target(spec), "not_yet",
+                f"not checked yet: it counts only once {w.target} is active in its new invocation (now {w.evidence})",
+                {MATCHED: ""} if spec.get(MATCHED) else {})
+    else:
+        async with anyio.create_task_group() as tg:
+            for i in others:
+                tg.start_soon(one, i, gate, invocations.get(str(specs[i].get("unit") or "")))
     return [r for r in results if r is not None]

@@ -17,17 +17,41 @@ class _Spec(BaseModel):
 
 
 class SystemdUnitProbe(_Spec):
-    """A systemd unit reached ``active`` in a *new* invocation (systemctl show; systemd.service(5)).
+    """A systemd unit is up in a *new* invocation, and has stayed up (systemctl show; systemd.service(5)).
 
-    Passes on ``ActiveState=active``; fails (terminal) on ``ActiveState=failed`` or a new invocation that went
-    ``inactive`` with ``Result`` other than ``success``; otherwise not yet (``activating/start`` while a
-    Type=notify service has not sent READY=1).
+    systemd calls a unit started at different moments by its ``Type=``: ``simple`` right after fork(),
+    ``exec`` after execve(), ``forking`` when the parent exits, ``oneshot`` when the process exits, ``notify``
+    on READY=1, ``dbus`` once the bus name is taken. So ``ActiveState=active`` proves readiness only for the
+    notify and dbus types; for the others the unit must also stay active for ``settle_s`` seconds (timed on
+    the host: ``ActiveEnterTimestampMonotonic`` against ``/proc/uptime``).
+
+    * passes: active in an invocation other than ``not_invocation`` (``InvocationID``, systemd >= 232), for
+      ``settle_s``; or a ``Type=oneshot`` unit whose new invocation ended with ``Result=success``.
+    * not yet: the restart has not begun (same invocation), ``activating`` (a notify unit before READY=1, or
+      ``auto-restart`` after a crash: the evidence counts the restarts), active for less than ``settle_s``.
+    * fails (terminal): the new invocation is ``failed``, or ``inactive`` (it exited: a service that is not
+      running is not ready); a start attempt that made no new invocation (start limit hit, a failed
+      ``Condition*=``/``Assert*=``); and, once passed, that invocation's end: the unit failed or exited, or
+      systemd restarted it after a crash (``NRestarts`` grew). A later explicit restart or a stop on request
+      ends the following without failing (the verdict was true for its time).
     """
 
     kind: Literal["systemd_unit"] = "systemd_unit"
     unit: str = Field(description="unit name, e.g. sglang.service")
     not_invocation: str | None = Field(default=None, description="InvocationID before the restart: the unit "
                                                                   "must be in a different invocation to pass")
+    settle_s: float | None = Field(default=None, ge=0, le=3600,
+                                   description="seconds the unit must stay active in its new invocation before "
+                                               "it passes; default 3 s for Type=simple/exec/forking/oneshot/idle "
+                                               "(systemd calls them started before they are ready), 0 s for "
+                                               "Type=notify/notify-reload/dbus")
+    before_condition_us: int | None = Field(default=None, ge=0,
+                                            description="ConditionTimestampMonotonic (microseconds) before the "
+                                                        "restart (set by the tools): a start attempt after it that "
+                                                        "made no new invocation fails the probe")
+    journal_cursor: str | None = Field(default=None, description="journal cursor from before the restart (set by "
+                                                                  "the tools): the failure evidence is the unit's "
+                                                                  "journal lines after it")
 
 
 class HttpProbe(_Spec):

@@ -1,0 +1,237 @@
+"""The ``systemd_unit`` probe: is the unit up in its *new* invocation, and has it stayed up; and the journal
+lines that explain a failure.
+
+Facts this rests on (systemd.service(5), systemd.exec(5), systemctl(1), journalctl(1)):
+
+* ``Type=`` decides when systemd calls a unit started: ``simple`` right after fork(), ``exec`` after execve(),
+  ``forking`` when the parent exits, ``oneshot`` when the process exits, ``notify`` on READY=1, ``dbus`` once
+  its bus name is taken. Only the last two say the service is ready; the others get a settle window.
+* Every start of a unit gets a new ``InvocationID`` (systemd >= 232), automatic restarts included;
+  ``NRestarts`` counts automatic restarts and is reset by an explicit start. Between a crash and the automatic
+  restart the unit is ``activating/auto-restart`` with the old invocation and ``Result`` of the crash.
+* ``ActiveEnterTimestampMonotonic`` is CLOCK_MONOTONIC in microseconds, the clock of ``/proc/uptime`` on a
+  machine that never suspended: read together (one round trip) they give how long the unit has been active,
+  on the host's own clock.
+* A start refused before it makes an invocation (start limit hit, a failed ``Condition*=``/``Assert*=``)
+  still moves ``ConditionTimestampMonotonic``.
+* A stop on request starts deactivating before the main process exits (``ActiveExitTimestampMonotonic`` <
+  ``ExecMainExitTimestampMonotonic``); a process that exits by itself ends the active state after it.
+* systemd's own lines about a unit ("Main process exited, code=exited, status=1/FAILURE", "Failed with
+  result 'exit-code'") carry ``UNIT=`` and ``INVOCATION_ID=``, the unit's output ``_SYSTEMD_UNIT=`` and
+  ``_SYSTEMD_INVOCATION_ID=``; ``journalctl -u UNIT`` matches both, a ``_SYSTEMD_INVOCATION_ID=`` match only
+  the second.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+import anyio
+
+from ..clock import wall_time
+from ..errors import HostError
+from ..hosts.base import Host, run_on
+from .parse import parse_systemctl_show
+from .result import ProbeResult
+from .specs import SystemdUnitProbe
+
+__all__ = ["DEFAULT_SETTLE_S", "NOTIFY_TYPES", "UNIT_PROPS", "check_unit", "judge_unit", "unit_journal"]
+
+#: the unit properties a systemd_unit probe reads (systemctl(1) show -p)
+UNIT_PROPS = ("ActiveState,SubState,Result,ExecMainStatus,ExecMainCode,NRestarts,InvocationID,TimeoutStartUSec,"
+              "Type,MainPID,ActiveEnterTimestampMonotonic,ActiveExitTimestampMonotonic,"
+              "ExecMainExitTimestampMonotonic,ConditionTimestampMonotonic,ConditionResult,AssertResult")
+
+#: types whose "active" means ready (READY=1, the bus name): no settle window by default
+NOTIFY_TYPES = frozenset({"notify", "notify-reload", "dbus"})
+
+#: seconds a unit of another type must stay active in its new invocation before it counts as ready
+DEFAULT_SETTLE_S = 3.0
+
+#: the line with the host's /proc/uptime that the probe's command adds after systemctl's output
+_UPTIME_KEY = "AgentToolsUptime"
+
+#: keys a systemd_unit probe carries between checks in its spec (internal state, not part of the schema)
+STATE_KEYS = frozenset({"passed_invocation", "passed_restarts", "active_seen", "final"})
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def settle_window_s(p: SystemdUnitProbe, unit_type: str) -> float:
+    """The settle window of ``p`` for a unit of ``Type=unit_type`` (seconds)."""
+    if p.settle_s is not None:
+        return p.settle_s
+    return 0.0 if unit_type in NOTIFY_TYPES else DEFAULT_SETTLE_S
+
+
+def _stopped_on_request(props: dict[str, str]) -> bool:
+    left, died = _int(props.get("ActiveExitTimestampMonotonic")), _int(props.get("ExecMainExitTimestampMonotonic"))
+    return props.get("Result") == "success" and bool(left) and bool(died) and left < died  # type: ignore[operator]
+
+
+def judge_unit(p: SystemdUnitProbe, state: dict[str, Any], props: dict[str, str], *, uptime_s: float | None,
+               now: float) -> ProbeResult:
+    """The verdict on one ``systemctl show`` of the unit (pure; see :class:`SystemdUnitProbe` for the rules).
+
+    :param state: what earlier checks of this probe carried (:data:`STATE_KEYS`).
+    :param uptime_s: the host's ``/proc/uptime`` read with ``props`` (None: not available; the settle window is
+        then timed from this controller's first sight of the invocation, ``now``).
+    :param now: wall time (unix seconds) of this check.
+    :returns: a :class:`ProbeResult`; ``details`` holds the properties, ``new_active`` (active in a new
+        invocation: other probes may count) and ``ended`` (``stopped``/``superseded``: followed no further).
+    """
+    active, sub, result = props.get("ActiveState", "?"), props.get("SubState", "?"), props.get("Result", "?")
+    inv = props.get("InvocationID", "")
+    restarts = _int(props.get("NRestarts")) or 0
+    unit_type = props.get("Type", "")
+    code = props.get("ExecMainStatus", "?")
+    ev = f"{active}/{sub} result={result}" + (f" restarts={restarts}" if restarts else "")
+
+    def res(verdict: str, evidence: str, updates: dict[str, Any] | None = None, *, new_active: bool = False,
+            ended: str = "") -> ProbeResult:
+        details: dict[str, Any] = {**props, "new_active": new_active, "ended": ended}
+        return ProbeResult("systemd_unit", p.unit, verdict, evidence, updates or {}, details)  # type: ignore[arg-type]
+
+    def final(evidence: str, ended: str) -> ProbeResult:
+        return res("passed", evidence, {"final": {"evidence": evidence, "ended": ended}}, ended=ended)
+
+    pinned = state.get("passed_invocation")
+    if pinned:  # passed before: is that very invocation still up?
+        if inv == pinned:
+            if active in ("active", "reloading"):
+                return res("passed", ev, new_active=True)
+            if unit_type == "oneshot" and active == "inactive" and result == "success":
+                return final(ev + " (the oneshot ran to completion)", "completed")
+            if active == "deactivating" and result == "success":
+                return res("not_yet", ev + ": the invocation that passed is stopping")
+            if active == "inactive" and _stopped_on_request(props):
+                return final(ev + ": stopped on request after it was ready; no longer followed", "stopped")
+            return res("failed", f"{ev} exit={code}: the invocation that was ready is no longer running")
+        if restarts > int(state.get("passed_restarts") or 0):
+            return res("failed", f"{ev}: the invocation that was ready died and systemd restarted the unit "
+                                 f"(restarts {state.get('passed_restarts') or 0} -> {restarts})")
+        return final(f"{ev}: superseded by a later start of the unit (invocation {inv[:8]}); no longer followed",
+                     "superseded")
+
+    if not inv or inv == p.not_invocation:
+        attempt = _int(props.get("ConditionTimestampMonotonic"))
+        if (p.before_condition_us is not None and attempt is not None and attempt > p.before_condition_us
+                and active in ("failed", "inactive")):
+            why = ("a Condition*= is not met" if props.get("ConditionResult") == "no"
+                   else "an Assert*= failed" if props.get("AssertResult") == "no"
+                   else f"result={result}, the start limit may be hit")
+            return res("failed", f"{ev}: systemd tried to start it but made no new invocation ({why})")
+        if not inv and active == "active":
+            return res("not_yet", ev + " (no InvocationID: this systemd is older than 232, or the unit never "
+                                       "started; the probe needs a new invocation)")
+        return res("not_yet", ev + " (restart not begun yet)")
+    if active == "failed":
+        return res("failed", f"{ev} exit={code}")
+    if active == "inactive":
+        if unit_type == "oneshot" and result == "success":
+            done = {"passed_invocation": inv, "passed_restarts": restarts}
+            r = final(ev + " (the oneshot ran to completion)", "completed")
+            r.updates.update(done)
+            return r
+        return res("failed", f"{ev} exit={code}: the new invocation ended; the service is not running")
+    if active == "activating" and sub == "auto-restart":
+        return res("not_yet", f"{ev} exit={code}: it died and systemd restarts it")
+    if active not in ("active", "reloading"):
+        return res("not_yet", ev)
+    settle = settle_window_s(p, unit_type)
+    entered = _int(props.get("ActiveEnterTimestampMonotonic"))
+    updates: dict[str, Any] = {}
+    if uptime_s is not None and entered:
+        age = max(0.0, uptime_s - entered / 1e6)
+    else:
+        seen = state.get("active_seen")
+        if isinstance(seen, list) and len(seen) == 2 and seen[0] == inv:
+            age = max(0.0, now - float(seen[1]))
+        else:
+            age, updates = 0.0, {"active_seen": [inv, now]}
+    if age >= settle:
+        updates = {"passed_invocation": inv, "passed_restarts": restarts}
+        return res("passed", ev + (f", up {age:.1f} s (settle window {settle:g} s)" if settle else ""), updates,
+                   new_active=True)
+    return res("not_yet", f"{ev}, up {age:.1f} s of its {settle:g} s settle window (Type={unit_type or '?'}: "
+                          "systemd counts it started before it is ready)", updates, new_active=True)
+
+
+def show_command(unit: str) -> str:
+    """``systemctl show`` of the probe's properties, then the host's uptime (one round trip)."""
+    return (f"systemctl show -p {UNIT_PROPS} {shlex.quote(unit)}; "
+            f"read -r up _ 2>/dev/null </proc/uptime && echo \"{_UPTIME_KEY}=$up\"")
+
+
+async def check_unit(host: Host, p: SystemdUnitProbe, state: dict[str, Any]) -> ProbeResult:
+    """One check of ``p`` on ``host`` (one round trip). :raises HostError: the host cannot be reached."""
+    res = await run_on(host, show_command(p.unit))
+    props = parse_systemctl_show(res.stdout.decode("utf-8", "replace"))
+    up = props.pop(_UPTIME_KEY, None)
+    try:
+        uptime_s = float(up) if up else None
+    except ValueError:
+        uptime_s = None
+    return judge_unit(p, state, props, uptime_s=uptime_s, now=wall_time())
+
+
+def _cursor_key(cursor: str) -> tuple[str, int, int] | None:
+    """(seqnum id, seqnum, realtime µs) of a journal cursor (``s=…;i=HEX;b=…;m=HEX;t=HEX;x=…``), or None."""
+    fields = dict(part.split("=", 1) for part in cursor.split(";") if "=" in part)
+    try:
+        return fields.get("s", ""), int(fields.get("i", ""), 16), int(fields.get("t", ""), 16)
+    except ValueError:
+        return None
+
+
+def after_cursor(entry_cursor: str, start: str) -> bool:
+    """Whether the journal entry at ``entry_cursor`` comes after ``start`` (same seqnum id: by seqnum; else by
+    realtime). journalctl's own ``--after-cursor`` is not used with a unit match: with a cursor of an entry that
+    does not match, it skips the first matching entry (seen with systemd 252)."""
+    a, b = _cursor_key(entry_cursor), _cursor_key(start)
+    if a is None or b is None:
+        return True
+    return a[1] > b[1] if a[0] == b[0] else a[2] > b[2]
+
+
+async def unit_journal(host: Host, unit: str, *, cursor: str | None = None, invocation: str | None = None,
+                       lines: int = 30, timeout_s: float = 5.0) -> str:
+    """The journal lines that explain ``unit``'s failure, systemd's own lines about it included
+    (``journalctl -u UNIT``): its lines after ``cursor`` (taken before the restart), else the lines of
+    ``invocation`` (``_SYSTEMD_INVOCATION_ID`` or ``INVOCATION_ID``), else its last lines. Best effort: ""
+    when the journal cannot be read within ``timeout_s`` seconds.
+
+    :param lines: at most this many lines (the newest).
+    """
+    # `--sync` first (root only; best effort): journald may read a dying process's last stdout lines after
+    # systemd's own "Main process exited" message, and the lookup must not come in between
+    cmd = f"journalctl --sync >/dev/null 2>&1; journalctl -u {shlex.quote(unit)} -o json -n 300 --no-pager"
+    with anyio.move_on_after(timeout_s):
+        try:
+            res = await run_on(host, cmd, max_output_bytes=8 << 20)
+        except HostError:
+            return ""
+        entries: list[tuple[str, str]] = []
+        for raw in res.stdout.decode("utf-8", "replace").splitlines():
+            try:
+                entry = json.loads(raw)
+            except json.JSONDecodeError:
+                continue
+            if cursor and not after_cursor(str(entry.get("__CURSOR", "")), cursor):
+                continue
+            msg = entry.get("MESSAGE", "")
+            if isinstance(msg, list):  # journald sends non-UTF-8 messages as byte arrays
+                msg = bytes(msg).decode("utf-8", "replace")
+            inv = str(entry.get("_SYSTEMD_INVOCATION_ID") or entry.get("INVOCATION_ID") or "")
+            entries.append((inv, str(msg)))
+        if not cursor and invocation and any(i == invocation for i, _ in entries):
+            entries = [(i, m) for i, m in entries if i == invocation]
+        return "\n".join(m for _, m in entries[-lines:]).strip()
+    return ""
