@@ -1,0 +1,211 @@
+"""What comes next for a job: one function from its state to the summary line, the ``why`` and the next calls.
+
+Every result about a job (``run_command``'s ``detached``, ``job_status``, ``list_jobs`` rows,
+``restart_service``) takes its ``next``, ``why`` and summary from :func:`guide`, so they can never disagree
+with each other or with the state they describe. The input is the job's *state* (``running`` | ``exited`` |
+``killed`` | ``lost``), its *readiness* (``none`` | ``pending`` | ``ready`` | ``failed`` |
+``deadline_exceeded``) and its *exit status class* (:func:`exit_class`: ``none`` | ``zero`` | ``nonzero``);
+the rules, in order:
+
+1. readiness ``failed`` or ``deadline_exceeded`` is the verdict: read the evidence, fix, try again.
+2. a command that failed (exit status not 0), was killed or was lost says so, whatever the readiness
+   (``pending`` can no longer be reached; ``ready`` was true before it ended).
+3. readiness ``pending`` means *keep following*, also after the command itself exited 0 (a
+   ``systemctl restart --no-block`` exits at once while the service loads for minutes).
+4. readiness ``ready``: go on with the task.
+5. no probes: ``running`` is followed; ``exited`` with status 0 is done.
+
+The next calls are data (:class:`NextCall`: tool, arguments, a short note) rendered to text in one place,
+:func:`render`, so another rendering (a command line instead of a tool call) reuses the same decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["ExitClass", "Guidance", "JobFacts", "NextCall", "exit_class", "follow_wait_s", "guide", "render"]
+
+ExitClass = Literal["none", "zero", "nonzero"]
+
+#: readiness values that no later look changes (``ready`` may still turn ``failed``: see probes.readiness)
+FINAL_READINESS = frozenset({"failed", "deadline_exceeded"})
+
+
+@dataclass(frozen=True)
+class NextCall:
+    """One suggested next step.
+
+    :param tool: the tool to call (``job_status``, ``job_output``, ...), or None when the step is not a call
+        (the note says what to do).
+    :param args: the call's arguments (JSON-ready values).
+    :param note: a short reason, read after the call ("to keep following").
+    """
+
+    tool: str | None
+    args: Mapping[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """What :func:`guide` needs to know about a job.
+
+    :param state: ``running`` | ``exited`` | ``killed`` | ``lost``.
+    :param readiness: ``none`` | ``pending`` | ``ready`` | ``failed`` | ``deadline_exceeded``.
+    :param exit_status: the exit status (None when there is none).
+    :param signal: the signal name when the status says the command died of one (128+N).
+    :param detail: what the host's job directory says ("exited with status 0", "cancelled: ...").
+    :param readiness_detail: the probes' evidence ("waiting for readiness: ...", journal lines).
+    :param units: systemd units the job's probes follow (for ``service_status`` hints).
+    :param deadline_s: the job's deadline in seconds (chooses the long-poll wait), or None.
+    """
+
+    job_id: str
+    host: str
+    state: str
+    readiness: str = "none"
+    exit_status: int | None = None
+    signal: str | None = None
+    detail: str = ""
+    readiness_detail: str = ""
+    units: tuple[str, ...] = ()
+    deadline_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Guidance:
+    """:func:`guide`'s answer.
+
+    :param summary: one line leading with the state ("exited 0, readiness pending").
+    :param why: the explanation shown as a result's ``why``.
+    :param next: the next calls, most useful first.
+    :param final: True when following the job further changes nothing (done, failed, killed, lost, ready).
+    """
+
+    summary: str
+    why: str
+    next: tuple[NextCall, ...]
+    final: bool
+
+    def next_text(self, style: str = "tool") -> str:
+        """:func:`render` of :attr:`next`."""
+        return render(self.next, style)
+
+
+def exit_class(exit_status: int | None) -> ExitClass:
+    """``none`` (no exit status), ``zero`` or ``nonzero``."""
+    if exit_status is None:
+        return "none"
+    return "zero" if exit_status == 0 else "nonzero"
+
+
+def follow_wait_s(deadline_s: float | None) -> float:
+    """The ``wait_s`` to suggest for following a job: 60 s, or 15 s when its deadline is 2 minutes or less."""
+    return 60.0 if deadline_s is None or deadline_s > 120 else 15.0
+
+
+def _state_phrase(f: JobFacts) -> str:
+    if f.state == "exited":
+        if f.exit_status is None:
+            return "exited without an exit status"
+        return f"exited {f.exit_status}" + (f" (signal {f.signal})" if f.signal else "")
+    if f.state == "killed":
+        return "killed" + (f" ({f.signal})" if f.signal else "")
+    return f.state
+
+
+def guide(f: JobFacts) -> Guidance:
+    """The summary, why and next calls for a job in the state ``f`` describes (see the module docstring for the
+    rules). Pure: the same facts give the same guidance."""
+    jid = {"job_id": f.job_id}
+    follow = NextCall("job_status", {**jid, "wait_s": follow_wait_s(f.deadline_s)}, "to keep following")
+    cancel = NextCall("job_cancel", dict(jid), "to stop it")
+    stderr = NextCall("job_output", {**jid, "stream": "stderr"}, "shows why")
+    inspect = tuple(NextCall("service_status", {"host": f.host, "unit": u}, "shows the unit and its journal")
+                    for u in f.units[:2])
+    cls = exit_class(f.exit_status)
+    phrase = _state_phrase(f)
+    summary = phrase if f.readiness == "none" else f"{phrase}, readiness {f.readiness}"
+    state_why = f.detail or phrase
+    ready_why = f.readiness_detail
+
+    def both() -> str:
+        return "; ".join(t for t in (state_why, ready_why) if t)
+
+    failed = f.state in ("killed", "lost") or (f.state == "exited" and cls != "zero")
+    nexts: tuple[NextCall, ...]
+    if f.readiness in FINAL_READINESS:
+        word = "did not become ready" if f.readiness == "failed" else "was not ready by its deadline"
+        nexts = (*inspect, *(() if inspect else (stderr,)),
+                 NextCall(None, note=f"it {word}: read the evidence in why, fix the cause, then try again"))
+        if f.state == "running":
+            nexts += (cancel,)
+        return Guidance(summary, ready_why or both(), nexts, True)
+    if failed:
+        if f.state == "lost":
+            nexts = (NextCall(None, note="the job's outcome is unknown: check the host's state before acting (do "
+                                         "not assume success)"), NextCall("job_output", dict(jid), "shows what it "
+                                                                                                    "wrote"))
+        elif f.state == "killed":
+            nexts = (NextCall(None, note="it was killed; run it again only if that is still wanted"),
+                     NextCall("job_output", dict(jid), "shows what it wrote"))
+        else:
+            nexts = (stderr, NextCall(None, note="it failed: fix the cause before running it again"))
+        if f.readiness == "pending":
+            ready_why = "readiness will not be reached: " + (ready_why or "the command did not succeed")
+        elif f.readiness == "ready":
+            ready_why = "it had been ready before it ended" + (f" ({ready_why})" if ready_why else "")
+        return Guidance(summary, both(), (*nexts, *inspect), True)
+    if f.readiness == "pending":
+        note = ("to keep following: the command exited 0 but readiness is still pending (the service is loading)"
+                if f.state == "exited" else "to keep following until readiness is ready, failed or deadline_exceeded")
+        nexts = (NextCall(follow.tool, follow.args, note),)
+        if f.state == "running":
+            nexts += (cancel,)
+        why = ready_why if f.state == "running" else both()
+        return Guidance(summary, why or "waiting for readiness", nexts, False)
+    if f.readiness == "ready":
+        nexts = (NextCall(None, note="ready: go on with the task"),)
+        if f.state == "running":
+            nexts += (cancel,)
+        why = ready_why if f.state in ("running", "exited") else both()
+        return Guidance(summary, why or "ready", nexts + inspect[:1], True)
+    # no probes
+    if f.state == "running":
+        return Guidance(summary, state_why, (follow, NextCall("job_output", dict(jid), "pages the full output"),
+                                             cancel), False)
+    return Guidance(summary, state_why, (NextCall(None, note="done"),
+                                         NextCall("job_output", {**jid, "offset": 0}, "pages the full output")),
+                    True)
+
+
+def _arg(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return repr(value)
+
+
+def _tool_call(call: NextCall) -> str:
+    if call.tool is None:
+        return call.note
+    text = f"{call.tool}({', '.join(f'{k}={_arg(v)}' for k, v in call.args.items())})"
+    return f"{text} {call.note}" if call.note else text
+
+
+#: renderings of a :class:`NextCall` by style name
+STYLES: dict[str, Callable[[NextCall], str]] = {"tool": _tool_call}
+
+
+def render(calls: Sequence[NextCall], style: str = "tool") -> str:
+    """The next calls as one line of text: ``job_status(job_id='j_…', wait_s=60) to keep following; ...``.
+
+    :param style: ``tool`` (tool-call syntax, for agents); other styles are registered in :data:`STYLES`.
+    :raises ValueError: unknown style.
+    """
+    try:
+        one = STYLES[style]
+    except KeyError:
+        raise ValueError(f"unknown rendering style {style!r}; known: {', '.join(STYLES)}") from None
+    return "; ".join(one(c) for c in calls)
