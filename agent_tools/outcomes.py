@@ -178,7 +178,9 @@ class JobStatus(_Model):
     exit_status: int | None = None
     signal: str | None = None
     readiness: Literal["none", "pending", "ready", "failed", "deadline_exceeded"] = "none"
-    elapsed_s: float
+    elapsed_s: float = Field(description="seconds since the job started while it runs or its readiness is "
+                                         "pending; once it is over, frozen at its end (the host's record of the "
+                                         "run time) or at the readiness verdict: the same on every later look")
     deadline_s: float | None = None
     why: str = ""
     probes: list[ProbeReport] = Field(default_factory=list)
@@ -221,6 +223,8 @@ class JobInfo(_Model):
     readiness: str = "none"
     exit_status: int | None = None
     created_at: float = Field(description="unix time the job was started")
+    summary: str = Field(default="", description="one line: state, exit status and readiness, e.g. 'exited 0, "
+                                                 "readiness pending'")
 
 
 class JobList(_Model):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import re
 import secrets
-import shlex
 import signal as _signal
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -20,7 +19,7 @@ import anyio
 import structlog
 
 from ..errors import AgentToolsError, BadArguments, ConnectionLost, HostError, JobNotFound
-from ..hosts.base import Host, HostProcess, run_on
+from ..hosts.base import Host, HostProcess
 from ..outcomes import (
     Detached,
     ErrorOutcome,
@@ -33,9 +32,10 @@ from ..outcomes import (
     ProbeReport,
 )
 from ..output import OutputView, clean_text, split_budget
-from ..probes.checks import advance, check_probes
+from ..probes.readiness import judge
 from ..redact import redact
 from .discover import discover_script, parse_discovery
+from .hints import JobFacts, guide
 from .journal import JobRecord, Journal, now
 from .scripts import (
     cancel_request,
@@ -455,9 +455,7 @@ class JobRunner:
             if "stderr" in st.views:
                 ev = st.views["stderr"].view()
             self.journal.update(rec.job_id, stdout_seen=st.stdout_bytes, stderr_seen=st.stderr_bytes)
-        wait = 60.0 if rec.deadline_s is None or rec.deadline_s > 120 else 30.0
-        hint = next_hint or (f"job_status(job_id='{rec.job_id}', wait_s={wait:g}) to follow it; "
-                             f"job_cancel(job_id='{rec.job_id}') to stop it")
+        hint = next_hint or guide(facts_of(rec, state="running")).next_text()
         log.debug("job.detached", host=rec.host, job_id=rec.job_id, elapsed_s=round(elapsed, 3))
         return Detached(host=rec.host, command=rec.command, job_id=rec.job_id, elapsed_s=round(elapsed, 3),
                         budget_s=rec.budget_s or 0.0, deadline_s=rec.deadline_s, why=why, stdout=ov,
@@ -518,8 +516,7 @@ class JobRunner:
             return self._finished(rec, status.exit_status, st.views if st else {}, status.elapsed_s)
         return Detached(host=rec.host, command=rec.command, job_id=rec.job_id, elapsed_s=status.elapsed_s,
                         budget_s=budget_s, deadline_s=rec.deadline_s, why=why + f" (state: {status.state})",
-                        stdout=status.new_stdout, stderr=status.new_stderr,
-                        next=f"job_status(job_id='{rec.job_id}', wait_s=30)")
+                        stdout=status.new_stdout, stderr=status.new_stderr, next=status.next)
 
     # ------------------------------------------------------------------ status
     async def _status(self, host: Host, specs: list[tuple[str, int, int, int, int]]) -> dict[str, HostJobState]:
@@ -653,8 +650,9 @@ class JobRunner:
             state, why = "lost", ("the job's processes are gone and no exit status was written: it was killed "
                                   "from outside or the host lost it (never counted as success)")
         if state != "running" and rec.state != state:
-            self.journal.update(rec.job_id, state=state, exit_status=code, signal=sig, finished_at=now())
-            rec.state, rec.exit_status, rec.signal = state, code, sig
+            finished = _finished_at(rec, st)
+            self.journal.update(rec.job_id, state=state, exit_status=code, signal=sig, finished_at=finished)
+            rec.state, rec.exit_status, rec.signal, rec.finished_at = state, code, sig, finished
         elif state == "running" and rec.state == "lost" and st.present:
             # recorded lost too early (e.g. the launch's connection failed after the exec went out): the host's
             # job directory is the source of truth
@@ -665,7 +663,11 @@ class JobRunner:
     async def job_status(self, host: Host, job_id: str, *, wait_s: float = 0.0) -> JobStatus:
         """State of job ``job_id`` and the output it wrote since the previous status call.
 
-        Long-polls: returns as soon as the job's state changes, or after ``wait_s`` seconds (float, >= 0).
+        Long-polls: returns as soon as the job's state or readiness changes, once it is settled (see below),
+        or after ``wait_s`` seconds (float, >= 0). Settled means: without probes, no longer running; with
+        probes, readiness is no longer ``pending``. A ``ready`` job's units are checked again on every call
+        (:mod:`agent_tools.probes.readiness`): readiness turns ``failed`` when the unit died since.
+        ``why``, ``next`` and the summary come from :func:`agent_tools.jobs.hints.guide`.
 
         :raises JobNotFound: unknown job id.
         :raises HostError: the host cannot be reached.
@@ -679,13 +681,12 @@ class JobRunner:
         first: tuple[str, str] | None = None
         delay = 0.2
         reports: list[ProbeReport] = []
+        ready_why = ""
         while True:
             st = (await self._status(host, [(job_id, 0, 0, 0, 0)]))[job_id]
             state, code, sig, why = self.apply_state(rec, st)
-            if rec.probes and rec.readiness == "pending":
-                reports, why = await self._evaluate_probes(host, rec, state, code, why)
-            elif rec.probes:
-                reports = [ProbeReport(**r) for r in rec.meta.get("last_probes", [])]
+            if rec.probes:
+                reports, ready_why = await self._evaluate_probes(host, rec, state, code, why)
             if first is None:
                 first = (state, rec.readiness)
             remaining = t_end - anyio.current_time()
@@ -706,59 +707,62 @@ class JobRunner:
         err_seen = vst.views["stderr"].size if "stderr" in vst.views else vst.stderr_bytes
         self.journal.update(job_id, stdout_seen=max(rec.stdout_seen, out_seen),
                             stderr_seen=max(rec.stderr_seen, err_seen))
-        elapsed = round(now() - rec.created_at, 3)
-        nxt = _next_hint(job_id, state, rec)
+        g = guide(facts_of(rec, state=state, detail=why, readiness_detail=ready_why))
         return JobStatus(job_id=job_id, host=rec.host, command=rec.command, state=state,
                          exit_status=code, signal=sig, readiness=rec.readiness,
-                         elapsed_s=elapsed, deadline_s=rec.deadline_s, why=why, probes=reports,
-                         new_stdout=new_out, new_stderr=new_err, next=nxt)
+                         elapsed_s=elapsed_of(rec), deadline_s=rec.deadline_s, why=g.why, probes=reports,
+                         new_stdout=new_out, new_stderr=new_err, next=g.next_text())
 
     async def _evaluate_probes(self, host: Host, rec: JobRecord, state: str, code: int | None,
                                why: str) -> tuple[list[ProbeReport], str]:
-        """Check a job's probes once and move its readiness: ready when the command exited 0 (or still runs)
-        and every probe passed; failed when a probe failed terminally or the command failed;
-        deadline_exceeded past ``deadline_s``. Terminal readiness is recorded in the journal."""
-        results = await check_probes(host, rec.probes)
-        specs = advance(rec.probes, results)
-        reports = [r.report() for r in results]
-        elapsed = now() - rec.created_at
-        readiness = "pending"
-        if any(r.state == "failed" for r in results):
-            readiness = "failed"
-            failed = [r for r in results if r.state == "failed"]
-            why = "; ".join(f"{r.kind} {r.target}: {r.evidence}" for r in failed)
-            for r in failed:
-                if r.kind == "systemd_unit":
-                    lines = await self._journal_tail(host, r.target, r.details.get("InvocationID", ""))
-                    if lines:
-                        why += "\njournal:\n" + lines
-                        reports.append(ProbeReport(kind="log", target=r.target, state="failed", evidence=lines[-1500:]))
-        elif state in ("killed", "lost") or (state == "exited" and code != 0):
-            readiness, why = "failed", f"the command did not succeed ({why})"
-        elif all(r.state == "passed" for r in results):
-            readiness, why = "ready", "all probes passed: " + "; ".join(f"{r.kind} {r.evidence}" for r in results)
-        elif rec.deadline_s is not None and elapsed > rec.deadline_s:
-            readiness = "deadline_exceeded"
-            why = (f"not ready {elapsed:.0f} s after start (deadline {rec.deadline_s:g} s): "
-                   + "; ".join(f"{r.kind} {r.target}: {r.evidence}" for r in results if r.state != "passed"))
-        else:
-            why = "waiting for readiness: " + "; ".join(f"{r.kind} {r.evidence}" for r in results)
-        meta = dict(rec.meta, last_probes=[p.model_dump() for p in reports])
-        self.journal.update(rec.job_id, probes=specs, readiness=readiness, meta=meta)
-        rec.probes, rec.readiness, rec.meta = specs, readiness, meta
-        if readiness != "pending":
-            log.info("job.readiness", host=rec.host, job_id=rec.job_id, readiness=readiness)
-        return reports, why
+        """Look at a job's readiness once (:func:`agent_tools.probes.readiness.judge`: pending jobs are judged,
+        ready ones have their units checked again) and record it in the journal.
 
-    async def _journal_tail(self, host: Host, unit: str, invocation: str) -> str:
-        match = f" _SYSTEMD_INVOCATION_ID={invocation}" if invocation else ""
-        with anyio.move_on_after(5):
+        :returns: the probe reports and the readiness evidence (for ``why``).
+        """
+        last = [ProbeReport(**r) for r in rec.meta.get("last_probes", [])]
+        if rec.readiness not in ("pending", "ready"):
+            return last, str(rec.meta.get("readiness_why", ""))
+        verdict = await judge(host, rec.probes, readiness=rec.readiness, state=state, exit_status=code,
+                              state_detail=why, elapsed_s=now() - rec.created_at, deadline_s=rec.deadline_s,
+                              last=last)
+        meta = dict(rec.meta, last_probes=[p.model_dump() for p in verdict.reports], readiness_why=verdict.detail)
+        if verdict.readiness != "pending" and rec.readiness == "pending":
+            meta["settled_at"] = now()
+        self.journal.update(rec.job_id, probes=verdict.specs, readiness=verdict.readiness, meta=meta)
+        if verdict.readiness != rec.readiness:
+            log.info("job.readiness", host=rec.host, job_id=rec.job_id, readiness=verdict.readiness,
+                     was=rec.readiness)
+        rec.probes, rec.readiness, rec.meta = verdict.specs, verdict.readiness, meta
+        return verdict.reports, verdict.detail
+
+    async def refresh_readiness(self, host: Host, *, limit: int = 20) -> int:
+        """Look again at the readiness of the newest ``limit`` jobs on ``host`` whose readiness can still
+        change (``pending``, or ``ready`` with units to check again), concurrently; best effort (a job whose
+        look fails keeps its recorded readiness). Used by ``list_jobs(host=...)``.
+
+        :returns: how many jobs changed readiness.
+        """
+        recs = [r for r in self.journal.list(host.name)
+                if r.probes and (r.readiness == "pending" or (r.readiness == "ready" and any(
+                    p.get("kind") == "systemd_unit" and not p.get("final") for p in r.probes)))][:limit]
+        changed = 0
+
+        async def one(rec: JobRecord) -> None:
+            nonlocal changed
+            was = rec.readiness
             try:
-                res = await run_on(host, f"journalctl -u {shlex.quote(unit)} -n 15 -o cat --no-pager{match}")
-                return res.stdout.decode("utf-8", "replace").strip()
-            except HostError:
-                return ""
-        return ""
+                await self._evaluate_probes(host, rec, rec.state, rec.exit_status,
+                                            f"{rec.state}" + (f" with status {rec.exit_status}"
+                                                              if rec.exit_status is not None else ""))
+            except (HostError, WireError) as exc:
+                log.warning("job.readiness_refresh_failed", job_id=rec.job_id, error=str(exc))
+            changed += rec.readiness != was
+
+        async with anyio.create_task_group() as tg:
+            for rec in recs:
+                tg.start_soon(one, rec)
+        return changed
 
     # ------------------------------------------------------------------ output
     async def job_output(self, host: Host, job_id: str, *, stream: Literal["stdout", "stderr"] = "stdout",
@@ -893,16 +897,36 @@ def _split_utf8_tail(data: bytes) -> int:
     return 0
 
 
-def _next_hint(job_id: str, state: str, rec: JobRecord) -> str:
-    if state == "running":
-        return (f"job_status(job_id='{job_id}', wait_s=60) to keep following; job_output(job_id='{job_id}') "
-                "pages the full output")
-    if state == "exited":
-        return (f"done; job_output(job_id='{job_id}', offset=0) pages the full output" if rec.exit_status == 0
-                else f"it failed: read job_output(job_id='{job_id}', stream='stderr') and fix the cause")
-    if state == "lost":
-        return "the job's outcome is unknown: check the host's state before acting (do not assume success)"
-    return "it was killed; run it again only if that is still wanted"
+def _finished_at(rec: JobRecord, st: HostJobState) -> float:
+    """When a job that is now seen terminal ended (unix seconds): its start plus the run time the host
+    recorded (the ``exit`` file's uptimes), else now (the first sight of its end)."""
+    t = now()
+    if st.duration_s is not None and st.duration_s >= 0:
+        return min(t, rec.created_at + st.duration_s)
+    return t
+
+
+def elapsed_of(rec: JobRecord) -> float:
+    """A job's ``elapsed_s``: seconds from its start until now while it runs or its readiness is pending;
+    frozen once it is over, at its end (the host's record of the run time, else when its end was first seen)
+    or, with probes, when the readiness verdict was reached, whichever is later. The same on every later
+    look."""
+    settled = rec.meta.get("settled_at") if rec.probes else None
+    if rec.state == "running" or (rec.probes and rec.readiness == "pending"):
+        end = now()
+    else:
+        ends = [t for t in (rec.finished_at, settled) if isinstance(t, int | float)]
+        end = max(ends) if ends else now()
+    return round(max(0.0, end - rec.created_at), 3)
+
+
+def facts_of(rec: JobRecord, *, state: str | None = None, detail: str = "", readiness_detail: str = "") -> JobFacts:
+    """:class:`~agent_tools.jobs.hints.JobFacts` of a journal row (``state`` overrides the recorded one)."""
+    units = tuple(str(p["unit"]) for p in rec.probes if p.get("kind") == "systemd_unit" and p.get("unit"))
+    return JobFacts(job_id=rec.job_id, host=rec.host, state=state or rec.state, readiness=rec.readiness,
+                    exit_status=rec.exit_status, signal=rec.signal, detail=detail,
+                    readiness_detail=readiness_detail or str(rec.meta.get("readiness_why", "")), units=units,
+                    deadline_s=rec.deadline_s)
 
 
 def _error(exc: AgentToolsError, host: str | None, command: str | None) -> ErrorOutcome:

@@ -8,8 +8,10 @@ Layout of a job directory ``$STATE/jobs/<job_id>/`` (created 0700 under umask 07
     pid       "<cmd_pid> <cmd_start> <boot_id> <monitor_pid> <monitor_start>" (start = /proc/PID/stat
               field 22, in clock ticks since boot; proc(5)) — with the pid it identifies the process
               across PID reuse
-    exit      the exit status as the shell reports it (128+N for signal N), written with one write(2)
-              after the command ended; absent (or, for an instant, empty) while running
+    exit      the exit status as the shell reports it (128+N for signal N), then a second line with the
+              host's uptime (``/proc/uptime``, seconds) when the command started and when it ended (``-``
+              where unknown), written with one write(2) after the command ended; absent (or, for an
+              instant, empty) while running. The run time is taken from the host's own clock.
     cancel    why the job was cancelled (written before any signal is sent)
 
 Process layout: the launcher (one SSH session, or one local ``sh``) forks a *monitor* subshell with
@@ -101,6 +103,7 @@ export PAGER=cat SYSTEMD_PAGER= GIT_PAGER=cat GIT_EDITOR=true TERM=dumb DEBIAN_F
 export SYSTEMD_COLORS=0 NO_COLOR=1 GIT_TERMINAL_PROMPT=0 PIP_NO_INPUT=1 LESS=FRX
 # the monitor: starts the command in a session of its own, records its pid, waits, records the exit status
 (
+  t0=-; read -r t0 _ 2>/dev/null </proc/uptime
   AGENT_TOOLS_JOB=$id setsid "$sh_" -c "$cmd" </dev/null >"$d/stdout" 2>"$d/stderr" &
   pid=$!
   cs=-; s=; if read -r s < "/proc/$pid/stat" 2>/dev/null; then s=${s##*) }; set -- $s; cs=${20}; fi
@@ -108,7 +111,8 @@ export SYSTEMD_COLORS=0 NO_COLOR=1 GIT_TERMINAL_PROMPT=0 PIP_NO_INPUT=1 LESS=FRX
   boot=-; read -r boot < /proc/sys/kernel/random/boot_id 2>/dev/null
   printf '%s %s %s %s %s\n' "$pid" "$cs" "$boot" "$mp" "$ms" > "$d/pid"
   wait "$pid"
-  printf '%s\n' "$?" > "$d/exit"
+  rc=$?; t1=-; read -r t1 _ 2>/dev/null </proc/uptime
+  printf '%s\n%s %s\n' "$rc" "$t0" "$t1" > "$d/exit"
 ) </dev/null >/dev/null 2>"$d/monitor.err" &
 mpid=$!
 printf '@@AT started %s %s\n' "$id" "$mpid"
@@ -175,13 +179,16 @@ BEGIN {
   for (i = 1; i < ARGC; i++) {
     id = ARGV[i]; sub(/:.*/, "", id)
     if (first(id "/command") == "\001") { printf "@@AT job %s missing\n", id; continue }
-    rc = first(id "/exit"); if (rc == "\001" || rc == "") rc = "-"
+    rc = "\001"; tm = ""; f = id "/exit"
+    if ((getline rc < f) < 0) rc = "\001"; else if ((getline tm < f) <= 0) tm = ""
+    close(f); if (rc == "\001" || rc == "") rc = "-"
+    dur = "-"; if (split(tm, T, " ") == 2 && T[1] ~ /^[0-9.]+$/ && T[2] ~ /^[0-9.]+$/) dur = sprintf("%.2f", T[2] - T[1])
     p = first(id "/pid"); cp = cs = bt = mp = ms = "-"
     if (p != "\001" && p != "") { split(p, P, " "); cp = P[1]; cs = P[2]; bt = P[3]; mp = P[4]; ms = P[5] }
     reason = first(id "/cancel"); ca = (reason == "\001") ? 0 : 1
     os = ((id "/stdout") in size) ? size[id "/stdout"] : 0
     es = ((id "/stderr") in size) ? size[id "/stderr"] : 0
-    printf "@@AT job %s present %s %s %s %d %d %d %s %s %s\n", id, rc, cp, bt, alive(cp, cs), alive(mp, ms), ca, os, es, mp
+    printf "@@AT job %s present %s %s %s %d %d %d %s %s %s %s\n", id, rc, cp, bt, alive(cp, cs), alive(mp, ms), ca, os, es, mp, dur
     if (ca) printf "@@AT cancel %s %s\n", id, reason
   }
   exit

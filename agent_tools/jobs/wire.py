@@ -111,11 +111,20 @@ class HostJobState:
     stderr_bytes: int = 0
     current_boot: str | None = None
     views: dict[str, RawView] = field(default_factory=dict)
+    #: the command's run time on the host's clock (seconds, from the ``exit`` file), None when not recorded
+    duration_s: float | None = None
 
 
 def _int(word: str) -> int | None:
     try:
         return int(word)
+    except ValueError:
+        return None
+
+
+def _float(word: str) -> float | None:
+    try:
+        return float(word)
     except ValueError:
         return None
 
@@ -143,7 +152,8 @@ async def parse_status(reader: WireReader) -> dict[str, HostJobState]:
                 last = HostJobState(
                     jid, present=True, exit_code=_int(rc), pid=_int(pid), boot_id=None if bt == "-" else bt,
                     alive=alive == "1", monitor_alive=malive == "1", cancelled=ca == "1",
-                    stdout_bytes=int(os_), stderr_bytes=int(es), current_boot=boot)
+                    stdout_bytes=int(os_), stderr_bytes=int(es), current_boot=boot,
+                    duration_s=_float(words[12]) if len(words) > 12 else None)
             states[jid] = last
         elif kind == "view":
             target = states.get(words[5]) if len(words) > 5 and words[5] else last

@@ -65,7 +65,10 @@ class RestartServiceArgs(_Args):
     probes: list[dict[str, Any]] = Field(default_factory=list,
                                          description="extra readiness probes, e.g. {'kind':'http','url':"
                                                      "'http://127.0.0.1:30000/health'} or {'kind':'log','unit':"
-                                                     "'sglang.service','pattern':'ready to roll'}")
+                                                     "'sglang.service','pattern':'ready to roll'}; they count "
+                                                     "only against the new process. {'kind':'systemd_unit',"
+                                                     "'unit':UNIT,'settle_s':10} sets the unit's own probe: "
+                                                     "seconds it must stay up (default 3 for non-notify types)")
     deadline_s: float | None = Field(default=None, gt=0, description="seconds until the restart counts as "
                                                                       "failed (default: the unit's "
                                                                       "TimeoutStartSec + 30)")

@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from ..errors import BadArguments
 from ..hosts.base import Host, run_on
-from ..outcomes import Detached, ProbeReport
+from ..outcomes import Detached, Finished, ProbeReport
 from ..probes.checks import UNIT_PROPS, advance, check_probes
 from ..probes.parse import parse_free, parse_nvidia_smi, parse_systemctl_show, parse_timespan_s
 from ..probes.specs import probe_from_dict
@@ -124,51 +124,72 @@ async def restart_service(tk: Toolkit, host: str, unit: str, daemon_reload: bool
                           approval_id: str | None = None) -> BaseModel:
     """Restart a unit without blocking and return a ``detached`` job that follows it to readiness.
 
-    Steps: (1) read the unit's InvocationID and ``TimeoutStartUSec`` (systemd.service(5): the start timeout,
-    after which systemd fails the start with Result=timeout) and the journal cursor; (2) run
-    ``systemctl daemon-reload && systemctl restart --no-block UNIT`` (``--no-block`` only enqueues the job;
-    a plain restart blocks until Type=notify sends READY=1); (3) return a job whose probes are the unit's state
-    in a *new* invocation plus ``probes``; its deadline defaults to the unit's start timeout + 30 s.
+    Steps: (1) one round trip reads the unit's properties (``InvocationID``, ``ConditionTimestampMonotonic``,
+    ``TimeoutStartUSec``: systemd.service(5)'s start timeout, after which systemd fails the start with
+    Result=timeout) and the journal's cursor; (2) run ``systemctl daemon-reload && systemctl restart --no-block
+    UNIT`` (``--no-block`` only enqueues the job; a plain restart blocks until Type=notify sends READY=1);
+    (3) look at readiness once and return a job whose probes are the unit up in a *new* invocation for its
+    settle window (:class:`~agent_tools.probes.specs.SystemdUnitProbe`) plus ``probes``, which count only
+    against the new process; its deadline defaults to the unit's start timeout + 30 s.
+
+    :param probes: extra probe specs (dicts). A ``systemd_unit`` probe of ``unit`` itself sets that probe's
+        options (e.g. ``settle_s``) instead of adding a second one.
+    :param deadline_s: seconds until a restart that is not ready counts as ``deadline_exceeded``.
+    :raises BadArguments: invalid unit name or probes, or a unit the host does not know.
     """
     unit = check_unit(unit)
-    extra = [probe_from_dict(p).model_dump() for p in (probes or [])]
+    extra = [probe_from_dict(p).model_dump(exclude_none=True) for p in (probes or [])]
+    own = next((p for p in extra if p.get("kind") == "systemd_unit" and check_unit(str(p["unit"])) == unit), {})
+    extra = [p for p in extra if p is not own]
     h = tk.hosts.get(host)
-    props = await unit_props(h, unit)
+    props, cursor, unit_cursor = await _unit_and_cursor(h, unit)
     if props.get("LoadState") == "not-found":
         raise BadArguments(f"unit {unit} is not known on {host}")
     timeout_s = parse_timespan_s(props.get("TimeoutStartUSec", ""))
     if deadline_s is None:
         deadline_s = (timeout_s + 30.0) if timeout_s is not None else 900.0
-    cur = await run_on(h, f"journalctl -u {shlex.quote(unit)} -n 0 --show-cursor --no-pager -o cat")
-    cursor = None
-    for line in cur.stdout.decode("utf-8", "replace").splitlines():
-        if line.startswith("-- cursor: "):
-            cursor = line.removeprefix("-- cursor: ").strip()
     for p in extra:
         if p.get("kind") == "log" and p.get("unit") == unit and not p.get("cursor"):
-            p["cursor"] = cursor
-    spec = [{"kind": "systemd_unit", "unit": unit, "not_invocation": props.get("InvocationID") or None}, *extra]
+            p["cursor"] = unit_cursor
+    condition = props.get("ConditionTimestampMonotonic", "")
+    spec = [{**own, "kind": "systemd_unit", "unit": unit, "not_invocation": props.get("InvocationID") or None,
+             "before_condition_us": int(condition) if condition.isdigit() else None, "journal_cursor": cursor},
+            *extra]
     cmd = ("systemctl daemon-reload && " if daemon_reload else "") + f"systemctl restart --no-block {shlex.quote(unit)}"
     out = await tk.run_command(host=host, command=cmd, budget_s=30.0, approval_id=approval_id,
                                _probes=spec, _deadline_s=deadline_s)
-    if isinstance(out, Detached) or getattr(out, "outcome", None) != "finished":
-        return out
+    if not isinstance(out, Finished) or out.exit_status != 0:
+        return out  # detached (systemctl hung: the job follows it), or the enqueue failed, or denied/asked
     # the enqueue finished within its budget: the job now follows readiness through its probes
-    job_id = out.job_id  # type: ignore[attr-defined]
-    if getattr(out, "exit_status", 1) != 0:
-        return out
-    results = await check_probes(h, spec)
-    reports = [r.report() for r in results]
-    tk.journal.update(job_id, probes=advance(spec, results),
-                      readiness="pending", deadline_s=deadline_s)
-    wait = 60 if deadline_s > 120 else 15
-    return Detached(host=host, command=cmd, job_id=job_id, elapsed_s=out.duration_s,  # type: ignore[attr-defined]
-                    budget_s=30.0, deadline_s=deadline_s,
-                    why=f"restart of {unit} enqueued (--no-block); readiness is followed by probes; the unit "
-                        f"allows {timeout_s if timeout_s is not None else 'unlimited'} s to start",
-                    probes=reports, stdout=out.stdout, stderr=out.stderr,  # type: ignore[attr-defined]
-                    next=f"job_status(job_id='{job_id}', wait_s={wait}) until readiness is ready/failed/"
-                         "deadline_exceeded")
+    status = await tk.runner.job_status(h, out.job_id, wait_s=0)
+    allows = f"{timeout_s:g} s" if timeout_s is not None else "unlimited time"
+    return Detached(host=host, command=cmd, job_id=out.job_id, elapsed_s=out.duration_s, budget_s=30.0,
+                    deadline_s=deadline_s,
+                    why=f"restart of {unit} enqueued (--no-block); readiness is followed by probes (the unit "
+                        f"allows {allows} to start): {status.why}",
+                    probes=status.probes, stdout=out.stdout, stderr=out.stderr, next=status.next)
+
+
+async def _unit_and_cursor(h: Host, unit: str) -> tuple[dict[str, str], str | None, str | None]:
+    """The unit's properties (:func:`unit_props`' set) and two journal tail cursors (journalctl(1) ``-n 0
+    --show-cursor``: "from now on"): the whole journal's, and the unit's own (None when it has no lines yet),
+    in one round trip. A log probe reads ``-u UNIT --after-cursor``, which wants a cursor of an entry that
+    matches (see :func:`agent_tools.probes.systemd.after_cursor`)."""
+    props = UNIT_PROPS + ",FragmentPath,NeedDaemonReload,LoadState"
+    q = shlex.quote(unit)
+    res = await run_on(h, f"systemctl show -p {props} {q}; journalctl -n 0 --show-cursor --no-pager -o cat "
+                          f"2>/dev/null; echo '--unit--'; journalctl -u {q} -n 0 --show-cursor --no-pager -o cat "
+                          "2>/dev/null")
+    text = res.stdout.decode("utf-8", "replace")
+    cursors: list[str | None] = [None, None]
+    part = 0
+    for line in text.splitlines():
+        if line == "--unit--":
+            part = 1
+        elif line.startswith("-- cursor: "):
+            cursors[part] = line.removeprefix("-- cursor: ").strip()
+    shown = "\n".join(ln for ln in text.splitlines() if not ln.startswith("--"))
+    return parse_systemctl_show(shown), cursors[0], cursors[1]
 
 
 async def read_file(tk: Toolkit, host: str, path: str, offset: int = 0, limit: int = 65536) -> BaseModel:

@@ -20,8 +20,9 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import AgentToolsError, BadArguments
 from ..hosts.registry import HostRegistry
+from ..jobs.hints import guide
 from ..jobs.journal import Journal
-from ..jobs.manager import JobRunner, _error
+from ..jobs.manager import JobRunner, _error, facts_of
 from ..outcomes import Denied, ErrorOutcome, JobInfo, JobList, NeedsApproval
 from ..redact import redact, redact_obj
 from . import ops
@@ -88,7 +89,9 @@ JOB_STATUS_DESC = (
 JOB_OUTPUT_DESC = "Page a job's full output by byte offset (stdout or stderr); all bytes are kept on the host."
 JOB_CANCEL_DESC = ("Stop a job: TERM to its whole process tree (including daemons it spawned), KILL after "
                    "grace_s, then verify no process of it is left. Reports what was killed and any survivors.")
-LIST_JOBS_DESC = "List known jobs (newest first), optionally for one host, with their last known state."
+LIST_JOBS_DESC = ("List known jobs (newest first), optionally for one host, with their last known state. With "
+                  "host, their states and readiness are looked at again on that host (a ready unit that died "
+                  "since reads failed).")
 RESTART_SERVICE_DESC = (
     "Restart a systemd unit safely: daemon-reload, `systemctl restart --no-block`, and return at once a "
     "'detached' job whose readiness is judged by probes (the unit active in a new invocation, plus any HTTP "
@@ -358,14 +361,17 @@ class Toolkit:
                 notes.append(f"the job journal was damaged and was moved aside to {recovered} at startup; a fresh "
                              "one was started (list_jobs(host=...) rediscovers each host's jobs)")
             if host is not None:
-                added = await self.runner.refresh_host(self.hosts.get(host))
-                notes.append(f"states refreshed from {host}" + (
+                h = self.hosts.get(host)
+                added = await self.runner.refresh_host(h)
+                await self.runner.refresh_readiness(h)
+                notes.append(f"states and readiness refreshed from {host}" + (
                     f"; rediscovered {len(added)} job(s) from its job directories that the journal did not know"
                     if added else ""))
             recs = self.journal.list(host)
             return JobList(jobs=[JobInfo(job_id=r.job_id, host=r.host, command=r.command, state=r.state,
                                          readiness=r.readiness, exit_status=r.exit_status,
-                                         created_at=r.created_at) for r in recs], note="; ".join(notes))
+                                         created_at=r.created_at, summary=guide(facts_of(r)).summary)
+                                 for r in recs], note="; ".join(notes))
         except AgentToolsError as exc:
             return _error(exc, host, None)
 
@@ -381,13 +387,17 @@ class Toolkit:
 
 
 async def _prepare_probes(host: Any, probes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Pin systemd_unit probes to a *new* invocation (the one before the command runs must not count)."""
+    """Pin systemd_unit probes to a *new* invocation (the one before the command runs must not count; a start
+    attempt after this moment that made none fails the probe)."""
     out = []
     for p in probes:
         p = dict(p)
         if p.get("kind") == "systemd_unit" and "not_invocation" not in p:
-            props = await ops.unit_props(host, str(p["unit"]), "InvocationID")
+            props = await ops.unit_props(host, str(p["unit"]), "InvocationID,ConditionTimestampMonotonic")
             p["not_invocation"] = props.get("InvocationID") or None
+            condition = props.get("ConditionTimestampMonotonic", "")
+            if condition.isdigit():
+                p.setdefault("before_condition_us", int(condition))
         out.append(p)
     return out
 

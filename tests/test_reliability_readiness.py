@@ -1,0 +1,313 @@
+"""Issue 12 (readiness part): every readiness state the agent is told is true, on real systemd hosts.
+
+Each test restarts real units on the nspawn systemd hosts (``at-h1``/``at-h2``: real systemd, real sshd) and
+checks what the tools report against ground truth read inside the host (``pool.run``). The docstring of each
+test names the fault and the protection it covers: remove that protection and the test fails. Measurements go
+to pytest user properties (``fault``, ``trials``, ``checked``, ``lost_jobs``, ...) for
+``scripts/reliability_report.py``, as in ``tests/test_reliability.py``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+
+from agent_tools.tools.toolkit import Toolkit
+
+from .test_reliability import Rel, bounded, dump, on_host, rel, toolkit_for, wait_until
+
+if TYPE_CHECKING:
+    from tests.hosts.nspawn import HostPool
+
+pytestmark = pytest.mark.systemd
+__all__ = ["rel"]  # the fixture, imported for its use here
+
+
+async def install_unit(pool: HostPool, host: str, name: str, service: str, unit: str = "") -> None:
+    """Write /etc/systemd/system/NAME on the host (ground-truth side) and reset its failure state."""
+    text = f"[Unit]\nDescription=agent-tools readiness test {name}\n{unit}\n[Service]\n{service}\n"
+    res = await on_host(pool, host, f"printf '%s' {shlex.quote(text)} > /etc/systemd/system/{name} && "
+                                    f"systemctl daemon-reload && systemctl reset-failed {name} 2>/dev/null; true")
+    assert res.returncode == 0, res.stderr
+
+
+async def unit_truth(pool: HostPool, host: str, name: str) -> dict[str, str]:
+    """``systemctl show`` of the unit plus the host's uptime, read inside the host."""
+    res = await on_host(pool, host, "systemctl show -p ActiveState,SubState,InvocationID,MainPID,"
+                                    f"ActiveEnterTimestampMonotonic {name}; echo Uptime=$(cut -d' ' -f1 /proc/uptime)")
+    return dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
+
+
+async def follow(rel: Rel, tk: Toolkit, job_id: str, *, until: Callable[[dict[str, Any]], bool], limit_s: float,
+                 seen: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """job_status long-polls (2 s) until ``until(status)``; every status goes to ``seen``."""
+    end = anyio.current_time() + limit_s
+    while True:
+        st = dump(await bounded(rel, tk.job_status(job_id=job_id, wait_s=2), 30, f"job_status({job_id})"))
+        assert st.get("outcome") != "error", st
+        if seen is not None:
+            seen.append(st)
+        if until(st):
+            return st
+        if anyio.current_time() > end:
+            raise AssertionError(f"job {job_id}: condition not reached in {limit_s:g} s; last status {st}")
+
+
+def settled(st: dict[str, Any]) -> bool:
+    return st.get("readiness") in ("ready", "failed", "deadline_exceeded")
+
+
+# ------------------------------------------------------------------------------------------------ 1. ready/dead
+#: (unit, host, [Service] body, [Unit] extra, extra probes, final readiness, evidence that must be in `why`)
+UNIT_CASES: list[tuple[str, str, str, str, list[dict[str, Any]], str, list[str]]] = [
+    ("rr-die-simple.service", "at-h1", "Type=simple\nExecStart=/bin/bash -c 'echo start; sleep 8; echo dying; "
+     "exit 1'", "", [], "failed", ["dying", "Main process exited", "status=1/FAILURE"]),
+    ("rr-die-settle.service", "at-h1", "Type=simple\nExecStart=/bin/bash -c 'echo start; sleep 4; echo dying; "
+     "exit 1'", "", [{"kind": "systemd_unit", "unit": "rr-die-settle.service", "settle_s": 15}], "failed",
+     ["dying", "Failed with result"]),
+    ("rr-false.service", "at-h1", "ExecStart=/bin/false", "", [], "failed",
+     ["Main process exited", "status=1/FAILURE"]),
+    ("rr-exec-missing.service", "at-h1", "Type=exec\nExecStart=/nonexistent/rr-binary", "", [], "failed",
+     ["203"]),
+    ("rr-forking.service", "at-h1", "Type=forking\nExecStart=/bin/bash -c '(sleep 2; echo fork-child-dies; exit 2) "
+     "& exit 0'", "", [], "failed", ["status=2"]),
+    ("rr-oneshot.service", "at-h2", "Type=oneshot\nRemainAfterExit=yes\nExecStart=/bin/true", "", [], "ready", []),
+    ("rr-oneshot-fail.service", "at-h2", "Type=oneshot\nExecStart=/bin/sh -c 'echo oneshot-broke; exit 4'", "", [],
+     "failed", ["oneshot-broke", "status=4"]),
+    ("rr-crashloop.service", "at-h2", "Type=simple\nRestart=on-failure\nRestartSec=0.5\nExecStart=/bin/bash -c "
+     "'echo looping; sleep 1; exit 3'", "StartLimitIntervalSec=60\nStartLimitBurst=3", [], "failed",
+     ["restarts=", "looping"]),
+    ("rr-notify-dies.service", "at-h2", "Type=notify\nNotifyAccess=all\nExecStart=/bin/sh -c 'sleep 1; "
+     "systemd-notify --ready; sleep 6; echo notify-dying; exit 1'", "", [], "failed", ["notify-dying"]),
+    ("rr-healthy.service", "at-h2", "Type=simple\nExecStart=/bin/sleep infinity", "", [], "ready", ["settle"]),
+]
+
+
+async def test_unit_dies_after_start(systemd_hosts: HostPool, tmp_path: Path, rel: Rel) -> None:
+    """Fault: a unit that systemd calls started but that dies (or never really runs): Type=simple/exec dying
+    after a few seconds or at exec, /bin/false, a forking daemon whose child dies, a failing oneshot, a crash
+    loop under Restart=on-failure, a notify unit dying after READY=1; and healthy simple/oneshot units.
+    Protection: readiness is a verdict about the new invocation after a settle window for non-notify types
+    (``settle_s``), kept honest over time (a unit that dies after ``ready`` turns ``failed`` on the next
+    ``job_status`` or ``list_jobs``), with journal evidence that includes systemd's own lines."""
+    pool = systemd_hosts
+    rel.set(fault="unit dies after start (simple/exec/forking/oneshot/notify/crash loop; /bin/false)",
+            trials=len(UNIT_CASES),
+            checked="final readiness per unit type; ready never before the settle window (host clock); a unit "
+                    "dying after ready reads failed in list_jobs and job_status, with journal lines")
+    for name, host, service, unit, *_ in UNIT_CASES:
+        await install_unit(pool, host, name, service, unit)
+    problems: list[str] = []
+    misreported = 0
+    async with toolkit_for(pool.ssh_config, tmp_path / "journal.sqlite3") as tk:
+
+        async def case(name: str, host: str, probes: list[dict[str, Any]], want: str, needles: list[str]) -> None:
+            nonlocal misreported
+            out = dump(await tk.restart_service(host=host, unit=name, probes=probes))
+            assert out["outcome"] == "detached", out
+            seen: list[dict[str, Any]] = []
+            st = await follow(rel, tk, out["job_id"], until=settled, limit_s=60, seen=seen)
+            if st["readiness"] == "ready":
+                truth = await unit_truth(pool, host, name)
+                up_s = float(truth["Uptime"]) - int(truth["ActiveEnterTimestampMonotonic"]) / 1e6
+                if truth["ActiveState"] == "active" and name != "rr-notify-dies.service" and up_s < 3.0:
+                    problems.append(f"{name}: ready although up only {up_s:.2f} s on the host (settle window 3 s)")
+                    misreported += 1
+            if want == "failed" and st["readiness"] == "ready":
+                # ready, then dead: wait for the host to say the unit failed, then the next look must say so
+                await wait_until(lambda: _is_failed(pool, host, name), 60, f"{name} failed on the host")
+                if name == "rr-die-simple.service":
+                    rows = dump(await tk.list_jobs(host=host))["jobs"]
+                    row = next(r for r in rows if r["job_id"] == out["job_id"])
+                    if row["readiness"] != "failed":
+                        problems.append(f"{name}: list_jobs after the unit died says {row['readiness']}: {row}")
+                        misreported += 1
+                st = dump(await tk.job_status(job_id=out["job_id"]))
+            if st["readiness"] != want:
+                problems.append(f"{name}: readiness {st['readiness']}, want {want}: {st['why'][:600]}")
+                misreported += 1
+                return
+            for needle in needles:
+                if needle not in st["why"]:
+                    problems.append(f"{name}: {needle!r} missing from the evidence: {st['why'][:800]}")
+            if want == "ready":  # and it stays ready on a later look
+                again = dump(await tk.job_status(job_id=out["job_id"]))
+                if again["readiness"] != "ready":
+                    problems.append(f"{name}: ready, then {again['readiness']} while the unit is up: {again}")
+
+        async with anyio.create_task_group() as tg:
+            for name, host, _s, _u, probes, want, needles in UNIT_CASES:
+                tg.start_soon(case, name, host, probes, want, needles)
+    rel.set(misreported=misreported)
+    for name, host, *_ in UNIT_CASES:
+        await on_host(pool, host, f"systemctl stop {name}; systemctl reset-failed {name} 2>/dev/null; true")
+    assert not problems, "\n".join(problems)
+
+
+async def _is_failed(pool: HostPool, host: str, name: str) -> bool:
+    return (await on_host(pool, host, f"systemctl is-failed {name}")).stdout.strip() == "failed"
+
+
+# --------------------------------------------------------------------------------------- 2. the old server
+SERVER = r'''
+import http.server, os, signal, sys, threading, time
+port = int(sys.argv[1])
+time.sleep(2)  # loading
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = f"pid {os.getpid()}\n".encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), H)
+def term(*_):
+    # an old server that drains: it keeps answering (and logs its ready line again) for 4 s after SIGTERM
+    print(f"READY pid {os.getpid()} (draining)", flush=True)
+    threading.Timer(4, lambda: os._exit(0)).start()
+signal.signal(signal.SIGTERM, term)
+print(f"READY pid {os.getpid()}", flush=True)
+srv.serve_forever()
+'''
+
+
+async def test_http_probe_counts_only_the_new_process(systemd_hosts: HostPool, tmp_path: Path, rel: Rel) -> None:
+    """Fault: during a restart the old server keeps answering HTTP 200 (and logs its ready line again) for 4 s
+    while the unit is ``deactivating/stop-sigterm``. Protection: http/port/log probes count only once the unit
+    is active in its new invocation (they are not checked before), and journal lines of other invocations never
+    count; readiness is reached only against the new process."""
+    pool = systemd_hosts
+    host, name, port = "at-h1", "rr-http.service", 39123
+    rel.set(fault="old server answers during the restart (HTTP 200 and its ready line while stop-sigterm)",
+            trials=1, checked="no http/log probe passes while the host shows the old invocation or a stopping "
+                              "unit; ready only with the new process answering")
+    await on_host(pool, host, f"mkdir -p /opt/rr && printf '%s' {shlex.quote(SERVER)} > /opt/rr/server.py")
+    await install_unit(pool, host, name, f"Type=simple\nTimeoutStopSec=20\nExecStart=/usr/bin/python3 -u "
+                                         f"/opt/rr/server.py {port}")
+    await on_host(pool, host, f"systemctl restart {name}")
+    async with toolkit_for(pool.ssh_config, tmp_path / "journal.sqlite3") as tk:
+        url = f"http://127.0.0.1:{port}/health"
+
+        async def serving() -> bool:
+            return dump(await tk.http_get(host=host, url=url)).get("status") == 200
+
+        await wait_until(serving, 30, "the first server to answer", step_s=0.2)
+        old = await unit_truth(pool, host, name)
+        out = dump(await tk.restart_service(host=host, unit=name, probes=[
+            {"kind": "http", "url": url}, {"kind": "log", "unit": name, "pattern": "READY pid"}]))
+        assert out["outcome"] == "detached", out
+        during = 0
+        wrong: list[str] = []
+        for p in out["probes"]:
+            if p["kind"] != "systemd_unit" and p["state"] == "passed":
+                wrong.append(f"restart_service's own look: {p}")
+        end = anyio.current_time() + 60
+        while True:
+            before = await unit_truth(pool, host, name)
+            st = dump(await tk.job_status(job_id=out["job_id"]))
+            after = await unit_truth(pool, host, name)
+            old_side = all(t["InvocationID"] == old["InvocationID"] or t["ActiveState"] != "active"
+                           for t in (before, after))
+            if old_side:
+                during += 1
+                wrong += [f"{p['kind']} {p['state']}: {p['evidence']} while the host showed {before['ActiveState']}/"
+                          f"{before['SubState']} → {after['ActiveState']}/{after['SubState']}"
+                          for p in st["probes"] if p["kind"] != "systemd_unit" and p["state"] == "passed"]
+                if st["readiness"] == "ready":
+                    wrong.append(f"ready while the host showed the old or a stopping process: {st['why']}")
+            if settled(st) or anyio.current_time() > end:
+                break
+        assert during >= 1, "no look fell in the old server's stop window (the fault was not exercised)"
+        assert not wrong, "\n".join(wrong)
+        assert st["readiness"] == "ready", st
+        new = await unit_truth(pool, host, name)
+        body = dump(await tk.http_get(host=host, url=url))["body"]
+        assert new["InvocationID"] != old["InvocationID"] and body.strip() == f"pid {new['MainPID']}", (new, body)
+        rel.set(looks_in_stop_window=during, misreported=len(wrong))
+    await on_host(pool, host, f"systemctl stop {name}")
+
+
+# ------------------------------------------------------------------------------------------------ 3. next
+async def test_next_follows_readiness_while_the_restart_loads(systemd_hosts: HostPool, tmp_path: Path,
+                                                              rel: Rel) -> None:
+    """Fault: ``systemctl restart --no-block`` exits 0 at once while the service loads (here a Type=notify unit
+    that sends READY=1 after 6 s). Protection: one function derives ``next``, ``why`` and the summary from state
+    + readiness + exit status: an exited-0 job whose readiness is pending says "keep following", never "done",
+    in job_status, list_jobs and restart_service alike."""
+    pool = systemd_hosts
+    host, name = "at-h2", "rr-loading.service"
+    rel.set(fault="restart exits 0 while the service still loads", trials=1,
+            checked="next/why/summary of exited+pending say follow; of ready say go on")
+    await install_unit(pool, host, name, "Type=notify\nNotifyAccess=all\nExecStart=/bin/sh -c 'sleep 6; "
+                                         "systemd-notify --ready; exec sleep infinity'")
+    async with toolkit_for(pool.ssh_config, tmp_path / "journal.sqlite3") as tk:
+        out = dump(await tk.restart_service(host=host, unit=name))
+        assert out["outcome"] == "detached", out
+        assert out["next"].startswith(f"job_status(job_id='{out['job_id']}'"), out["next"]
+        await wait_until(lambda: _job_exited(pool, host, out["job_id"]), 30, "the restart command to exit")
+        st = dump(await tk.job_status(job_id=out["job_id"]))
+        assert (st["state"], st["exit_status"], st["readiness"]) == ("exited", 0, "pending"), st
+        assert st["next"].startswith(f"job_status(job_id='{out['job_id']}', wait_s="), st["next"]
+        assert "done" not in st["next"] and "pending" in st["next"], st["next"]
+        assert "activating" in st["why"], st["why"]
+        row = next(r for r in dump(await tk.list_jobs(host=host))["jobs"] if r["job_id"] == out["job_id"])
+        assert row["summary"] == "exited 0, readiness pending", row
+        st = await follow(rel, tk, out["job_id"], until=settled, limit_s=60)
+        assert st["readiness"] == "ready", st
+        assert st["next"].startswith("ready: go on"), st["next"]
+        row = next(r for r in dump(await tk.list_jobs(host=host))["jobs"] if r["job_id"] == out["job_id"])
+        assert row["summary"] == "exited 0, readiness ready", row
+    await on_host(pool, host, f"systemctl stop {name}")
+
+
+async def _job_exited(pool: HostPool, host: str, job_id: str) -> bool:
+    res = await on_host(pool, host, f"test -s /root/.local/state/agent-tools/jobs/{job_id}/exit && echo yes")
+    return res.stdout.strip() == "yes"
+
+
+# ------------------------------------------------------------------------------------------ 10. durations
+async def test_elapsed_freezes_at_exit(systemd_hosts: HostPool, tmp_path: Path, rel: Rel) -> None:
+    """Fault: the agent looks at a finished job long after it ended, and again later. Protection: a finished
+    job's ``elapsed_s`` is its real run time (the host's own record of start and end in the job's ``exit``
+    file), the same on every later look; a killed job's and a ready restart's freeze too."""
+    pool = systemd_hosts
+    host = "at-h1"
+    rel.set(fault="late and repeated looks at finished jobs", trials=3,
+            checked="elapsed_s of an exited job = host run time (mtimes of pid and exit files) and constant; "
+                    "killed and ready jobs constant")
+    await install_unit(pool, host, "rr-quick.service", "Type=notify\nNotifyAccess=all\nExecStart=/bin/sh -c "
+                                                       "'systemd-notify --ready; exec sleep infinity'")
+    async with toolkit_for(pool.ssh_config, tmp_path / "journal.sqlite3") as tk:
+        short = dump(await tk.run_command(host=host, command="sleep 1", budget_s=0.3))
+        marker = dump(await tk.run_command(host=host, command="sleep 4", budget_s=0.3))
+        doomed = dump(await tk.run_command(host=host, command="sleep 300", budget_s=0.3))
+        assert [o["outcome"] for o in (short, marker, doomed)] == ["detached"] * 3, (short, marker, doomed)
+        restart = dump(await tk.restart_service(host=host, unit="rr-quick.service"))
+        ready = await follow(rel, tk, restart["job_id"], until=settled, limit_s=60)
+        assert ready["readiness"] == "ready", ready
+        cancel = dump(await tk.job_cancel(job_id=doomed["job_id"], grace_s=1))
+        assert cancel["state"] == "killed", cancel
+        # the first look at the short job comes when the 4 s marker job has ended: ≥ 3 s after the short one did
+        await wait_until(lambda: _job_exited(pool, host, marker["job_id"]), 30, "the marker job to end")
+        d = f"/root/.local/state/agent-tools/jobs/{short['job_id']}"
+        times = (await on_host(pool, host, f"stat -c %.3Y {d}/pid {d}/exit")).stdout.split()
+        truth = float(times[1]) - float(times[0])
+        looks: dict[str, list[float]] = {"short": [], "killed": [], "ready": []}
+        for _round in range(2):
+            for key, job in (("short", short), ("killed", doomed), ("ready", restart)):
+                st = dump(await tk.job_status(job_id=job["job_id"]))
+                assert st["state"] != "running", st
+                looks[key].append(st["elapsed_s"])
+            # the second round: after another job ended (time passed on the host, not a sleep to synchronise)
+            again = dump(await tk.run_command(host=host, command="sleep 1.5", budget_s=5))
+            assert again["outcome"] == "finished", again
+        rel.set(host_run_time_s=round(truth, 3), reported_s=looks["short"][0])
+        assert abs(looks["short"][0] - truth) < 0.5, (looks, truth)
+        for key, values in looks.items():
+            assert len(set(values)) == 1, f"{key}: elapsed_s changed between looks: {values}"
+    await on_host(pool, host, "systemctl stop rr-quick.service")
