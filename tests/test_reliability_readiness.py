@@ -76,7 +76,12 @@ UNIT_CASES: list[tuple[str, str, str, str, list[dict[str, Any]], str, list[str]]
      ["203"]),
     ("rr-forking.service", "at-h1", "Type=forking\nExecStart=/bin/bash -c '(sleep 2; echo fork-child-dies; exit 2) "
      "& exit 0'", "", [], "failed", ["status=2"]),
-    ("rr-oneshot.service", "at-h2", "Type=oneshot\nRemainAfterExit=yes\nExecStart=/bin/true", "", [], "ready", []),
+    ("rr-oneshot.service", "at-h2", "Type=oneshot\nRemainAfterExit=yes\nExecStart=/bin/true", "", [], "ready",
+     ["settle"]),
+    ("rr-oneshot-done.service", "at-h2", "Type=oneshot\nExecStart=/bin/sh -c 'sleep 1; echo done'", "", [],
+     "ready", ["ran to completion"]),
+    ("rr-exits-0.service", "at-h2", "Type=simple\nExecStart=/bin/sh -c 'sleep 1; echo bye'", "", [], "failed",
+     ["exited by itself", "bye"]),
     ("rr-oneshot-fail.service", "at-h2", "Type=oneshot\nExecStart=/bin/sh -c 'echo oneshot-broke; exit 4'", "", [],
      "failed", ["oneshot-broke", "status=4"]),
     ("rr-crashloop.service", "at-h2", "Type=simple\nRestart=on-failure\nRestartSec=0.5\nExecStart=/bin/bash -c "
@@ -91,7 +96,9 @@ UNIT_CASES: list[tuple[str, str, str, str, list[dict[str, Any]], str, list[str]]
 async def test_unit_dies_after_start(systemd_hosts: HostPool, tmp_path: Path, rel: Rel) -> None:
     """Fault: a unit that systemd calls started but that dies (or never really runs): Type=simple/exec dying
     after a few seconds or at exec, /bin/false, a forking daemon whose child dies, a failing oneshot, a crash
-    loop under Restart=on-failure, a notify unit dying after READY=1; and healthy simple/oneshot units.
+    loop under Restart=on-failure, a notify unit dying after READY=1, a simple unit exiting 0 by itself (systemd
+    unloads it at once: InvocationID reads empty); and healthy simple/oneshot units (with and without
+    RemainAfterExit).
     Protection: readiness is a verdict about the new invocation after a settle window for non-notify types
     (``settle_s``), kept honest over time (a unit that dies after ``ready`` turns ``failed`` on the next
     ``job_status`` or ``list_jobs``), with journal evidence that includes systemd's own lines."""
@@ -147,6 +154,48 @@ async def test_unit_dies_after_start(systemd_hosts: HostPool, tmp_path: Path, re
     for name, host, *_ in UNIT_CASES:
         await on_host(pool, host, f"systemctl stop {name}; systemctl reset-failed {name} 2>/dev/null; true")
     assert not problems, "\n".join(problems)
+
+
+async def test_ready_unit_later_killed_restarted_or_stopped(systemd_hosts: HostPool, tmp_path: Path,
+                                                           rel: Rel) -> None:
+    """Fault: after a restart was reported ready, its process is killed (kill -9) and systemd restarts it
+    (Restart=always), or someone restarts or stops the unit on purpose. Protection: readiness follows the
+    invocation that was ready: its death reads ``failed`` (NRestarts grew: systemd restarted it after a crash),
+    while an explicit restart (superseded) or a stop on request ends the following and keeps ``ready``."""
+    pool = systemd_hosts
+    host = "at-h2"
+    cases = {"rr-later-kill.service": "kill", "rr-later-restart.service": "restart", "rr-later-stop.service": "stop"}
+    rel.set(fault="ready unit later killed by a signal / restarted / stopped on purpose", trials=len(cases),
+            checked="killed (auto-restarted) → failed; explicit restart → ready (superseded); stop → ready (stopped)")
+    for name in cases:
+        await install_unit(pool, host, name, "Type=simple\nRestart=always\nRestartSec=0.2\n"
+                                             "ExecStart=/bin/sleep infinity")
+    async with toolkit_for(pool.ssh_config, tmp_path / "journal.sqlite3") as tk:
+        jobs = {}
+        for name in cases:
+            out = dump(await tk.restart_service(host=host, unit=name))
+            jobs[name] = out["job_id"]
+        for name, job in jobs.items():
+            st = await follow(rel, tk, job, until=settled, limit_s=60)
+            assert st["readiness"] == "ready", st
+        before = {name: await unit_truth(pool, host, name) for name in cases}
+        await on_host(pool, host, f"kill -9 {before['rr-later-kill.service']['MainPID']}; "
+                                  "systemctl restart rr-later-restart.service; systemctl stop rr-later-stop.service")
+
+        async def moved_on() -> bool:
+            kill = await unit_truth(pool, host, "rr-later-kill.service")
+            return kill["InvocationID"] != before["rr-later-kill.service"]["InvocationID"]
+
+        await wait_until(moved_on, 30, "systemd to restart the killed unit")
+        got = {name: dump(await tk.job_status(job_id=job)) for name, job in jobs.items()}
+        assert got["rr-later-kill.service"]["readiness"] == "failed", got["rr-later-kill.service"]
+        assert "systemd restarted the unit" in got["rr-later-kill.service"]["why"], got["rr-later-kill.service"]
+        assert got["rr-later-restart.service"]["readiness"] == "ready", got["rr-later-restart.service"]
+        assert "superseded" in got["rr-later-restart.service"]["why"], got["rr-later-restart.service"]
+        assert got["rr-later-stop.service"]["readiness"] == "ready", got["rr-later-stop.service"]
+        assert "stopped on request" in got["rr-later-stop.service"]["why"], got["rr-later-stop.service"]
+    for name in cases:
+        await on_host(pool, host, f"systemctl stop {name}")
 
 
 async def _is_failed(pool: HostPool, host: str, name: str) -> bool:

@@ -14,8 +14,11 @@ Facts this rests on (systemd.service(5), systemd.exec(5), systemctl(1), journalc
   on the host's own clock.
 * A start refused before it makes an invocation (start limit hit, a failed ``Condition*=``/``Assert*=``)
   still moves ``ConditionTimestampMonotonic``.
-* A stop on request starts deactivating before the main process exits (``ActiveExitTimestampMonotonic`` <
-  ``ExecMainExitTimestampMonotonic``); a process that exits by itself ends the active state after it.
+* An inactive unit without a job is soon unloaded (garbage-collected): ``systemctl show`` then reads
+  ``inactive/dead`` with an empty ``InvocationID``, as if it never ran. Only failed units stay loaded. What an
+  ended invocation did is then read from the journal: the manager's messages carry ``MESSAGE_ID``
+  (sd-messages.h: ``de5b426a…`` unit stopping = a stop was requested, ``7ad2d189…`` deactivated
+  successfully, ``be02cf68…`` failed with a result) and ``INVOCATION_ID``.
 * systemd's own lines about a unit ("Main process exited, code=exited, status=1/FAILURE", "Failed with
   result 'exit-code'") carry ``UNIT=`` and ``INVOCATION_ID=``, the unit's output ``_SYSTEMD_UNIT=`` and
   ``_SYSTEMD_INVOCATION_ID=``; ``journalctl -u UNIT`` matches both, a ``_SYSTEMD_INVOCATION_ID=`` match only
@@ -26,6 +29,8 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -37,7 +42,8 @@ from .parse import parse_systemctl_show
 from .result import ProbeResult
 from .specs import SystemdUnitProbe
 
-__all__ = ["DEFAULT_SETTLE_S", "NOTIFY_TYPES", "UNIT_PROPS", "check_unit", "judge_unit", "unit_journal"]
+__all__ = ["DEFAULT_SETTLE_S", "NOTIFY_TYPES", "UNIT_PROPS", "InvocationEnds", "check_unit", "invocation_ends",
+           "judge_unit", "unit_journal"]
 
 #: the unit properties a systemd_unit probe reads (systemctl(1) show -p)
 UNIT_PROPS = ("ActiveState,SubState,Result,ExecMainStatus,ExecMainCode,NRestarts,InvocationID,TimeoutStartUSec,"
@@ -71,21 +77,38 @@ def settle_window_s(p: SystemdUnitProbe, unit_type: str) -> float:
     return 0.0 if unit_type in NOTIFY_TYPES else DEFAULT_SETTLE_S
 
 
-def _stopped_on_request(props: dict[str, str]) -> bool:
-    left, died = _int(props.get("ActiveExitTimestampMonotonic")), _int(props.get("ExecMainExitTimestampMonotonic"))
-    return props.get("Result") == "success" and bool(left) and bool(died) and left < died  # type: ignore[operator]
+#: sd-messages.h MESSAGE_IDs of the manager's lines about a unit
+_MSG_STOPPING = "de5b426a63be47a7b6ac3eaac82e2f6f"
+_MSG_SUCCESS = "7ad2d189f7e94e70a38c781354912448"
+_MSG_FAILED = "be02cf6855d2428ba40df7e9d022f03d"
+
+
+@dataclass(frozen=True)
+class InvocationEnds:
+    """How the unit's recent invocations ended, read from the journal (see :func:`invocation_ends`).
+
+    :param order: invocation ids in the order of their first line (the newest last).
+    :param how: invocation id -> ``stopped`` (a stop was requested), ``failed`` or ``exited`` (deactivated
+        successfully by itself); invocations without an end line are absent.
+    """
+
+    order: tuple[str, ...] = ()
+    how: Mapping[str, str] = field(default_factory=dict)
 
 
 def judge_unit(p: SystemdUnitProbe, state: dict[str, Any], props: dict[str, str], *, uptime_s: float | None,
-               now: float) -> ProbeResult:
+               now: float, ends: InvocationEnds | None = None) -> ProbeResult:
     """The verdict on one ``systemctl show`` of the unit (pure; see :class:`SystemdUnitProbe` for the rules).
 
     :param state: what earlier checks of this probe carried (:data:`STATE_KEYS`).
     :param uptime_s: the host's ``/proc/uptime`` read with ``props`` (None: not available; the settle window is
         then timed from this controller's first sight of the invocation, ``now``).
     :param now: wall time (unix seconds) of this check.
+    :param ends: the journal's record of how recent invocations ended; when the unit is inactive and this is
+        None, the result asks for it (``details["ask_journal"]``: :func:`check_unit` reads it and judges again).
     :returns: a :class:`ProbeResult`; ``details`` holds the properties, ``new_active`` (active in a new
-        invocation: other probes may count) and ``ended`` (``stopped``/``superseded``: followed no further).
+        invocation: other probes may count) and ``ended`` (``stopped``/``superseded``/``completed``: followed
+        no further).
     """
     active, sub, result = props.get("ActiveState", "?"), props.get("SubState", "?"), props.get("Result", "?")
     inv = props.get("InvocationID", "")
@@ -95,24 +118,43 @@ def judge_unit(p: SystemdUnitProbe, state: dict[str, Any], props: dict[str, str]
     ev = f"{active}/{sub} result={result}" + (f" restarts={restarts}" if restarts else "")
 
     def res(verdict: str, evidence: str, updates: dict[str, Any] | None = None, *, new_active: bool = False,
-            ended: str = "") -> ProbeResult:
-        details: dict[str, Any] = {**props, "new_active": new_active, "ended": ended}
+            ended: str = "", ask: bool = False) -> ProbeResult:
+        details: dict[str, Any] = {**props, "new_active": new_active, "ended": ended, "ask_journal": ask}
         return ProbeResult("systemd_unit", p.unit, verdict, evidence, updates or {}, details)  # type: ignore[arg-type]
 
-    def final(evidence: str, ended: str) -> ProbeResult:
-        return res("passed", evidence, {"final": {"evidence": evidence, "ended": ended}}, ended=ended)
+    def final(evidence: str, ended: str, updates: dict[str, Any] | None = None) -> ProbeResult:
+        return res("passed", evidence, {**(updates or {}), "final": {"evidence": evidence, "ended": ended}},
+                   ended=ended)
+
+    def gone(target: str, *, after_ready: bool) -> ProbeResult:
+        """The unit is inactive (maybe unloaded) and invocation ``target`` ended: how, from the journal."""
+        assert ends is not None
+        how = ends.how.get(target)
+        when = " after it was ready" if after_ready else ""
+        if how == "stopped":
+            return final(f"{ev}: stopped on request{when}; no longer followed", "stopped")
+        if how == "failed":
+            return res("failed", f"{ev} exit={code}: the invocation failed{when}")
+        if unit_type == "oneshot" and (how == "exited" or result == "success"):
+            return final(ev + " (the oneshot ran to completion)", "completed",
+                         {"passed_invocation": target, "passed_restarts": restarts})
+        if how == "exited":
+            return res("failed", f"{ev}: the process exited by itself{when} (deactivated successfully): the "
+                                 "service is not running")
+        return res("failed", f"{ev} exit={code}: the invocation ended{when}; the journal does not say how")
+
+    def ask() -> ProbeResult:
+        return res("not_yet", ev + " (reading the journal)", ask=True)
 
     pinned = state.get("passed_invocation")
     if pinned:  # passed before: is that very invocation still up?
-        if inv == pinned:
+        if inv == pinned or (not inv and active == "inactive"):
             if active in ("active", "reloading"):
                 return res("passed", ev, new_active=True)
-            if unit_type == "oneshot" and active == "inactive" and result == "success":
-                return final(ev + " (the oneshot ran to completion)", "completed")
-            if active == "deactivating" and result == "success":
+            if active == "deactivating":
                 return res("not_yet", ev + ": the invocation that passed is stopping")
-            if active == "inactive" and _stopped_on_request(props):
-                return final(ev + ": stopped on request after it was ready; no longer followed", "stopped")
+            if active == "inactive":
+                return ask() if ends is None else gone(pinned, after_ready=True)
             return res("failed", f"{ev} exit={code}: the invocation that was ready is no longer running")
         if restarts > int(state.get("passed_restarts") or 0):
             return res("failed", f"{ev}: the invocation that was ready died and systemd restarted the unit "
@@ -120,6 +162,12 @@ def judge_unit(p: SystemdUnitProbe, state: dict[str, Any], props: dict[str, str]
         return final(f"{ev}: superseded by a later start of the unit (invocation {inv[:8]}); no longer followed",
                      "superseded")
 
+    if active == "inactive" and inv != p.not_invocation:  # a new invocation ended, or the unit was unloaded
+        if ends is None:
+            return ask()
+        target = inv or next((i for i in reversed(ends.order) if i != p.not_invocation), "")
+        if target:
+            return gone(target, after_ready=False)
     if not inv or inv == p.not_invocation:
         attempt = _int(props.get("ConditionTimestampMonotonic"))
         if (p.before_condition_us is not None and attempt is not None and attempt > p.before_condition_us
@@ -134,13 +182,6 @@ def judge_unit(p: SystemdUnitProbe, state: dict[str, Any], props: dict[str, str]
         return res("not_yet", ev + " (restart not begun yet)")
     if active == "failed":
         return res("failed", f"{ev} exit={code}")
-    if active == "inactive":
-        if unit_type == "oneshot" and result == "success":
-            done = {"passed_invocation": inv, "passed_restarts": restarts}
-            r = final(ev + " (the oneshot ran to completion)", "completed")
-            r.updates.update(done)
-            return r
-        return res("failed", f"{ev} exit={code}: the new invocation ended; the service is not running")
     if active == "activating" and sub == "auto-restart":
         return res("not_yet", f"{ev} exit={code}: it died and systemd restarts it")
     if active not in ("active", "reloading"):
@@ -179,7 +220,50 @@ async def check_unit(host: Host, p: SystemdUnitProbe, state: dict[str, Any]) -> 
         uptime_s = float(up) if up else None
     except ValueError:
         uptime_s = None
-    return judge_unit(p, state, props, uptime_s=uptime_s, now=wall_time())
+    now = wall_time()
+    verdict = judge_unit(p, state, props, uptime_s=uptime_s, now=now)
+    if verdict.details.get("ask_journal"):
+        ends = await invocation_ends(host, p.unit, cursor=p.journal_cursor, not_invocation=p.not_invocation)
+        verdict = judge_unit(p, state, props, uptime_s=uptime_s, now=now, ends=ends)
+    return verdict
+
+
+async def invocation_ends(host: Host, unit: str, *, cursor: str | None = None,
+                          not_invocation: str | None = None) -> InvocationEnds:
+    """How ``unit``'s invocations of this boot ended, from the manager's journal lines about it (one round
+    trip; ``journalctl --sync`` first, best effort). Only lines after ``cursor`` count, else only lines after
+    the last one of ``not_invocation`` (the invocation before the restart), else all of this boot's.
+
+    :raises HostError: the host cannot be reached.
+    """
+    res = await run_on(host, f"journalctl --sync >/dev/null 2>&1; journalctl -b -u {shlex.quote(unit)} -o json "
+                             "-n 300 --no-pager", max_output_bytes=8 << 20)
+    entries: list[tuple[str, str]] = []
+    for raw in res.stdout.decode("utf-8", "replace").splitlines():
+        try:
+            entry = json.loads(raw)
+        except json.JSONDecodeError:
+            continue
+        if cursor and not after_cursor(str(entry.get("__CURSOR", "")), cursor):
+            continue
+        inv = str(entry.get("INVOCATION_ID") or entry.get("_SYSTEMD_INVOCATION_ID") or "")
+        if inv:
+            entries.append((inv, str(entry.get("MESSAGE_ID", ""))))
+    if not cursor and not_invocation:
+        last = max((k for k, (inv, _) in enumerate(entries) if inv == not_invocation), default=-1)
+        entries = entries[last + 1:]
+    order: list[str] = []
+    how: dict[str, str] = {}
+    for inv, mid in entries:
+        if inv not in order:
+            order.append(inv)
+        if mid == _MSG_STOPPING:
+            how[inv] = "stopped"
+        elif mid == _MSG_FAILED and how.get(inv) != "stopped":
+            how[inv] = "failed"
+        elif mid == _MSG_SUCCESS and inv not in how:
+            how[inv] = "exited"
+    return InvocationEnds(tuple(order), how)
 
 
 def _cursor_key(cursor: str) -> tuple[str, int, int] | None:
