@@ -276,7 +276,11 @@ async def host_memory(tk: Toolkit, host: str) -> BaseModel:
 
 
 async def wait_for(tk: Toolkit, host: str, probes: list[dict[str, Any]], deadline_s: float = 60.0) -> BaseModel:
-    """Poll ``probes`` on ``host`` (backoff 0.2 → 2 s) until all pass, one fails, or ``deadline_s`` passes."""
+    """Poll ``probes`` on ``host`` (backoff 0.2 → 2 s) until all pass, one fails, or ``deadline_s`` passes.
+
+    As for a job (:func:`agent_tools.probes.checks.check_probes`): ``systemd_unit`` probes are checked first
+    and must see their unit up for its settle window; the other probes count only while every unit is active.
+    """
     specs = [probe_from_dict(p).model_dump() for p in probes]
     h = tk.hosts.get(host)
     t0 = anyio.current_time()
