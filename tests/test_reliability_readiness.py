@@ -175,7 +175,7 @@ async def test_ready_unit_later_killed_restarted_or_stopped(systemd_hosts: HostP
         for name in cases:
             out = dump(await tk.restart_service(host=host, unit=name))
             jobs[name] = out["job_id"]
-        for name, job in jobs.items():
+        for job in jobs.values():
             st = await follow(rel, tk, job, until=settled, limit_s=60)
             assert st["readiness"] == "ready", st
         before = {name: await unit_truth(pool, host, name) for name in cases}
