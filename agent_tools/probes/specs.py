@@ -29,11 +29,15 @@ class SystemdUnitProbe(_Spec):
       ``settle_s``; or a ``Type=oneshot`` unit whose new invocation ended with ``Result=success``.
     * not yet: the restart has not begun (same invocation), ``activating`` (a notify unit before READY=1, or
       ``auto-restart`` after a crash: the evidence counts the restarts), active for less than ``settle_s``.
-    * fails (terminal): the new invocation is ``failed``, or ``inactive`` (it exited: a service that is not
-      running is not ready); a start attempt that made no new invocation (start limit hit, a failed
+    * fails (terminal): the new invocation is ``failed``, or ended by itself (a service that is not running
+      is not ready; a stop requested before it was ready reads as the end of the following, which a job
+      counts as failed); a start attempt that made no new invocation (start limit hit, a failed
       ``Condition*=``/``Assert*=``); and, once passed, that invocation's end: the unit failed or exited, or
       systemd restarted it after a crash (``NRestarts`` grew). A later explicit restart or a stop on request
       ends the following without failing (the verdict was true for its time).
+
+    systemd unloads an inactive unit at once (``InvocationID`` then reads empty), so how an invocation ended
+    is read from the journal then (the manager's MESSAGE_IDs; see :mod:`agent_tools.probes.systemd`).
     """
 
     kind: Literal["systemd_unit"] = "systemd_unit"
