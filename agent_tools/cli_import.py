@@ -5,6 +5,7 @@ Register with ``app.add_typer(import_app, name="import")`` (see :mod:`agent_tool
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -12,7 +13,7 @@ from typing import Annotated
 import typer
 
 from .display import safe_text
-from .importers import ShellCall, import_calls, parse_claude_code, parse_opencode
+from .importers import ShellCall, import_calls, parse_claude_code, parse_codex, parse_opencode
 from .redact import redact
 
 __all__ = ["import_app"]
@@ -25,6 +26,11 @@ OutDirOpt = Annotated[Path, typer.Option("--out-dir", help="where to write test_
 NameOpt = Annotated[str | None, typer.Option("--name", help="NAME (default: from the transcript's file name)")]
 
 
+def _short(text: str, n: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
 def _run(calls: list[ShellCall], runtime: str, source: Path, out_dir: Path, name: str | None) -> None:
     try:
         result = import_calls(calls, runtime=runtime, source=source, out_dir=out_dir, name=name)
@@ -34,7 +40,10 @@ def _run(calls: list[ShellCall], runtime: str, source: Path, out_dir: Path, name
 
     def w(line: str) -> None:  # names and outcomes read from the transcript: shown as text, secrets redacted
         sys.stdout.write(safe_text(redact(line)))
-    w(f"{len(calls)} shell call(s) read from {source}\n")
+    skipped = [c for c in calls if not c.ran]
+    w(f"{len(calls)} shell call(s) read from {source}: {len(calls) - len(skipped)} imported, {len(skipped)} not\n")
+    for c in skipped:
+        w(f"  not imported: call {c.index} `{_short(c.command)}` — {c.skip_reason}\n")
     for step in result.results:
         what = step["outcome"] or f"{step['state']} / readiness {step['readiness']}"
         extra = f" after {step['polls']} job_status call(s)" if step.get("polls") else ""
@@ -56,16 +65,33 @@ def claude_code(
 
 @import_app.command("opencode")
 def opencode(
-    session: Annotated[Path, typer.Argument(help="the JSON printed by `opencode export SESSION_ID`",
-                                            exists=True, dir_okay=False, readable=True)],
+    session: Annotated[Path, typer.Argument(
+        help="the JSON printed by `opencode export SESSION_ID`; or opencode's database (opencode.db, or the data "
+             "directory ~/.local/share/opencode holding it); or the storage/ directory of older releases",
+        exists=True, readable=True)],
+    session_id: Annotated[str | None, typer.Option("--session", metavar="ID", help=(
+        "the session (ses_...) when the database or storage holds several"))] = None,
     out_dir: OutDirOpt = Path("."),
     name: NameOpt = None,
 ) -> None:
-    """Import the bash calls of an opencode session (the JSON of `opencode export`)."""
+    """Import the bash calls of an opencode session (export JSON, or opencode's own storage)."""
     try:
-        calls = parse_opencode(session)
+        calls = parse_opencode(session, session=session_id)
     except ValueError as exc:
-        sys.stderr.write(safe_text(redact(f"agent-tools import: {session} is not an opencode export (JSON): {exc}"))
-                         + "\n")
+        sys.stderr.write(safe_text(redact(f"agent-tools import: {session}: not an opencode session: {exc}")) + "\n")
         raise typer.Exit(1) from exc
+    if name is None and session_id is not None:  # name the files after the session, not the database
+        name = re.sub(r"[^A-Za-z0-9_]+", "_", session_id).strip("_").lower() or None
     _run(calls, "opencode", session, out_dir, name)
+
+
+@import_app.command("codex")
+def codex(
+    rollout: Annotated[Path, typer.Argument(
+        help="a Codex rollout file (~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl)", exists=True, dir_okay=False,
+        readable=True)],
+    out_dir: OutDirOpt = Path("."),
+    name: NameOpt = None,
+) -> None:
+    """Import the shell calls of a Codex CLI session (rollout JSONL)."""
+    _run(parse_codex(rollout), "codex", rollout, out_dir, name)

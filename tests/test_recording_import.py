@@ -1,15 +1,24 @@
-"""Issue 6: importing Claude Code / opencode transcripts into a synthesised cassette and a generated test."""
+"""Issues 6 and 15: importing Claude Code / opencode / Codex transcripts into a synthesised cassette and a
+generated test."""
 
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from agent_tools.cli_import import import_app
-from agent_tools.importers import ShellCall, import_calls, infer_timeline, parse_claude_code, parse_opencode
+from agent_tools.importers import (
+    ShellCall,
+    import_calls,
+    infer_timeline,
+    parse_claude_code,
+    parse_codex,
+    parse_opencode,
+)
 from agent_tools.recording import Cassette
 
 SAMPLES = Path(__file__).parent / "transcripts"
@@ -90,4 +99,199 @@ def test_without_evidence_the_timed_out_call_is_still_running(tmp_path: Path) ->
     assert [(s["tool"], s["outcome"] or s["state"]) for s in res.results] == [
         ("run_command", "detached"), ("job_status", "running"), ("run_command", "finished"),
         ("run_command", "finished")]
+    _run_generated(res.test_path, tmp_path / "run")
+
+
+# ------------------------------------------------------------------------------------------------ issue 15
+# Fixture files in each format version the importers claim (tests/transcripts/), written from the formats'
+# documentation and real shapes: failed, refused, timed-out, interrupted and backgrounded calls, plus line types
+# and fields the importers do not know (skipped, never fatal).
+CC_1_0 = SAMPLES / "claude_code_1_0_failures_and_refusals.jsonl"
+CC_2_0 = SAMPLES / "claude_code_2_0_background_and_permissions.jsonl"
+OC_EXPORT = SAMPLES / "opencode_export_shell_metadata.json"
+OC_STORAGE = SAMPLES / "opencode_storage"
+OC_STORAGE_SESSION = "ses_7b2e1d4c0ffe3Kq9Ws1Hc2Jd"
+OC_DB_SESSION = "ses_3c9d8e7f6ffeAa1Bb2Cc3Dd4"
+CODEX_0_46 = SAMPLES / "codex_rollout_0_46_shell.jsonl"
+CODEX_UNIFIED = SAMPLES / "codex_rollout_unified_exec.jsonl"
+
+
+@pytest.fixture
+def opencode_db(tmp_path: Path) -> Path:
+    """opencode's SQLite storage (``opencode.db``), loaded from the SQL dump in tests/transcripts."""
+    import sqlite3
+
+    path = tmp_path / "opencode" / "opencode.db"
+    path.parent.mkdir()
+    db = sqlite3.connect(path)
+    db.executescript((SAMPLES / "opencode_db.sql").read_text())
+    db.close()
+    return path
+
+
+def _by_command(calls: list[ShellCall]) -> dict[str, ShellCall]:
+    return {c.command: c for c in calls}
+
+
+def test_claude_code_1_0_failed_commands_are_failures_and_refusals_are_told_apart() -> None:
+    calls = _by_command(parse_claude_code(CC_1_0))
+    # 1.0.x: is_error with the raw output and no "Exit code N" line: the command ran and failed
+    for cmd, text in (("ls src/components/legacy", "No such file or directory"), ("npx tsc --noEmit", "TS2322"),
+                      ("npm run build", "npm ERR! code ELIFECYCLE")):
+        assert calls[cmd].ran and calls[cmd].exit_status == 1 and text in calls[cmd].output, calls[cmd]
+    refused = calls["rm -rf node_modules package-lock.json"]
+    assert not refused.ran and refused.skip_reason.startswith("refused by the user: \"The user doesn't want")
+    denied = calls["git push --force origin main"]
+    assert not denied.ran and denied.skip_reason.startswith("denied by a permission rule")
+    assert calls["npm test"].timed_out and calls["npm test"].timeout_s == 5 and calls["npm test"].exit_status is None
+    dev = calls["npm run dev"]  # run_in_background, read with BashOutput, stopped with KillShell 20 s later
+    assert dev.background and dev.output == "" and dev.final_exit_status == 143
+    assert dev.started_at is not None and dev.finished_at is not None and round(dev.finished_at - dev.started_at) == 20
+    assert "VITE v5.4.2  ready" in (dev.final_output or "")
+    assert calls["git status --short"].ran and calls["git status --short"].output == ""
+
+
+def test_claude_code_2_x_background_tasks_permissions_and_interrupts() -> None:
+    calls = _by_command(parse_claude_code(CC_2_0))
+    assert (calls["systemctl is-active app.service"].exit_status, calls["systemctl is-active app.service"].output) == (
+        3, "inactive")
+    build = calls["docker build -t app:latest ."]  # ended per the <task-notification> 90 s later
+    assert build.background and build.final_exit_status == 0
+    assert build.finished_at is not None and build.started_at is not None
+    assert round(build.finished_at - build.started_at) == 90
+    smoke = calls["pytest -x tests/smoke"]  # moved to the background at its 120 s timeout; TaskOutput: failed, 1
+    assert smoke.background and not smoke.timed_out and smoke.final_exit_status == 1
+    assert "1 failed, 3 passed" in (smoke.final_output or "")
+    assert calls["sudo systemctl restart app.service"].timed_out
+    reasons = {c.command: c.skip_reason for c in calls.values() if not c.ran}
+    assert reasons["git push origin main"].startswith("denied by a permission rule")
+    assert reasons["rm -rf /var/cache/app/*"].startswith("not permitted (no permission granted)")
+    assert reasons["bash -c 'cd / && ls'"].startswith("rejected by the tool: 'InputValidationError")
+    assert reasons["uptime"].startswith("no result in the transcript")
+    follow = calls["journalctl -u app.service -f"]  # stopped by the user while it ran: it ran
+    assert follow.ran and follow.interrupted and follow.output == "Nov 03 16:11:40 web1 app[912]: GET /healthz 200\n"
+    assert calls["true"].ran and calls["true"].output == "" and calls["true"].exit_status == 0
+
+
+def test_opencode_export_shell_metadata_timeouts_null_exits_and_placeholders() -> None:
+    calls = _by_command(parse_opencode(OC_EXPORT))
+    restart = calls["sudo systemctl restart vllm.service"]  # <shell_metadata> timeout: not exit 0
+    assert restart.timed_out and restart.timeout_s == 5 and restart.exit_status is None and restart.output == ""
+    assert calls["curl -sf http://127.0.0.1:8000/health"].output == ""  # "(no output)" is not output
+    killed = calls["python bench.py --requests 500"]  # metadata.exit null, no timeout note: not 0, not imported
+    assert not killed.ran and "metadata.exit is null" in (killed.skip_reason or "")
+    aborted = calls["tail -f /var/log/vllm/access.log"]
+    assert aborted.interrupted and aborted.output == "GET /v1/models 200\n"
+    assert calls["grep -c ERROR /var/log/vllm/server.log"].exit_status == 1
+    assert (calls["sudo rm -rf /var/lib/vllm/cache"].skip_reason or "").startswith("refused: 'The user rejected")
+    assert "state 'running'" in (calls["vllm bench serve --dataset sharegpt"].skip_reason or "")
+
+
+def test_opencode_file_storage_of_older_releases(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="holds 2 sessions: name one with --session"):
+        parse_opencode(OC_STORAGE)
+    calls = parse_opencode(OC_STORAGE, session=OC_STORAGE_SESSION)
+    session_file = OC_STORAGE / "storage" / "session" / "prj1" / f"{OC_STORAGE_SESSION}.json"
+    assert [c.command for c in parse_opencode(session_file)] == [c.command for c in calls] == [
+        "make -j8 site", "ls dist/", "npm run serve", "echo done"]  # messages by time, parts by id
+    make, ls, serve, echo = calls
+    assert make.timed_out and make.timeout_s == 10 and make.output == "[ 10%] Building pages\n[ 40%] Building assets"
+    assert (ls.exit_status, serve.interrupted, serve.output, echo.output) == (2, True, "serving on :4000", "done\n")
+    res = CliRunner().invoke(import_app, ["opencode", str(OC_STORAGE), "--out-dir", str(tmp_path)])
+    assert res.exit_code == 1 and OC_STORAGE_SESSION in res.output and "--session" in res.output
+
+
+def test_opencode_sqlite_storage_of_current_releases(opencode_db: Path, tmp_path: Path) -> None:
+    calls = parse_opencode(opencode_db.parent, session=OC_DB_SESSION)  # the data directory holding opencode.db
+    assert [c.command for c in calls] == [c.command for c in parse_opencode(opencode_db, session=OC_DB_SESSION)]
+    pull, up, ready, prune, ps = calls
+    assert (pull.exit_status, pull.output) == (0, "api Pulled\n")
+    assert up.timed_out and up.timeout_s == 30 and up.output == "Container api  Recreate"
+    assert not prune.ran and (prune.skip_reason or "").startswith("refused: 'The user has specifically restricted")
+    assert (ready.output, ps.output, ps.exit_status) == ('{"ready":true}', "", 0)
+    res = CliRunner().invoke(import_app, ["opencode", str(opencode_db), "--session", OC_DB_SESSION,
+                                          "--out-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "not imported: call 4 `docker system prune -af` — refused" in res.output
+    _run_generated(tmp_path / f"test_transcript_{OC_DB_SESSION.lower()}.py", tmp_path / "run")
+
+
+def test_codex_0_46_shell_argv_and_json_outputs() -> None:
+    calls = parse_codex(CODEX_0_46)
+    assert [c.command for c in calls] == [  # ["bash", "-lc", CMD] unwrapped; a plain argv joined
+        "systemctl status worker.service --no-pager | head -3", "sudo systemctl restart worker.service",
+        "systemctl is-active worker.service", "systemctl is-active worker.service", "rm -rf /var/lib/worker/queue",
+        "python3 -m pytest -q tests/test_queue.py"]
+    status, restart, activating, active, rm, pytest_ = calls
+    assert status.exit_status == 0 and status.output.startswith("● worker.service")
+    assert restart.timed_out and restart.exit_status is None and restart.output == ""  # exit 124 + the note
+    assert (activating.exit_status, activating.output, active.exit_status) == (3, "activating\n", 0)
+    assert not rm.ran and rm.skip_reason == "refused: 'exec command rejected by user'"
+    assert pytest_.exit_status == 1 and round(pytest_.duration_s or 0, 1) == 3.9
+
+
+def test_codex_unified_exec_sessions_prefer_exec_command_end() -> None:
+    calls = _by_command(parse_codex(CODEX_UNIFIED))
+    assert calls["df -h /srv | tail -1"].output == "/dev/nvme0n1p1  1.8T  1.1T  700G  62% /srv\n"
+    weights = calls["make -C /srv/model weights"]  # freeform "Exit code: 124" + "command timed out after ..."
+    assert weights.timed_out and weights.output == "downloading shard 1/8\ndownloading shard 2/8\n"
+    server = calls["python -m vllm.entrypoints.openai.api_server --model /srv/model/w --port 8011"]
+    assert server.background and server.output == "INFO Loading weights\n"  # what the first answer showed
+    assert server.final_exit_status == 1 and server.final_output is not None  # exec_command_end: whole output
+    assert server.final_output.startswith("INFO Loading weights\n") and "OutOfMemoryError" in server.final_output
+    assert server.started_at is not None and round((server.finished_at or 0) - server.started_at, 1) == 60.4
+    assert (calls["nvidia-smi --query-gpu=memory.used --format=csv,noheader"].exit_status,
+            calls["grep -c MiB /tmp/none.log"].exit_status, calls["ls /srv/model/w | wc -l"].output) == (0, 2, "12\n")
+    assert calls["pkill -f vllm.entrypoints"].skip_reason == "refused: 'exec command rejected by user'"
+    assert (calls["sleep 600"].skip_reason or "").startswith("no result in the transcript")
+    assert "update_plan" not in " ".join(calls) and len(calls) == 8  # other tools are not shell calls
+
+
+def test_codex_exec_command_end_supplies_what_the_output_lacks(tmp_path: Path) -> None:
+    import json
+
+    def line(typ: str, payload: dict[str, object]) -> str:
+        return json.dumps({"timestamp": "2026-02-06T00:30:00.000Z", "type": typ, "payload": payload})
+
+    call = line("response_item", {"type": "function_call", "name": "shell", "call_id": "c1",
+                                  "arguments": json.dumps({"command": ["bash", "-lc", "make check"]})})
+    out = line("response_item", {"type": "function_call_output", "call_id": "c1", "output": "all good"})
+    end = line("event_msg", {"type": "exec_command_end", "call_id": "c1", "aggregated_output": "all good\n",
+                             "exit_code": 0, "duration": {"secs": 2, "nanos": 0}, "status": "completed"})
+    without, with_end = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    without.write_text("\n".join([call, out]) + "\n")
+    with_end.write_text("\n".join([call, end, out]) + "\n")
+    assert (parse_codex(without)[0].skip_reason or "").startswith("no exit status")
+    c = parse_codex(with_end)[0]
+    assert (c.ran, c.exit_status, c.output, c.duration_s) == (True, 0, "all good\n", 2.0)
+
+
+@pytest.mark.parametrize(("runtime", "path", "skipped"), [
+    ("claude-code", CC_1_0, {3: "refused by the user", 6: "denied by a permission rule"}),
+    ("claude-code", CC_2_0, {7: "denied by a permission rule", 8: "not permitted", 9: "rejected by the tool",
+                             12: "no result in the transcript"}),
+    ("opencode", OC_EXPORT, {6: "refused", 7: "no exit status", 10: "no result in the transcript"}),
+    ("codex", CODEX_0_46, {5: "refused"}),
+    ("codex", CODEX_UNIFIED, {5: "refused", 8: "no result in the transcript"}),
+])
+def test_import_cli_says_why_each_call_was_not_imported_and_the_test_replays(
+        runtime: str, path: Path, skipped: dict[int, str], tmp_path: Path) -> None:
+    res = CliRunner().invoke(import_app, [runtime, str(path), "--out-dir", str(tmp_path), "--name", "t"])
+    assert res.exit_code == 0, res.output
+    said = {int(m.group(1)): m.group(2) for m in re.finditer(r"not imported: call (\d+) `[^`]*` — (.*)", res.output)}
+    assert set(said) == set(skipped) and all(said[n].startswith(why) for n, why in skipped.items()), res.output
+    assert f"{len(skipped)} not" in res.output.splitlines()[0]
+    source = (tmp_path / "test_transcript_t.py").read_text()
+    assert all(f"call {n} `" in source for n in skipped)  # the generated test names them too
+    _run_generated(tmp_path / "test_transcript_t.py", tmp_path / "run")
+
+
+def test_claude_code_1_0_failures_replay_as_finished_with_a_non_zero_status(tmp_path: Path) -> None:
+    res = import_calls(parse_claude_code(CC_1_0), runtime="claude-code", source=CC_1_0, out_dir=tmp_path, name="f")
+    first_runs = {r["call"]: r for r in res.results if r["tool"] == "run_command"}
+    for n in (1, 2, 5):  # ls of a missing directory, tsc errors, a failing npm run build
+        assert (first_runs[n]["outcome"], first_runs[n]["exit_status"]) == ("finished", 1), first_runs[n]
+    source = res.test_path.read_text()
+    assert source.count("== \"finished\" and steps[") == 5 and source.count("[\"exit_status\"] == 1") >= 3
+    assert 3 not in first_runs and 6 not in first_runs  # the refusals ran nothing, so nothing is replayed
     _run_generated(res.test_path, tmp_path / "run")

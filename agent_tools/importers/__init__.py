@@ -2,7 +2,8 @@
 
 ::
 
-    parse_claude_code(path) / parse_opencode(path)  -> [ShellCall]   the shell calls and what the old tool saw
+    parse_claude_code(path) / parse_opencode(path) / parse_codex(path)
+                                                    -> [ShellCall]   the shell calls and what the old tool saw
     import_calls(calls, runtime=..., source=..., out_dir=...)       synthesise the cassette, write the test
 
 What is inferred from a transcript (and why the cassette is *synthesised*, not recorded) is described in
@@ -10,6 +11,7 @@ What is inferred from a transcript (and why the cassette is *synthesised*, not r
 """
 
 from .claude_code import parse_claude_code
+from .codex import parse_codex
 from .generate import ImportResult, import_calls, make_plan
 from .model import ShellCall
 from .opencode import parse_opencode
@@ -25,6 +27,7 @@ __all__ = [
     "infer_timeline",
     "make_plan",
     "parse_claude_code",
+    "parse_codex",
     "parse_opencode",
     "replay_plan",
     "run_plan",

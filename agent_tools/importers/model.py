@@ -14,16 +14,28 @@ class ShellCall:
     """One shell tool call of a transcript and what the old tool reported.
 
     :param index: 1-based position among the transcript's shell calls.
-    :param call_id: the runtime's id of the call (``tool_use`` id, opencode ``callID``).
+    :param call_id: the runtime's id of the call (``tool_use`` id, opencode ``callID``, Codex ``call_id``).
     :param command: the command line the agent gave.
     :param output: what the tool showed (stdout and stderr, usually merged), with the runtime's own markers
         (exit code line, timeout notice, "no output" placeholder) removed.
-    :param exit_status: the exit status, or None when unknown (killed by the tool's timeout, not reported).
+    :param exit_status: the exit status, or None when unknown (killed by the tool's timeout, left running).
     :param started_at: unix seconds when the call was made (the ``tool_use`` line / part start), or None.
     :param ended_at: unix seconds when the result came back, or None.
     :param timeout_s: the tool's timeout for this call in seconds, when the transcript says.
     :param timed_out: the old tool killed the command at its timeout.
-    :param ran: False for calls that never ran (permission refusals, no result in the transcript).
+    :param interrupted: the user stopped the call before the command ended (opencode "User aborted the
+        command", Claude Code ``interrupted``).
+    :param background: the old tool left the command running in the background and answered at once
+        (Claude Code ``run_in_background`` / "moved to the background", a Codex ``exec_command`` that
+        returned "Process running with session ID N").
+    :param finished_at: for a call the old tool left running (:attr:`left_running`): unix seconds when a later
+        entry of the transcript (Claude Code ``BashOutput``/``TaskOutput``/``<task-notification>``, Codex
+        ``write_stdin`` polls or ``exec_command_end``) showed the command had ended, else None.
+    :param final_exit_status: the exit status that later entry showed (None: not shown).
+    :param final_output: the whole output that later entry showed, when it showed more than :attr:`output`.
+    :param ran: False for calls that are not imported; :attr:`skip_reason` says why.
+    :param skip_reason: why the call is not imported (a permission refusal and its text, no result in the
+        transcript, a tool error before the command ran, no exit status), or None.
     """
 
     index: int
@@ -35,7 +47,13 @@ class ShellCall:
     ended_at: float | None = None
     timeout_s: float | None = None
     timed_out: bool = False
+    interrupted: bool = False
+    background: bool = False
+    finished_at: float | None = None
+    final_exit_status: int | None = None
+    final_output: str | None = None
     ran: bool = True
+    skip_reason: str | None = None
 
     @property
     def duration_s(self) -> float | None:
@@ -43,6 +61,27 @@ class ShellCall:
         if self.started_at is None or self.ended_at is None:
             return None
         return max(0.0, self.ended_at - self.started_at)
+
+    @property
+    def left_running(self) -> bool:
+        """The old tool stopped waiting before the command ended (timed out, interrupted, backgrounded)."""
+        return self.timed_out or self.interrupted or self.background
+
+    def skip(self, reason: str) -> None:
+        """Mark the call as not imported, for ``reason`` (shown to people, one line)."""
+        self.ran = False
+        self.skip_reason = " ".join(reason.split())[:300]
+
+    def how_it_ended(self) -> str:
+        """What the old tool reported, for people: ``exit N``, ``killed by the old tool's 15 s timeout``, ..."""
+        if self.timed_out:
+            return f"killed by the old tool's {self.timeout_s:g} s timeout" if self.timeout_s else \
+                "killed by the old tool's timeout"
+        if self.interrupted:
+            return "stopped by the user before it ended"
+        if self.background:
+            return "left running in the background by the old tool"
+        return f"exit {self.exit_status}"
 
 
 def parse_iso(value: object) -> float | None:

@@ -1,11 +1,30 @@
-"""opencode sessions as printed by ``opencode export [sessionID]``: the bash tool calls.
+"""opencode sessions: the bash tool calls, from ``opencode export`` JSON or from opencode's own storage.
 
-Facts used (see /work/shared/TRANSCRIPTS.md): JSON ``{info, messages: [{info, parts}]}``; a tool part is
-``{type: "tool", tool: "bash", callID, state}`` with ``state.status`` ``completed`` (``input {command,
-timeout? ms}``, ``output``, ``metadata {exit, ...}``, ``time {start, end}`` in epoch ms) or ``error``
-(``error`` text). A timeout is not an error state: the output ends with a ``<bash_metadata>`` block saying the
-command was terminated after exceeding the timeout (older builds: ``(Command timed out after N ms)``).
-``exit`` may be null. Unknown fields are skipped.
+Where a session is (see /work/shared/TRANSCRIPTS.md; checked against opencode's sources and public readers):
+
+* ``opencode export [sessionID]`` prints JSON ``{info, messages: [{info, parts}], todos}`` — the stable way in;
+* newer releases keep every session in one SQLite file, ``$XDG_DATA_HOME/opencode/opencode.db``
+  (``~/.local/share/opencode/opencode.db``), tables ``session`` (``id``, ``title``, ``directory``, ...),
+  ``message`` (``id``, ``session_id``, ``time_created``, ``data``) and ``part`` (``id``, ``message_id``,
+  ``session_id``, ``time_created``, ``data``), each ``data`` the object's JSON without its ids;
+* older releases keep JSON files under ``.../opencode/storage/``: ``session/<projectID>/<sessionID>.json``,
+  ``message/<sessionID>/<messageID>.json`` and ``part/<messageID>/<partID>.json`` (ids sort in creation order).
+
+A tool part is ``{type: "tool", tool: "bash", callID, state}``; ``state.status`` is ``completed`` (``input
+{command, timeout? ms}``, ``output``, ``metadata {exit, output, truncated?, outputPath?}``, ``time {start, end}``
+in epoch ms), ``error`` (``error`` text: the tool failed or permission was refused; nothing ran to a result),
+``pending`` or ``running`` (no result). What the output holds besides the command's own text:
+
+* a timeout is not an error state: opencode appends a ``<shell_metadata>`` block (older builds
+  ``<bash_metadata>``) saying "shell tool terminated command after exceeding timeout N ms" (older "bash tool
+  ..."), and the oldest builds append ``(Command timed out after N ms)``; a user abort reads "User aborted the
+  command" in the same block (oldest: ``(Command was aborted)``). ``metadata.exit`` is then null;
+* ``metadata.exit`` null without such a note means no exit status was recorded (Node's ``exitCode`` is null
+  for a process ended by a signal): not 0. Such a call is not imported (its reason says so);
+* an empty output reads ``(no output)``; a cut one starts with ``...output truncated...`` and "Full output saved
+  to: FILE" (older builds end with "(Output was truncated due to length limit)"): the markers are removed.
+
+Unknown fields, part types and tools are skipped.
 """
 
 from __future__ import annotations
@@ -13,65 +32,282 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 from .model import ShellCall
 
-__all__ = ["parse_opencode"]
+__all__ = ["OpencodeSession", "find_sessions", "parse_opencode", "parse_opencode_messages"]
 
-_META_RE = re.compile(r"\s*<bash_metadata>(.*?)</bash_metadata>\s*", re.DOTALL)
-_OLD_TIMEOUT_RE = re.compile(r"\s*\(Command timed out after (\d+) ?ms\)\s*")
+# opencode appends "\n\n<shell_metadata>\n...\n</shell_metadata>" (older: bash_metadata; oldest: "\n\n(...)")
+_META_RE = re.compile(r"(?:\n\n)?<(shell|bash)_metadata>(.*?)</\1_metadata>\s*", re.DOTALL)
+_TIMEOUT_NOTE_RE = re.compile(r"terminated command after exceeding timeout (\d+) ?ms", re.IGNORECASE)
+_OLD_TIMEOUT_RE = re.compile(r"(?:\n\n)?\(Command timed out after (\d+) ?ms\)\s*")
+_OLD_ABORT_RE = re.compile(r"(?:\n\n)?\(Command was aborted\)\s*")
+_OLD_TRUNCATED_RE = re.compile(r"(?:\n\n)?\(Output was truncated due to length limit\)\s*")
+_TRUNCATED_RE = re.compile(r"^\.\.\.output truncated\.\.\.\s*\n(?:\s*Full output saved to: [^\n]*\n)?\s*")
+_NO_OUTPUT = "(no output)"
+_REFUSAL_RE = re.compile(r"rejected permission|permission (?:was )?denied|specifically restricted access|"
+                         r"not allowed to (?:be )?execute", re.IGNORECASE)
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class OpencodeSession:
+    """One session found in opencode's storage: ``id``, ``title``, ``directory`` and ``updated`` (epoch ms)."""
+
+    def __init__(self, id: str, title: str = "", directory: str = "", updated: float | None = None) -> None:
+        self.id, self.title, self.directory, self.updated = id, title, directory, updated
+
+    def __repr__(self) -> str:
+        return f"OpencodeSession({self.id!r}, {self.title!r})"
 
 
 def _ms(value: Any) -> float | None:
-    return float(value) / 1000 if isinstance(value, int | float) else None
+    return float(value) / 1000 if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def parse_opencode(path: str | os.PathLike[str]) -> list[ShellCall]:
-    """The bash calls of an ``opencode export`` file, in order.
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
-    :raises OSError: unreadable file. :raises ValueError: not JSON.
-    """
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
+
+def _call_from_part(part: dict[str, Any], index: int) -> ShellCall | None:
+    """The ShellCall of a bash tool part (None: not a bash call, or no command)."""
+    if part.get("type") != "tool" or part.get("tool") != "bash":
+        return None
+    state = _dict(part.get("state"))
+    inp = _dict(state.get("input"))
+    times = _dict(state.get("time"))
+    call = ShellCall(index=index, call_id=str(part.get("callID") or part.get("id") or ""),
+                     command=str(inp.get("command", "")), started_at=_ms(times.get("start")),
+                     ended_at=_ms(times.get("end")), timeout_s=_ms(inp.get("timeout")) or 120.0)
+    if not call.command:
+        return None
+    status = state.get("status")
+    if status == "completed":
+        _completed(call, state)
+    elif status == "error":
+        error = " ".join(str(state.get("error", "")).split())
+        what = "refused" if _REFUSAL_RE.search(error) else "the tool failed before a result"
+        call.output = error
+        call.skip(f"{what}: {error[:160]!r}")
+    else:
+        call.skip(f"no result in the transcript (state {status!r} when the session was saved)")
+    return call
+
+
+def _completed(call: ShellCall, state: dict[str, Any]) -> None:
+    out = str(state.get("output", ""))
+    for meta in list(_META_RE.finditer(out))[::-1]:
+        note = meta.group(2)
+        t = _TIMEOUT_NOTE_RE.search(note)
+        if t:
+            call.timed_out = True
+            call.timeout_s = int(t.group(1)) / 1000
+        if re.search(r"User aborted the command", note, re.IGNORECASE):
+            call.interrupted = True
+        out = out[:meta.start()] + out[meta.end():]
+    old = _OLD_TIMEOUT_RE.search(out)
+    if old:
+        call.timed_out = True
+        call.timeout_s = int(old.group(1)) / 1000
+        out = out[:old.start()] + out[old.end():]
+    aborted = _OLD_ABORT_RE.search(out)
+    if aborted:
+        call.interrupted = True
+        out = out[:aborted.start()] + out[aborted.end():]
+    out = _OLD_TRUNCATED_RE.sub("", _TRUNCATED_RE.sub("", out))
+    if out.strip() == _NO_OUTPUT:
+        out = ""
+    call.output = out
+    code = _dict(state.get("metadata")).get("exit")
+    if call.left_running:
+        call.exit_status = None
+    elif isinstance(code, int) and not isinstance(code, bool):
+        call.exit_status = code
+    else:
+        call.skip(f"no exit status in the transcript (metadata.exit is {json.dumps(code)}): it may have been "
+                  "ended by a signal; 0 would be a guess")
+
+
+def parse_opencode_messages(messages: list[dict[str, Any]]) -> list[ShellCall]:
+    """The bash calls of ``[{info, parts}]`` messages (the shape of an export), in order, including the ones
+    not imported (``ran`` False with a ``skip_reason``)."""
     calls: list[ShellCall] = []
-    messages = data.get("messages", []) if isinstance(data, dict) else []
-    for msg in messages if isinstance(messages, list) else []:
+    for msg in messages:
         parts = msg.get("parts", []) if isinstance(msg, dict) else []
         for part in parts if isinstance(parts, list) else []:
-            if not (isinstance(part, dict) and part.get("type") == "tool" and part.get("tool") == "bash"):
-                continue
-            state = part.get("state") if isinstance(part.get("state"), dict) else {}
-            assert isinstance(state, dict)
-            inp = state.get("input") if isinstance(state.get("input"), dict) else {}
-            assert isinstance(inp, dict)
-            times = state.get("time") if isinstance(state.get("time"), dict) else {}
-            assert isinstance(times, dict)
-            call = ShellCall(index=len(calls) + 1, call_id=str(part.get("callID") or part.get("id") or ""),
-                             command=str(inp.get("command", "")), started_at=_ms(times.get("start")),
-                             ended_at=_ms(times.get("end")), timeout_s=_ms(inp.get("timeout")) or 120.0)
-            status = state.get("status")
-            if status == "completed":
-                out = str(state.get("output", ""))
-                meta = _META_RE.search(out)
-                old = _OLD_TIMEOUT_RE.search(out)
-                if meta and "timeout" in meta.group(1).lower():
-                    call.timed_out = True
-                    out = out[:meta.start()] + out[meta.end():]
-                elif old:
-                    call.timed_out = True
-                    call.timeout_s = int(old.group(1)) / 1000
-                    out = out[:old.start()] + out[old.end():]
-                elif meta:
-                    out = out[:meta.start()] + out[meta.end():]
-                metadata = state.get("metadata") if isinstance(state.get("metadata"), dict) else {}
-                assert isinstance(metadata, dict)
-                code = metadata.get("exit")
-                call.exit_status = None if call.timed_out else (int(code) if isinstance(code, int) else 0)
-                call.output = out
-            else:  # error / pending / running: never ran to a result we can use
-                call.ran = False
-                call.output = str(state.get("error", ""))
-            if call.command:
-                calls.append(call)
+            if isinstance(part, dict):
+                call = _call_from_part(part, len(calls) + 1)
+                if call is not None:
+                    calls.append(call)
     return calls
+
+
+# ---------------------------------------------------------------------------------------------- storage
+def _sqlite_sessions(db: sqlite3.Connection) -> list[OpencodeSession]:
+    cols = {r[1] for r in db.execute("PRAGMA table_info(session)")}
+    if not cols:
+        return []
+    want = [c for c in ("id", "title", "directory", "time_updated") if c in cols]
+    order = " ORDER BY time_updated DESC" if "time_updated" in cols else ""
+    out = []
+    for row in db.execute(f"SELECT {', '.join(want)} FROM session{order}"):
+        d = dict(zip(want, row, strict=True))
+        out.append(OpencodeSession(str(d["id"]), str(d.get("title") or ""), str(d.get("directory") or ""),
+                                   d.get("time_updated")))
+    return out
+
+
+def _from_sqlite(path: Path, session: str | None) -> list[dict[str, Any]]:
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise ValueError(f"cannot open the opencode database {path}: {exc}") from exc
+    try:
+        sid = _choose([s for s in _sqlite_sessions(db)], session, path)
+        messages: dict[str, dict[str, Any]] = {}
+        for mid, data in db.execute("SELECT id, data FROM message WHERE session_id=? ORDER BY time_created, id",
+                                    (sid,)):
+            messages[str(mid)] = {"info": dict(_loads(data), id=str(mid)), "parts": []}
+        for pid, mid, data in db.execute("SELECT id, message_id, data FROM part WHERE session_id=? "
+                                         "ORDER BY time_created, id", (sid,)):
+            if str(mid) in messages:
+                messages[str(mid)]["parts"].append(dict(_loads(data), id=str(pid), messageID=str(mid),
+                                                        sessionID=sid))
+        return list(messages.values())
+    except sqlite3.Error as exc:
+        raise ValueError(f"{path} is not an opencode database (tables session, message, part): {exc}") from exc
+    finally:
+        db.close()
+
+
+def _loads(data: Any) -> dict[str, Any]:
+    try:
+        value = json.loads(data) if isinstance(data, str | bytes) else data
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return _loads(path.read_text(encoding="utf-8"))
+    except OSError:
+        return {}
+
+
+def _storage_sessions(storage: Path) -> list[OpencodeSession]:
+    out = []
+    for f in sorted((storage / "session").glob("*/*.json")):
+        info = _read_json(f)
+        if str(info.get("id", f.stem)).startswith("ses"):
+            out.append(OpencodeSession(str(info.get("id", f.stem)), str(info.get("title") or ""),
+                                       str(info.get("directory") or ""), _dict(info.get("time")).get("updated")))
+    out.sort(key=lambda s: -(s.updated or 0))
+    return out
+
+
+def _from_storage(storage: Path, session: str | None) -> list[dict[str, Any]]:
+    sid = _choose(_storage_sessions(storage), session, storage)
+    found: list[tuple[float, str, dict[str, Any]]] = []
+    for mf in sorted((storage / "message" / sid).glob("*.json")):
+        info = _read_json(mf)
+        mid = str(info.get("id", mf.stem))
+        parts = [_read_json(pf) for pf in sorted((storage / "part" / mid).glob("*.json"))]
+        created = _dict(info.get("time")).get("created")
+        found.append((float(created) if isinstance(created, int | float) else 0.0, mid, {"info": info, "parts": parts}))
+    return [m for _t, _id, m in sorted(found, key=lambda f: (f[0], f[1]))]
+
+
+def _choose(sessions: list[OpencodeSession], session: str | None, where: Path) -> str:
+    if session is not None:
+        if any(s.id == session for s in sessions):
+            return session
+        raise ValueError(f"no session {session!r} in {where}" + _listing(sessions))
+    if len(sessions) == 1:
+        return sessions[0].id
+    if not sessions:
+        raise ValueError(f"no opencode session in {where}")
+    raise ValueError(f"{where} holds {len(sessions)} sessions: name one with --session" + _listing(sessions))
+
+
+def _listing(sessions: list[OpencodeSession]) -> str:
+    shown = [f"\n  {s.id}  {s.title[:60]}" + (f"  ({s.directory})" if s.directory else "") for s in sessions[:20]]
+    more = f"\n  ... and {len(sessions) - 20} more" if len(sessions) > 20 else ""
+    return ("; sessions, newest first:" + "".join(shown) + more) if sessions else ""
+
+
+def _storage_root(path: Path) -> Path | None:
+    """The ``storage`` directory for ``path`` (itself, its ``storage`` child, or the one a session file is in)."""
+    for cand in (path, path / "storage", path / "opencode" / "storage"):
+        if (cand / "message").is_dir() and (cand / "part").is_dir():
+            return cand
+    return None
+
+
+def find_sessions(path: str | os.PathLike[str]) -> list[OpencodeSession]:
+    """The sessions in an opencode database file or storage directory (newest first).
+
+    :raises ValueError: ``path`` is neither.
+    """
+    p = Path(path)
+    db = _database(p)
+    if db is not None:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            return _sqlite_sessions(conn)
+        finally:
+            conn.close()
+    storage = _storage_root(p)
+    if storage is None:
+        raise ValueError(f"{p} is not an opencode database or storage directory")
+    return _storage_sessions(storage)
+
+
+def _database(p: Path) -> Path | None:
+    if p.is_dir():
+        for cand in (p / "opencode.db", p / "opencode" / "opencode.db"):
+            if cand.is_file():
+                return cand
+        return None
+    try:
+        with p.open("rb") as fh:
+            return p if fh.read(16) == _SQLITE_MAGIC else None
+    except OSError:
+        return None
+
+
+def parse_opencode(path: str | os.PathLike[str], *, session: str | None = None) -> list[ShellCall]:
+    """The bash calls of an opencode session, in order, including the ones not imported (``ran`` False, with
+    a ``skip_reason``).
+
+    :param path: the JSON printed by ``opencode export``; opencode's SQLite database (``opencode.db``) or the
+        data directory holding it; the ``storage`` directory of older releases (or its parent); or a session
+        file ``storage/session/<projectID>/<sessionID>.json``.
+    :param session: the session id (``ses_...``) when the database or storage holds several.
+    :raises OSError: unreadable file. :raises ValueError: not an opencode export, database or storage; no such
+        session; several sessions and ``session`` not given (the message lists them).
+    """
+    p = Path(path)
+    db = _database(p)
+    if db is not None:
+        return parse_opencode_messages(_from_sqlite(db, session))
+    if p.is_dir():
+        storage = _storage_root(p)
+        if storage is None:
+            raise ValueError(f"{p}: no opencode.db and no storage/ with message/ and part/ directories")
+        return parse_opencode_messages(_from_storage(storage, session))
+    text = p.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg} at line {exc.lineno})") from exc
+    if isinstance(data, dict) and isinstance(data.get("messages"), list):
+        return parse_opencode_messages(data["messages"])
+    if isinstance(data, dict) and str(data.get("id", "")).startswith("ses") and len(p.parents) >= 3:
+        storage = p.parents[2]  # storage/session/<projectID>/<sessionID>.json
+        if (storage / "message").is_dir():
+            return parse_opencode_messages(_from_storage(storage, session or str(data["id"])))
+    raise ValueError("no 'messages' list (not the JSON of `opencode export`) and not a session file of "
+                     "opencode's storage")

@@ -6,8 +6,10 @@ A plan is a list of JSON-ready steps, in transcript order, each at its original 
   transcript call N through ``run_command`` (default 15 s budget). ``probes``, when inferred, judge the job's
   readiness (as ``restart_service`` does).
 * ``{"tool": "job_status", "follow": N, "wait_s": W, "until_s": U}`` — follow call N's job with
-  ``job_status(wait_s=W)`` until it settles (readiness ``ready``/``failed``/``deadline_exceeded``, or a final
-  state without probes) or the loop clock passes ``U`` seconds from the start.
+  ``job_status(wait_s=W)`` (each wait cut to what is left before ``U``) until it settles (readiness
+  ``ready``/``failed``/``deadline_exceeded``, or a final state without probes) or the loop clock passes ``U``
+  seconds from the start (an import sets ``U`` no later than the next call's time, so every later call keeps
+  the time offset it had in the transcript).
 
 Each step's result is summarised as ``{"call", "tool", "outcome", "state", "readiness", "exit_status",
 "polls"}`` (absent fields None), which generated tests assert on.
@@ -66,7 +68,8 @@ async def run_plan(tk: Toolkit, plan: list[dict[str, Any]], *, origin: float | N
             until = t0 + float(step.get("until_s", 3600.0))
             polls = 0
             while True:
-                result = await tk.dispatch("job_status", {"job_id": job_id, "wait_s": float(step.get("wait_s", 60.0))})
+                wait_s = max(0.0, min(float(step.get("wait_s", 60.0)), until - anyio.current_time()))
+                result = await tk.dispatch("job_status", {"job_id": job_id, "wait_s": round(wait_s, 3)})
                 polls += 1
                 readiness = result.get("readiness")
                 settled = readiness in _SETTLED or (readiness in (None, "none") and result.get("state") != "running")

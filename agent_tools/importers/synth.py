@@ -12,12 +12,15 @@ Inference, made explicit:
 * A call that finished ran for the time between the call and its result in the transcript (an upper bound:
   it includes the runtime's overhead), printed its output and exited with its status (0 when the runtime
   implies it).
-* A call the old tool killed at its timeout (e.g. ``systemctl restart`` of a model server, 15 s) is taken to
-  have kept running on the host, as a durable job does; its end is read from the **later checks** in the
-  transcript: the first later check that shows the service ready (``systemctl is-active``/``status`` saying
-  active, a successful ``curl``/``wget``, a log line such as SGLang's "The server is fired up and ready to
-  roll!") ends it with status 0 at that check's time; a check showing a failure ends it with status 1. With
-  no such evidence it is still running at the end of the transcript.
+* A call the old tool killed at its timeout (e.g. ``systemctl restart`` of a model server, 15 s), or that the
+  user interrupted, or that the old tool left running in the background, is taken to have kept running on
+  the host, as a durable job does. When the transcript itself later shows it end (a background job's status,
+  a session poll: :attr:`ShellCall.finished_at`), that is its end and exit status. Otherwise its end is read
+  from the **later checks** in the transcript: the first later check that shows the service ready
+  (``systemctl is-active``/``status`` saying active, a successful ``curl``/``wget``, a log line such as
+  SGLang's "The server is fired up and ready to roll!") ends it with status 0 at that check's time; a check
+  showing a failure ends it with status 1. With no such evidence it is still running at the end of the
+  transcript.
 * An HTTP URL polled by those checks becomes the job's readiness probe: the synthetic host refuses
   connections to it until the job's end and answers ``200`` (with the successful check's output) after.
 * The checks up to that end are superseded: agent_tools follows the job with ``job_status`` instead.
@@ -126,9 +129,17 @@ def infer_timeline(calls: list[ShellCall]) -> Timeline:
         last = start[c.index]
     timed: dict[int, TimedOutCall] = {}
     for i, c in enumerate(ran):
-        if not c.timed_out:
+        if not c.left_running:
             continue
         info = TimedOutCall(c, None, None, "no later check in the transcript shows it finish", None)
+        if c.finished_at is not None:
+            # the runtime itself saw it end (a background job's status, a session poll): that is the end
+            info.end_s = max(c.finished_at - t0, start[c.index])
+            info.exit_status = c.final_exit_status if c.final_exit_status is not None else 0
+            info.evidence = (f"the transcript's own follow-up at {info.end_s:.0f} s shows it ended with status "
+                             f"{info.exit_status}")
+            timed[c.index] = info
+            continue
         for later in ran[i + 1:]:
             verdict = check_verdict(later)
             if verdict is None:
@@ -290,10 +301,12 @@ class TranscriptHost:
             info = self.timeline.timed_out[call.index]
             assert self.origin is not None
             end = None if info.end_s is None else max(now, self.origin + info.end_s)
-            job = _Job(job_id, self._pid, now, end, info.exit_status or 0, call.output.encode())
+            output = call.final_output if call.final_output is not None else call.output
+            job = _Job(job_id, self._pid, now, end, info.exit_status or 0, output.encode())
         else:
             job = _Job(job_id, self._pid, now, now + self.timeline.duration_s[call.index],
                        call.exit_status if call.exit_status is not None else 0, call.output.encode())
+            # (calls without an exit status are not imported: see ShellCall.skip_reason)
         self.jobs[job_id] = job
         started = f"@@AT started {job_id} {job.pid}\n".encode()
         if mode == "bg":
