@@ -1,19 +1,31 @@
 """pytest plugin (entry point ``pytest11: agent_tools``): record agent_tools sessions once, replay them in tests.
 
-Usage::
+Usage (a complete example against this machine; the README's "Record and replay" has it as files)::
 
+    # conftest.py
     @pytest.fixture
-    def agent_tools_hosts() -> HostsFactory:          # only needed to record: the real hosts
+    def agent_tools_hosts() -> HostsFactory:           # only needed to record: the real hosts
         @asynccontextmanager
         async def hosts() -> AsyncIterator[HostRegistry]:
-            async with embedded_node("default", load_s=2) as (_alias, registry):
+            registry = HostRegistry()                   # 'local', plus SSH aliases from ~/.ssh/config
+            try:
                 yield registry
+            finally:
+                await registry.aclose()
         return hosts
 
-    @pytest.mark.agent_tools_cassette("hicache_walkthrough")
-    def test_walkthrough(agent_tools_cassette, agent_tools_toolkit) -> None:
-        res = agent_tools_cassette.run(lambda: run_walkthrough(agent_tools_toolkit, "gpu-node-1"))
-        assert res.result == "verified"
+    # test_greeting.py
+    @pytest.mark.agent_tools_cassette("greeting")
+    def test_greeting(agent_tools_cassette, agent_tools_toolkit) -> None:
+        async def scenario() -> None:
+            out = await agent_tools_toolkit.run_command(host="local", command="echo hello")
+            assert out.outcome == "finished" and out.stdout.text == "hello\n"
+        agent_tools_cassette.run(scenario)
+
+``pytest --agent-tools-record=once`` records ``tests/cassettes/greeting.jsonl``; plain ``pytest`` replays it on
+a virtual clock without touching a host. Tool calls are recorded and checked the same way whether made with
+``agent_tools_toolkit.dispatch(name, arguments)`` or a typed method; a replay that does not match raises its
+:class:`~agent_tools.errors.ReplayError` (with the diff) at the call that met it.
 
 * ``--agent-tools-record=none|once|new_episodes|all`` (default ``none``: replay only, see
   :mod:`agent_tools.recording.session`); ini ``agent_tools_cassette_dir`` (default ``tests/cassettes``).
@@ -90,11 +102,24 @@ def agent_tools_cassette(request: pytest.FixtureRequest, tmp_path: Path, agent_t
     else:
         module = Path(str(request.node.path)).stem
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{module}__{request.node.name}")
+    session: CassetteSession | None = None
     try:
-        return CassetteSession(agent_tools_cassette_dir / f"{name}.jsonl", agent_tools_record_mode,
-                               hosts=agent_tools_hosts, state_dir=tmp_path / "agent-tools-state", name=name)
+        session = CassetteSession(agent_tools_cassette_dir / f"{name}.jsonl", agent_tools_record_mode,
+                                  hosts=agent_tools_hosts, state_dir=tmp_path / "agent-tools-state", name=name)
     except ReplayError as exc:
-        pytest.fail(f"{exc.message} (or run with --agent-tools-record=once to record it)", pytrace=False)
+        message = exc.message  # it says how to record the cassette
+    if session is None:  # failed outside the except block: pytest shows the message, not a chained traceback
+        pytest.fail(message + ("" if agent_tools_hosts is not None else "; " + _NEEDS_HOSTS), pytrace=False)
+    if session.recording and agent_tools_hosts is None:
+        session.journal.close()
+        pytest.fail(f"cannot record cassette {name!r} (--agent-tools-record={agent_tools_record_mode}): "
+                    + _NEEDS_HOSTS, pytrace=False)
+    return session
+
+
+_NEEDS_HOSTS = ("recording needs an agent_tools_hosts fixture that returns the real hosts to record against, e.g. "
+                "in conftest.py: @pytest.fixture def agent_tools_hosts(): an async context manager factory yielding "
+                "agent_tools.HostRegistry() ('local' plus your SSH aliases); see README, Record and replay")
 
 
 @pytest.fixture

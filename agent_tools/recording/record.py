@@ -6,27 +6,45 @@ A :class:`Recorder` collects events with their time offsets (loop time, :func:`a
 * :class:`RecordingHost` wraps any :class:`~agent_tools.hosts.base.Host`: every ``start`` (command, env keys),
   stdin write, output chunk, end of stream, exit, ``open_tcp`` (connected / refused / error, bytes both ways)
   and error (translated kind and message) becomes an event of one interaction id.
-* :class:`RecordingToolkit` is a :class:`~agent_tools.tools.toolkit.Toolkit` whose ``dispatch`` also records
-  the tool call and its JSON result (what the agent saw).
+* :class:`RecordingToolkit` is a :class:`~agent_tools.tools.toolkit.Toolkit` that records each tool call and
+  its JSON result (what the agent saw), whether it came through ``dispatch(name, arguments)`` or a typed method
+  (``tk.run_command(host=..., command=...)``, ``tk.restart_service(...)``): both write the same ``tool`` /
+  ``tool_result`` events (a typed call's arguments are the ones it was given, by name). A call made while
+  another tool call runs (``restart_service`` calling ``run_command``) is part of that call, not a new one.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextvars import ContextVar
+from typing import Any, TypeVar
 
 import anyio
 from anyio.abc import ByteStream
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 
 from ..clock import wall_time
 from ..errors import AgentToolsError, HostError
 from ..hosts.base import ExecResult, Host, HostProcess
 from ..hosts.registry import HostRegistry
-from ..tools.toolkit import Toolkit
+from ..tools.toolkit import Toolkit, ToolSpec
 from .cassette import Cassette, data_fields
 
-__all__ = ["Recorder", "RecordingHost", "RecordingHostRegistry", "RecordingToolkit", "error_fields"]
+__all__ = ["TYPED_CALLS_HEADER", "Recorder", "RecordingHost", "RecordingHostRegistry", "RecordingToolkit",
+           "error_fields", "wrap_typed_calls"]
+
+#: header key saying typed-method tool calls were recorded as ``tool`` events too (cassettes recorded before
+#: have only ``dispatch`` calls there, and a replay does not check typed calls against them)
+TYPED_CALLS_HEADER = "typed_calls"
+
+T = TypeVar("T")
+
+#: set while a tool call is being recorded or checked: tool calls made inside it belong to it
+_IN_TOOL_CALL: ContextVar[bool] = ContextVar("agent_tools_in_tool_call", default=False)
 
 
 def error_fields(exc: BaseException) -> dict[str, Any]:
@@ -286,19 +304,63 @@ def _arguments_dict(arguments: str | dict[str, Any] | None) -> dict[str, Any]:
     return dict(arguments)
 
 
+def wrap_typed_calls(tk: Toolkit, spec: ToolSpec, call: Callable[[str, dict[str, Any], Callable[[], Awaitable[T]]],
+                                                               Awaitable[T]]) -> None:
+    """Route the typed method of tool ``spec`` on ``tk`` (``tk.run_command(...)``, ``tk.restart_service(...)``)
+    through ``call(name, arguments, proceed)``, as :meth:`Toolkit.dispatch` calls are routed by the recording and
+    replaying toolkits. ``arguments`` are the ones given, by name (JSON-ready); ``proceed()`` makes the call.
+    A call made while another tool call is routed (a tool using another tool) goes straight through."""
+    original = getattr(tk, spec.name)
+    try:
+        signature: inspect.Signature | None = inspect.signature(original)
+    except (TypeError, ValueError):
+        signature = None
+
+    @functools.wraps(original)
+    async def typed(*args: Any, **kwargs: Any) -> Any:
+        if _IN_TOOL_CALL.get():
+            return await original(*args, **kwargs)
+        given = signature.bind_partial(*args, **kwargs).arguments if signature is not None else kwargs
+        return await call(spec.name, to_jsonable_python(dict(given), fallback=repr),
+                          lambda: original(*args, **kwargs))
+
+    setattr(tk, spec.name, typed)
+
+
+def result_json(result: BaseModel | dict[str, Any]) -> dict[str, Any]:
+    """A tool result as JSON: a dispatch dict as it is, a typed call's model dumped (``mode="json"``)."""
+    return result if isinstance(result, dict) else result.model_dump(mode="json")
+
+
 class RecordingToolkit(Toolkit):
-    """A :class:`Toolkit` that records each :meth:`dispatch` (tool name, arguments, JSON result).
+    """A :class:`Toolkit` that records each tool call (tool name, arguments, JSON result), made through
+    :meth:`dispatch` or a typed method (see the module docstring).
 
     :param recorder: where events go; every other argument is :class:`Toolkit`'s.
     """
 
     def __init__(self, hosts: HostRegistry | None = None, *, recorder: Recorder, **kwargs: Any) -> None:
-        super().__init__(hosts, **kwargs)
         self.recorder = recorder
+        super().__init__(hosts, **kwargs)
+        recorder.header.setdefault(TYPED_CALLS_HEADER, True)
+
+    def register(self, spec: ToolSpec, handler: Callable[..., Awaitable[BaseModel]]) -> None:
+        super().register(spec, handler)
+        wrap_typed_calls(self, spec, self._record)
+
+    async def _record(self, name: str, arguments: dict[str, Any], proceed: Callable[[], Awaitable[T]]) -> T:
+        call = self.recorder.new_call()
+        self.recorder.add("tool", call=call, name=name, arguments=arguments)
+        token = _IN_TOOL_CALL.set(True)
+        try:
+            result = await proceed()
+        finally:
+            _IN_TOOL_CALL.reset(token)
+        self.recorder.add("tool_result", call=call, name=name, result=result_json(result))  # type: ignore[arg-type]
+        return result
 
     async def dispatch(self, name: str, arguments: str | dict[str, Any] | None) -> dict[str, Any]:
-        call = self.recorder.new_call()
-        self.recorder.add("tool", call=call, name=name, arguments=_arguments_dict(arguments))
-        result = await super().dispatch(name, arguments)
-        self.recorder.add("tool_result", call=call, name=name, result=result)
-        return result
+        if _IN_TOOL_CALL.get():
+            return await super().dispatch(name, arguments)
+        return await self._record(name, _arguments_dict(arguments), lambda: super(RecordingToolkit, self).dispatch(
+            name, arguments))

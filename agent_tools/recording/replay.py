@@ -28,24 +28,28 @@ import json
 import re
 import shlex
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from anyio.abc import ByteStream
+from pydantic import BaseModel
 
 from .. import errors as _errors
 from ..errors import AgentToolsError, HostError, ReplayError
 from ..hosts.base import ExecResult, Host, HostProcess
 from ..hosts.registry import HostRegistry
 from ..redact import redact, redact_obj
-from ..tools.toolkit import Toolkit
+from ..tools.toolkit import Toolkit, ToolSpec
 from .cassette import Cassette, ToolCall, blob_words, event_data, mask_secrets, redact_command
 from .ids import IdMap, normalise_ids
+from .record import _IN_TOOL_CALL, TYPED_CALLS_HEADER, _arguments_dict, result_json, wrap_typed_calls
 
 __all__ = ["ExecRequest", "Matcher", "ReplayHost", "ReplayHostRegistry", "ReplaySession", "ReplayToolkit",
            "abstract_scripts", "default_matcher", "strict_matcher"]
+
+T = TypeVar("T")
 
 #: result keys whose values depend on timing overheads, not on what happened (left out of comparisons)
 VOLATILE_KEYS = frozenset({"elapsed_s", "duration_s", "created_at", "expires_s", "finished_at"})
@@ -117,8 +121,8 @@ class _Interaction:
     norm: str = ""  # the command with ids normalised (a cheap pre-check for the default matcher)
 
     def describe(self, width: int = 160) -> str:
-        what = (f"exec {normalise_ids(abstract_scripts(self.command))}" if self.kind == "exec"
-                else f"tcp {self.target}:{self.port}")
+        what = (f"command {normalise_ids(abstract_scripts(self.command))}" if self.kind == "exec"
+                else f"tcp to {self.target}:{self.port}")
         if len(what) > width:
             what = what[: width - 20] + " … " + what[-15:]
         return f"#{self.id} (line {self.line}, t={self.t:.3f} s) on {self.host}: {what}"
@@ -589,7 +593,14 @@ class ReplayHostRegistry(HostRegistry):
 
 
 class ReplayToolkit(Toolkit):
-    """A :class:`Toolkit` whose :meth:`dispatch` checks each call and result against the recorded ones.
+    """A :class:`Toolkit` whose tool calls — :meth:`dispatch` and the typed methods (``tk.run_command(...)``)
+    alike — are checked against the recorded ones, and which raises the replay's first failure at the call that
+    met it (the :class:`~agent_tools.errors.ReplayError` with its diff), where the layers below turned it into
+    an ``error`` outcome.
+
+    Typed calls are compared with the recording only when the cassette recorded them (header
+    ``typed_calls``: cassettes recorded before hold only ``dispatch`` calls); they always raise a host-level
+    failure.
 
     :param session: the replay session (its hosts should be this toolkit's hosts).
     :param check_tools: compare tool calls and results (default True); host-level failures always raise.
@@ -597,20 +608,36 @@ class ReplayToolkit(Toolkit):
 
     def __init__(self, hosts: HostRegistry | None = None, *, session: ReplaySession, check_tools: bool = True,
                  **kwargs: Any) -> None:
-        super().__init__(hosts if hosts is not None else session.registry(), **kwargs)
         self.session = session
         self.check_tools = check_tools
+        super().__init__(hosts if hosts is not None else session.registry(), **kwargs)
 
-    async def dispatch(self, name: str, arguments: str | dict[str, Any] | None) -> dict[str, Any]:
+    def register(self, spec: ToolSpec, handler: Callable[..., Awaitable[BaseModel]]) -> None:
+        super().register(spec, handler)
+        wrap_typed_calls(self, spec, self._typed)
+
+    async def _checked(self, name: str, arguments: dict[str, Any], proceed: Callable[[], Awaitable[T]],
+                       check: bool) -> T:
+        token = _IN_TOOL_CALL.set(True)
         try:
-            result = await super().dispatch(name, arguments)
+            result = await proceed()
         except Exception as exc:
             if self.session.failures:
                 raise self.session.failures[0] from exc
             raise
+        finally:
+            _IN_TOOL_CALL.reset(token)
         self.session.check()
-        if self.check_tools:
-            from .record import _arguments_dict
-
-            self.session.check_tool(name, _arguments_dict(arguments), result)
+        if check and self.check_tools:
+            self.session.check_tool(name, arguments, result_json(result))  # type: ignore[arg-type]
         return result
+
+    async def _typed(self, name: str, arguments: dict[str, Any], proceed: Callable[[], Awaitable[T]]) -> T:
+        return await self._checked(name, arguments, proceed,
+                                   bool(self.session.cassette.header.get(TYPED_CALLS_HEADER)))
+
+    async def dispatch(self, name: str, arguments: str | dict[str, Any] | None) -> dict[str, Any]:
+        if _IN_TOOL_CALL.get():
+            return await super().dispatch(name, arguments)
+        return await self._checked(name, _arguments_dict(arguments),
+                                   lambda: super(ReplayToolkit, self).dispatch(name, arguments), True)

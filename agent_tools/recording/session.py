@@ -30,7 +30,7 @@ from ..hosts.registry import HostRegistry
 from ..jobs.journal import Journal
 from ..tools.toolkit import Toolkit
 from .cassette import Cassette
-from .record import Recorder, RecordingHostRegistry, RecordingToolkit
+from .record import TYPED_CALLS_HEADER, Recorder, RecordingHostRegistry, RecordingToolkit
 from .replay import ReplaySession, ReplayToolkit
 from .vclock import run_virtual
 
@@ -104,7 +104,9 @@ class CassetteSession:
         Replaying: on a virtual clock, then :meth:`ReplaySession.assert_all_used`. Recording: against the
         hosts from ``hosts``, then the redacted cassette is written to :attr:`path`.
 
-        :raises ReplayError: the replay did not match the cassette, or recording without ``hosts``.
+        :raises ReplayError: the replay did not match the cassette (raised at the tool call that met the mismatch,
+            with its diff; and in place of any other exception ``fn`` raised after a mismatch), or recording
+            without ``hosts``.
         """
         t0 = time.perf_counter()
         try:
@@ -116,7 +118,12 @@ class CassetteSession:
                     replay.start()
                     return await fn()
 
-                result = run_virtual(replay_main, wall_start=self.cassette.wall_start)
+                try:
+                    result = run_virtual(replay_main, wall_start=self.cassette.wall_start)
+                except Exception as exc:  # e.g. the test's own assert on an error outcome: the replay's cause first
+                    if replay.failures and exc is not replay.failures[0]:
+                        raise replay.failures[0] from exc
+                    raise
                 replay.assert_all_used()
                 return result
             return anyio.run(self._record_main, fn)
@@ -151,5 +158,5 @@ class CassetteSession:
             fresh = [json.loads(ids.to_recorded(json.dumps(e))) if e.get("ev") in ("tool", "tool_result") else e
                      for e in new.events]
             events = sorted([*old, *fresh], key=lambda e: float(e["t"]))
-            new = Cassette(dict(self.cassette.header, redacted=True), events)
+            new = Cassette(dict(self.cassette.header, redacted=True, **{TYPED_CALLS_HEADER: True}), events)
         new.save(self.path)
