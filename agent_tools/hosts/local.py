@@ -1,4 +1,10 @@
-"""``LocalHost``: this machine, through anyio subprocesses."""
+"""``LocalHost``: this machine, through anyio subprocesses.
+
+Every process is reaped before its ``close()`` returns: asyncio's subprocess transport must be closed and the
+child's exit seen while the event loop still runs, or the interpreter prints ``Loop <...> that handles pid N
+is closed`` and ``RuntimeError: Event loop is closed`` at exit (the child watcher and the transport's
+``__del__`` call into the closed loop) — in a CLI ``cancel``, or a script whose detached jobs it never followed.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +20,10 @@ from ..errors import ConnectionLost
 from .base import ExecResult, HostProcess
 
 __all__ = ["LocalHost"]
+
+#: longest ``close()`` waits for the process to exit once its pipes are closed (the job launcher exits at
+#: once on EOF, a status script when it has printed its report); one still running then is killed (seconds)
+CLOSE_GRACE_S = 5.0
 
 
 class _LocalProcess(HostProcess):
@@ -60,13 +70,21 @@ class _LocalProcess(HostProcess):
         return ExecResult(rc)
 
     async def close(self) -> None:
-        # Close our ends of the pipes; the process itself is not signalled (same as an SSH channel close).
-        for stream in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
-            if stream is not None:
+        """Close our ends of the pipes and reap the process (see the module docstring).
+
+        The process is not signalled (as with an SSH channel close: a writer gets SIGPIPE) unless it is still
+        running :data:`CLOSE_GRACE_S` seconds later; then it alone is killed — a job's monitor and command run
+        in a session of their own and are never touched. Runs to the end even when the caller is cancelled.
+        """
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(CLOSE_GRACE_S):
                 try:
-                    await stream.aclose()
+                    await self._proc.aclose()  # closes the pipe transports, then waits for the exit
                 except (anyio.BrokenResourceError, BrokenPipeError, OSError):
                     pass
+            if self._proc.returncode is None:  # the grace ran out: anyio's aclose killed it; reap it
+                with anyio.move_on_after(CLOSE_GRACE_S):
+                    await self._proc.wait()
 
 
 class LocalHost:
