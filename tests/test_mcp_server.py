@@ -311,3 +311,102 @@ async def test_stdio_server_with_policy_denies_without_running(tmp_path: Path) -
             assert not marker.exists()
             ok = structured(await session.call_tool("run_command", {"host": "local", "command": "echo allowed"}))
             assert ok["outcome"] == "finished" and ok["stdout"]["text"] == "allowed\n", ok
+
+
+# ------------------------------------------------------------------------------------------------ issue 15
+# outputSchema (MCP 2025-06-18): every tool declares one, generated from its result models; the official client
+# validates each non-error result against it (ClientSession.validate_tool_result raises otherwise), and the
+# tests below check every result, errors included, with jsonschema as well.
+def _validator(schema: dict[str, Any]) -> Any:
+    from jsonschema import Draft202012Validator
+
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+async def test_every_tool_declares_an_output_schema_and_every_result_conforms(state_dir: Path, tmp_path: Path) -> None:
+    from agent_tools.adapters.schemas import output_schema
+
+    target = tmp_path / "notes.txt"
+    target.write_text("one\n")
+    async with Toolkit() as tk, Client(build_mcp_server(tk), mode="legacy") as client:
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+        assert set(listed) == {s.name for s in tk.specs}
+        validators = {}
+        for name, tool in listed.items():
+            assert tool.output_schema is not None, f"{name} declares no outputSchema"
+            assert tool.output_schema == output_schema(tk.result_type(name))  # from the result models
+            assert tool.output_schema["type"] == "object"
+            validators[name] = _validator(tool.output_schema)
+
+        async def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+            with anyio.fail_after(30):
+                result = await client.call_tool(name, arguments)  # the client validated non-error results
+            assert result.structured_content is not None
+            errors = [e.message for e in validators[name].iter_errors(result.structured_content)]
+            assert not errors, (name, arguments, errors, result.structured_content)
+            return result.structured_content
+
+        seen = set()
+        for name, arguments in [
+            ("run_command", {"host": "local", "command": "echo hello"}),
+            ("run_command", {"host": "local", "command": "exit 3"}),
+            ("run_command", {"host": "local", "command": "sleep 30", "budget_s": 0.3}),
+            ("run_command", {"host": "no such host!", "command": "true"}),
+            ("run_command", {"host": "local"}),  # bad arguments
+            ("list_jobs", {}),
+            ("read_file", {"host": "local", "path": str(target)}),
+            ("write_file", {"host": "local", "path": str(target), "content": "two\n"}),
+            ("host_memory", {"host": "local"}),
+            ("gpu_memory", {"host": "local"}),
+            ("wait_for", {"host": "local", "probes": [{"kind": "port", "port": 1}], "deadline_s": 0.5}),
+            ("http_get", {"host": "local", "url": "http://127.0.0.1:1/"}),
+            ("service_status", {"host": "local", "unit": "no-such-unit-here"}),
+            ("restart_service", {"host": "local", "unit": "bad unit name"}),
+            ("job_status", {"job_id": "j_nonexistent00000000"}),
+        ]:
+            data = await call(name, arguments)
+            seen.add(name)
+            if name == "run_command" and data.get("outcome") == "detached":
+                job = data["job_id"]
+                assert (await call("job_status", {"job_id": job, "wait_s": 0.2}))["state"] == "running"
+                assert (await call("job_output", {"job_id": job}))["job_id"] == job
+                assert (await call("job_cancel", {"job_id": job, "grace_s": 1}))["state"] == "killed"
+                seen |= {"job_status", "job_output", "job_cancel"}
+            if name == "write_file":
+                restored = await call("restore_file", {"host": "local", "path": str(target),
+                                                       "backup_id": data["backup_id"]})
+                assert restored["backup_id"] == data["backup_id"] and target.read_text() == "one\n"
+                seen.add("restore_file")
+        assert seen == set(listed)  # every tool was called and checked
+
+
+def test_output_schemas_are_not_vacuous() -> None:
+    from agent_tools.adapters.schemas import output_schema
+    from agent_tools.outcomes import ErrorOutcome, Finished
+    from agent_tools.output import OutputView
+
+    v = _validator(output_schema(Toolkit().result_type("run_command")))
+    ok = Finished(host="h", command="c", exit_status=0, duration_s=0.1, stdout=OutputView(), stderr=OutputView(),
+                  job_id="j_1").model_dump(mode="json")
+    assert v.is_valid(ok) and v.is_valid({**ok, "adapter_note": "shortened"})
+    assert not v.is_valid({k: x for k, x in ok.items() if k != "stdout"})  # a required field missing
+    assert not v.is_valid({**ok, "outcome": "exploded"})  # no such outcome
+    err = ErrorOutcome(kind="unreachable", message="m", retryable=True).model_dump(mode="json")
+    assert v.is_valid(err) and not v.is_valid({**err, "surprise": 1})  # extra="forbid" models: no unknown keys
+
+
+async def test_bounded_results_still_conform_to_the_output_schema(state_dir: Path) -> None:
+    async with Toolkit() as tk, Client(build_mcp_server(tk, max_result_chars=600), mode="legacy") as client:
+        schema = {t.name: t.output_schema for t in (await client.list_tools()).tools}["run_command"]
+        assert schema is not None
+        for lines in (200, 5000):
+            with anyio.fail_after(30):  # the client validates structuredContent against the schema itself
+                result = await client.call_tool("run_command", {"host": "local", "command": f"seq {lines}"})
+            text = result.content[0].text if isinstance(result.content[0], types.TextContent) else ""
+            assert len(text) <= 600 and "adapter_note" in text
+            data = result.structured_content
+            assert data is not None and _validator(schema).is_valid(data)
+            assert data["outcome"] == "finished" and data["exit_status"] == 0
+            if "only its top-level fields are kept" in text:  # bounded past the schema: the whole result instead
+                assert data["stdout"]["total_bytes"] == len("".join(f"{n}\n" for n in range(1, lines + 1)))

@@ -2,10 +2,13 @@
 
 Every tool registered on the :class:`~agent_tools.tools.toolkit.Toolkit` is listed with the schema and
 description of :func:`~agent_tools.adapters.schemas.tool_schemas` (``"mcp"``) — the low-level server is used
-so the schema sent is exactly ours, not one re-derived from a Python signature. A call goes through
-:meth:`Toolkit.dispatch`; its result is returned as compact JSON text (bounded, see
-:func:`~agent_tools.adapters.schemas.encode_result`) plus the same JSON as ``structuredContent``, with
-``isError`` set for ``error`` and ``denied`` outcomes.
+so the schema sent is exactly ours, not one re-derived from a Python signature — and an ``outputSchema``
+generated from the tool's result models (:func:`~agent_tools.adapters.schemas.output_schema`; MCP 2025-06-18:
+clients validate ``structuredContent`` against it). A call goes through :meth:`Toolkit.dispatch`; its result
+is returned as compact JSON text (bounded, see :func:`~agent_tools.adapters.schemas.encode_result`) plus the
+same JSON as ``structuredContent``, with ``isError`` set for ``error`` and ``denied`` outcomes. Should the
+bounding of a very large result (a small ``max_result_chars``) leave a shape the output schema does not allow,
+``structuredContent`` carries the whole result instead (the text stays bounded) and a warning is logged.
 
 Long calls (``job_status`` with ``wait_s``, a ``run_command`` within its budget, ``wait_for``): while the
 dispatch runs, a progress notification goes out every ``progress_interval_s`` seconds — ``progress`` is the
@@ -49,7 +52,14 @@ from ..outcomes import Denied, ErrorOutcome
 from ..redact import redact
 from ..tools.toolkit import Toolkit
 from .mcp_http import serve_http
-from .schemas import DEFAULT_MAX_RESULT_CHARS, encode_result, is_error_result, tool_schema, tool_schemas
+from .schemas import (
+    DEFAULT_MAX_RESULT_CHARS,
+    encode_result,
+    is_error_result,
+    output_schema,
+    tool_schema,
+    tool_schemas,
+)
 
 __all__ = ["APPROVAL_STATE_PREFIX", "ApprovalSink", "McpToolServer", "build_mcp_server", "serve_http",
            "serve_stdio"]
@@ -201,8 +211,23 @@ class McpToolServer:
 
     def _result(self, name: str, result: dict[str, Any]) -> types.CallToolResult:
         text = encode_result(result, max_chars=self.max_result_chars)
+        structured = json.loads(text)
+        if structured != result and not self._conforms(name, structured):
+            log.warning("mcp.bounded_result_outside_output_schema", tool=name, chars=len(text),
+                        note="structuredContent carries the whole result; the text stays bounded")
+            structured = result
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                    structured_content=json.loads(text), is_error=is_error_result(result))
+                                    structured_content=structured, is_error=is_error_result(result))
+
+    def _conforms(self, name: str, data: dict[str, Any]) -> bool:
+        """``data`` is valid against tool ``name``'s output schema (True without one)."""
+        result_type = self.toolkit.result_type(name)
+        if result_type is None:
+            return True
+        from jsonschema.validators import validator_for
+
+        schema = output_schema(result_type)
+        return bool(validator_for(schema)(schema).is_valid(data))
 
     # ------------------------------------------------------------------ approvals
     def _sink(self) -> ApprovalSink | None:

@@ -5,7 +5,8 @@ the runtime's tool declaration. Nothing is kept by hand per vendor: the args mod
 once (:func:`clean_schema`: local ``$ref`` inlined, ``$defs`` and ``title`` dropped) and wrapped:
 
 =====================  ===========================================================================
-``mcp``                ``{"name", "description", "inputSchema"}`` (MCP ``Tool``)
+``mcp``                ``{"name", "description", "inputSchema", "outputSchema"}`` (MCP ``Tool``;
+                       ``outputSchema`` from the tool's result models, see :func:`output_schema`)
 ``openai``             ``{"type": "function", "function": {"name", "description", "parameters"}}``
                        (Chat Completions ``ChatCompletionFunctionToolParam``)
 ``openai-responses``   ``{"type": "function", "name", "description", "parameters", "strict": false}``
@@ -32,12 +33,16 @@ from __future__ import annotations
 
 import copy
 import json
+import types
+import typing
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, get_args
 
 import anyio
 import structlog
+from pydantic import BaseModel, TypeAdapter
 
+from ..outcomes import ErrorOutcome
 from ..tools.toolkit import Toolkit, ToolSpec
 
 __all__ = [
@@ -54,6 +59,7 @@ __all__ = [
     "mcp_tools",
     "openai_responses_tools",
     "openai_tools",
+    "output_schema",
     "tool_schema",
     "tool_schemas",
 ]
@@ -129,14 +135,55 @@ def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return cleaned
 
 
-def tool_schema(spec: ToolSpec, format: ToolFormat) -> dict[str, Any]:
+def _members(result_type: Any) -> list[type[BaseModel]]:
+    """The model classes of a result annotation (a model, a union of models, ``Annotated[...]`` of one)."""
+    origin = typing.get_origin(result_type)
+    if origin is typing.Annotated:
+        return _members(get_args(result_type)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [m for arg in get_args(result_type) for m in _members(arg)]
+    if isinstance(result_type, type) and issubclass(result_type, BaseModel):
+        return [result_type]
+    raise ValueError(f"a tool result must be a pydantic model or a union of them, got {result_type!r}")
+
+
+ADAPTER_NOTE_SCHEMA: dict[str, Any] = {
+    "type": "string", "description": "set when the adapter shortened the result to fit (see bound_result)"}
+
+
+def output_schema(result_type: Any) -> dict[str, Any]:
+    """The JSON Schema of a tool's results (MCP ``outputSchema``), generated from its result models.
+
+    The schema is pydantic's for ``result_type | ErrorOutcome`` (every tool may return an ``error`` outcome) in
+    serialization mode — what ``model_dump(mode="json")`` produces, defaults included — cleaned like the input
+    schemas (:func:`clean_schema`), with an ``object`` root (MCP requires one) and each result shape also
+    allowing the ``adapter_note`` that :func:`bound_result` adds. It follows the models: a field added to a
+    result model is in the schema.
+
+    :param result_type: a model class or a union of them (:meth:`Toolkit.result_type`).
+    :raises ValueError: ``result_type`` holds something that is not a pydantic model.
+    """
+    members = list(dict.fromkeys([*_members(result_type), ErrorOutcome]))
+    union: Any = members[0] if len(members) == 1 else typing.Union[tuple(members)]  # noqa: UP007
+    schema = clean_schema(TypeAdapter(union).json_schema(mode="serialization"))
+    for variant in schema.get("anyOf") or schema.get("oneOf") or [schema]:
+        variant.setdefault("properties", {})["adapter_note"] = dict(ADAPTER_NOTE_SCHEMA)
+    return schema
+
+
+def tool_schema(spec: ToolSpec, format: ToolFormat, *, result_type: Any = None) -> dict[str, Any]:
     """One tool's declaration for runtime ``format`` (see the module docstring for the shapes).
 
+    :param result_type: the tool's result models (:meth:`Toolkit.result_type`); with ``mcp`` they become the
+        ``outputSchema`` (:func:`output_schema`). None: no output schema is declared.
     :raises ValueError: unknown ``format``, or an args model that cannot be inlined (:func:`clean_schema`).
     """
     params = clean_schema(spec.args_model.model_json_schema())
     if format == "mcp":
-        return {"name": spec.name, "description": spec.description, "inputSchema": params}
+        tool = {"name": spec.name, "description": spec.description, "inputSchema": params}
+        if result_type is not None:
+            tool["outputSchema"] = output_schema(result_type)
+        return tool
     if format == "openai":
         return {"type": "function",
                 "function": {"name": spec.name, "description": spec.description, "parameters": params}}
@@ -152,11 +199,13 @@ def tool_schemas(toolkit: Toolkit, format: ToolFormat) -> list[dict[str, Any]]:
     """Declarations of every tool registered on ``toolkit`` (registration order) for runtime ``format``.
 
     :param toolkit: any :class:`Toolkit`; tools added later with ``register()`` are included.
-    :param format: ``"mcp"``, ``"openai"`` (Chat Completions), ``"openai-responses"`` or ``"anthropic"``.
+    :param format: ``"mcp"`` (with each tool's ``outputSchema`` when its handler declares its result models),
+        ``"openai"`` (Chat Completions), ``"openai-responses"`` or ``"anthropic"``.
     :returns: JSON-ready dicts, ready to pass as ``tools=`` to the runtime's SDK.
     :raises ValueError: unknown ``format``, or an args model that cannot be inlined.
     """
-    return [tool_schema(spec, format) for spec in toolkit.specs]
+    return [tool_schema(spec, format, result_type=toolkit.result_type(spec.name) if format == "mcp" else None)
+            for spec in toolkit.specs]
 
 
 def mcp_tools(toolkit: Toolkit) -> list[dict[str, Any]]:

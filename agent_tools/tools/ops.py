@@ -19,13 +19,13 @@ from pydantic import BaseModel, Field
 
 from ..errors import BadArguments
 from ..hosts.base import Host, run_on
-from ..outcomes import Detached, Finished, ProbeReport
+from ..outcomes import Denied, Detached, Finished, NeedsApproval, ProbeReport
 from ..probes.checks import UNIT_PROPS, advance, check_probes
 from ..probes.parse import parse_free, parse_nvidia_smi, parse_systemctl_show, parse_timespan_s
 from ..probes.specs import probe_from_dict
 
 if TYPE_CHECKING:
-    from .toolkit import Toolkit
+    from .toolkit import RunCommandResult, Toolkit
 
 __all__ = ["FileContent", "FileRestored", "FileWritten", "GpuMemory", "HostMemory", "ServiceStatus", "WaitResult"]
 
@@ -105,7 +105,7 @@ async def unit_props(host: Host, unit: str,
     return parse_systemctl_show(res.stdout.decode("utf-8", "replace"))
 
 
-async def service_status(tk: Toolkit, host: str, unit: str, journal_lines: int = 10) -> BaseModel:
+async def service_status(tk: Toolkit, host: str, unit: str, journal_lines: int = 10) -> ServiceStatus:
     """``systemctl show`` of the unit plus its recent journal lines."""
     h = tk.hosts.get(host)
     unit = check_unit(unit)
@@ -121,7 +121,7 @@ async def service_status(tk: Toolkit, host: str, unit: str, journal_lines: int =
 
 async def restart_service(tk: Toolkit, host: str, unit: str, daemon_reload: bool = True,
                           probes: list[dict[str, Any]] | None = None, deadline_s: float | None = None,
-                          approval_id: str | None = None) -> BaseModel:
+                          approval_id: str | None = None) -> RunCommandResult:
     """Restart a unit without blocking and return a ``detached`` job that follows it to readiness.
 
     Steps: (1) one round trip reads the unit's properties (``InvocationID``, ``ConditionTimestampMonotonic``,
@@ -192,7 +192,7 @@ async def _unit_and_cursor(h: Host, unit: str) -> tuple[dict[str, str], str | No
     return parse_systemctl_show(shown), cursors[0], cursors[1]
 
 
-async def read_file(tk: Toolkit, host: str, path: str, offset: int = 0, limit: int = 65536) -> BaseModel:
+async def read_file(tk: Toolkit, host: str, path: str, offset: int = 0, limit: int = 65536) -> FileContent:
     """Bytes ``[offset, offset+limit)`` of a file on the host, decoded for reading."""
     _check_path(path)
     h = tk.hosts.get(host)
@@ -212,7 +212,7 @@ async def _read_all(h: Host, path: str) -> bytes | None:
 
 
 async def write_file(tk: Toolkit, host: str, path: str, content: str, backup: bool = True,
-                     approval_id: str | None = None) -> BaseModel:
+                     approval_id: str | None = None) -> FileWritten | Denied | NeedsApproval:
     """Write ``content`` to ``path`` atomically (temp file + rename), keeping a backup; returns the diff."""
     _check_path(path)
     h = tk.hosts.get(host)
@@ -238,7 +238,7 @@ async def write_file(tk: Toolkit, host: str, path: str, content: str, backup: bo
     return FileWritten(host=host, path=path, bytes_written=len(data), backup_id=backup_id, diff=diff, next=nxt)
 
 
-async def restore_file(tk: Toolkit, host: str, path: str, backup_id: str) -> BaseModel:
+async def restore_file(tk: Toolkit, host: str, path: str, backup_id: str) -> FileRestored:
     """Put a backup made by write_file back in place (atomically); returns the diff current → restored."""
     _check_path(path)
     if not backup_id.startswith("b_") or not backup_id[2:].isalnum():
@@ -255,7 +255,7 @@ async def restore_file(tk: Toolkit, host: str, path: str, backup_id: str) -> Bas
     return FileRestored(host=host, path=path, backup_id=backup_id, diff=_diff(current or b"", res.stdout, path))
 
 
-async def gpu_memory(tk: Toolkit, host: str) -> BaseModel:
+async def gpu_memory(tk: Toolkit, host: str) -> GpuMemory:
     """Per-GPU memory from ``nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits``."""
     h = tk.hosts.get(host)
     res = await run_on(h, "nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits")
@@ -266,7 +266,7 @@ async def gpu_memory(tk: Toolkit, host: str) -> BaseModel:
                      used_mib=sum(g["used_mib"] for g in gpus))
 
 
-async def host_memory(tk: Toolkit, host: str) -> BaseModel:
+async def host_memory(tk: Toolkit, host: str) -> HostMemory:
     """Host memory from ``free -b`` (procps): total, available (what can be allocated without swapping)."""
     h = tk.hosts.get(host)
     res = await run_on(h, "free -b")
@@ -275,7 +275,7 @@ async def host_memory(tk: Toolkit, host: str) -> BaseModel:
                       used_bytes=mem.get("used_bytes", 0), raw=mem)
 
 
-async def wait_for(tk: Toolkit, host: str, probes: list[dict[str, Any]], deadline_s: float = 60.0) -> BaseModel:
+async def wait_for(tk: Toolkit, host: str, probes: list[dict[str, Any]], deadline_s: float = 60.0) -> WaitResult:
     """Poll ``probes`` on ``host`` (backoff 0.2 → 2 s) until all pass, one fails, or ``deadline_s`` passes.
 
     As for a job (:func:`agent_tools.probes.checks.check_probes`): ``systemd_unit`` probes are checked first
@@ -310,7 +310,7 @@ class HttpResponse(BaseModel):
     body: str = Field(description="response body (first 16 KiB, decoded)")
 
 
-async def http_get(tk: Toolkit, host: str, url: str) -> BaseModel:
+async def http_get(tk: Toolkit, host: str, url: str) -> HttpResponse:
     """GET ``url`` as seen from ``host`` (an SSH direct-tcpip channel for remote hosts; no curl needed)."""
     from ..probes.checks import http_get as _get
 

@@ -23,7 +23,20 @@ from ..hosts.registry import HostRegistry
 from ..jobs.hints import guide
 from ..jobs.journal import Journal
 from ..jobs.manager import JobRunner, _error, facts_of
-from ..outcomes import Denied, ErrorOutcome, JobInfo, JobList, NeedsApproval
+from ..outcomes import (
+    Denied,
+    Detached,
+    ErrorOutcome,
+    Finished,
+    JobCancelResult,
+    JobInfo,
+    JobList,
+    JobOutput,
+    JobStatus,
+    Killed,
+    NeedsApproval,
+    NeedsInput,
+)
 from ..redact import redact, redact_obj
 from . import ops
 from .args import (
@@ -51,7 +64,10 @@ Decision = Any
 #: an approver callback: given the needs_approval outcome, return True to approve (Python API / CLI prompt)
 Approver = Callable[[NeedsApproval], Awaitable[bool]]
 
-__all__ = ["ToolSpec", "Toolkit"]
+__all__ = ["RunCommandResult", "ToolSpec", "Toolkit"]
+
+#: what ``run_command`` (and ``restart_service``) can return: every outcome of :mod:`agent_tools.outcomes`
+RunCommandResult = Finished | NeedsInput | Detached | Killed | NeedsApproval | Denied | ErrorOutcome
 
 log = structlog.get_logger(__name__)
 
@@ -171,6 +187,7 @@ class Toolkit:
 
         call.__name__ = fn.__name__
         call.__doc__ = fn.__doc__
+        call.__wrapped__ = fn  # type: ignore[attr-defined]  # its return annotation is the tool's result type
         return call
 
     def __getattr__(self, name: str) -> Callable[..., Awaitable[BaseModel]]:
@@ -221,6 +238,24 @@ class Toolkit:
     def register(self, spec: ToolSpec, handler: Callable[..., Awaitable[BaseModel]]) -> None:
         """Add a tool (name must be unique)."""
         self._specs[spec.name] = (spec, handler)
+
+    def result_type(self, name: str) -> Any:
+        """The result type of tool ``name`` (a model class, or a union of them) as its handler's return annotation
+        says (every tool may also return :class:`ErrorOutcome` from :meth:`dispatch`); None when the handler
+        declares only ``BaseModel`` or the tool is unknown. Adapters generate output schemas from it (MCP
+        ``outputSchema``, :func:`agent_tools.adapters.schemas.output_schema`)."""
+        entry = self._specs.get(name)
+        if entry is None:
+            return None
+        import inspect
+        import sys
+        import typing
+
+        try:  # names an ops module imports only for type checking (Toolkit, RunCommandResult) are found here
+            hint = typing.get_type_hints(inspect.unwrap(entry[1]), localns=vars(sys.modules[__name__])).get("return")
+        except (NameError, TypeError):
+            return None
+        return None if hint in (None, BaseModel) else hint
 
     @property
     def specs(self) -> list[ToolSpec]:
@@ -286,7 +321,7 @@ class Toolkit:
         approval_id: str | None = None,
         _probes: list[dict[str, Any]] | None = None,
         _deadline_s: float | None = None,
-    ) -> BaseModel:
+    ) -> RunCommandResult:
         """Run ``command`` on ``host`` under a budget; see :data:`RUN_COMMAND_DESC` and
         :meth:`JobRunner.run`. With a policy: ``deny`` → ``denied`` and ``ask`` → ``needs_approval`` without
         touching the host (unless ``approval_id`` is an approved, unused approval for exactly this command and
@@ -324,7 +359,7 @@ class Toolkit:
         except AgentToolsError as exc:
             return _error(exc, host, shown)
 
-    async def job_status(self, job_id: str, wait_s: float = 0.0) -> BaseModel:
+    async def job_status(self, job_id: str, wait_s: float = 0.0) -> JobStatus | ErrorOutcome:
         """State of a job and its new output; long-polls up to ``wait_s`` seconds."""
         try:
             rec = self.journal.get(job_id)
@@ -333,7 +368,7 @@ class Toolkit:
             return _error(exc, None, None)
 
     async def job_output(self, job_id: str, stream: str = "stdout", offset: int = 0,
-                         limit: int = 16384) -> BaseModel:
+                         limit: int = 16384) -> JobOutput | ErrorOutcome:
         """A page of a job's output by byte offset."""
         try:
             rec = self.journal.get(job_id)
@@ -342,7 +377,7 @@ class Toolkit:
         except AgentToolsError as exc:
             return _error(exc, None, None)
 
-    async def job_cancel(self, job_id: str, grace_s: float = 5.0) -> BaseModel:
+    async def job_cancel(self, job_id: str, grace_s: float = 5.0) -> JobCancelResult | ErrorOutcome:
         """Kill a job's whole process tree and verify nothing of it is left."""
         try:
             rec = self.journal.get(job_id)
@@ -350,7 +385,7 @@ class Toolkit:
         except AgentToolsError as exc:
             return _error(exc, None, None)
 
-    async def list_jobs(self, host: str | None = None) -> BaseModel:
+    async def list_jobs(self, host: str | None = None) -> JobList | ErrorOutcome:
         """Known jobs, newest first. With ``host``, one round trip to that host refreshes their states and
         rediscovers jobs found in its job directories that the journal does not know (deleted or damaged
         journal, another controller), adding them to the journal."""
