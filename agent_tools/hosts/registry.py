@@ -6,12 +6,16 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import structlog
+
 from ..errors import BadArguments
 from .base import Host
 from .local import LocalHost
 from .ssh import SshHost, SshSettings, default_config_paths
 
 __all__ = ["HostRegistry"]
+
+log = structlog.get_logger(__name__)
 
 
 class HostRegistry:
@@ -41,6 +45,7 @@ class HostRegistry:
             self._hosts = {h.name: h for h in hosts}
         self._ssh_config = [str(p) for p in ssh_config] if ssh_config is not None else None
         self._settings_for = settings_for
+        self._remembered: dict[str, Host] = {}  # hosts reached through the config a job was started with
 
     def add(self, host: Host) -> None:
         """Register ``host`` under ``host.name`` (replacing any host of that name)."""
@@ -65,9 +70,52 @@ class HostRegistry:
         self._hosts[alias] = host
         return host
 
+    def for_job(self, alias: str, remembered: dict[str, Any] | None) -> tuple[Host, str | None]:
+        """The host to follow a job of ``alias`` on, given how it was reached at launch (``remembered``: the job's
+        ``meta["connection"]``, see :mod:`agent_tools.hosts.reach`), and a note for people when that matters.
+
+        A host registered under ``alias`` (a fake, an embedded host) and SSH config files given to this registry
+        explicitly win. Otherwise the config files the job was started with are used when they differ from the
+        default ones — so a job started with ``-F cfg`` is followed without ``-F cfg``. The note says when those
+        files changed since the job started (or are gone, or differ from the files given now); else it is None.
+
+        :raises BadArguments: the alias is malformed.
+        """
+        from .reach import config_changed
+
+        if alias in self._hosts or not remembered or remembered.get("via") != "ssh" or alias == "local":
+            return self.get(alias), None
+        started = [str(p) for p in remembered.get("ssh_config") or []]
+        present = [p for p in started if os.path.exists(p)]
+        if self._ssh_config is not None:  # config files given now: as given
+            now = [os.path.abspath(p) for p in self._ssh_config]
+            if now != started:
+                return self.get(alias), (f"the job was started with SSH config {', '.join(started) or '(none)'}; "
+                                         f"following it with {', '.join(now) or '(none)'} as given")
+            host = self.get(alias)
+        elif not present or started == [os.path.abspath(p) for p in default_config_paths()]:
+            host = self.get(alias)
+            if started and not present:
+                return host, (f"the SSH config the job was started with ({', '.join(started)}) is gone; using the "
+                              "default")
+        else:
+            key = "\0".join([alias, *present])
+            remembered_host = self._remembered.get(key)
+            if remembered_host is None:
+                overrides = self._settings_for(alias) if self._settings_for else {}
+                remembered_host = self._remembered[key] = SshHost(SshSettings(alias, config_paths=present,
+                                                                              **overrides))
+            host = remembered_host
+        if host is not self._hosts.get(alias):
+            log.info("host.remembered_config", alias=alias, ssh_config=present)
+        if config_changed(remembered):
+            return host, (f"the SSH config the job was started with ({', '.join(started)}) changed since; {alias} "
+                          "is reached as it says now")
+        return host, None
+
     def names(self) -> list[str]:
         return sorted(self._hosts)
 
     async def aclose(self) -> None:
-        for host in self._hosts.values():
+        for host in [*self._hosts.values(), *self._remembered.values()]:
             await host.aclose()

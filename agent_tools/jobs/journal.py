@@ -2,9 +2,11 @@
 
 The host's job directory is the source of truth for a job's state (exit file, pid file); the journal keeps
 what only the controller knows: which host, the budget and deadline, probes, what output the agent has
-already been shown, and idempotency keys. Text is stored redacted (:func:`agent_tools.redact.redact`: the
-command, the cancel reason, every string in ``meta``), whoever writes it (a launch, a job rediscovered from a
-host's job directory, an error message): the raw command stays only in the job's directory on the host.
+already been shown, idempotency keys, and in ``meta`` (JSON, so older journals open unchanged) facts such as
+how the host was reached (``meta["connection"]``, :mod:`agent_tools.hosts.reach`). Text is stored redacted
+(:func:`agent_tools.redact.redact`: the command, the cancel reason, every string in ``meta``), whoever writes it
+(a launch, a job rediscovered from a host's job directory, an error message): the raw command stays only in the
+job's directory on the host.
 Path: ``$AGENT_TOOLS_STATE_DIR/journal.sqlite3``, else ``$XDG_STATE_HOME/agent-tools/journal.sqlite3``
 (``~/.local/state/...``).
 """

@@ -251,7 +251,7 @@ class JobRunner:
         rec = JobRecord(job_id=job_id, host=host.name, command=shown, base=self.jobs_dir, created_at=now(),
                         cwd=cwd, budget_s=budget_s, deadline_s=deadline_s, probes=list(probes or []),
                         readiness="pending" if probes else "none", idempotency_key=idempotency_key,
-                        meta={"on_timeout": on_timeout})
+                        meta={"on_timeout": on_timeout, **_reached(host)})
         if idempotency_key:
             # the unique (host, key) index decides a race with another task or process that also missed above
             holder = self.journal.add_idempotent(rec)
@@ -599,7 +599,7 @@ class JobRunner:
         for f in found:
             if f.job_id not in known and _JOB_ID_RE.match(f.job_id) and self.journal.ensure(
                     JobRecord(job_id=f.job_id, host=host.name, command=redact(f.command), base=self.jobs_dir,
-                              created_at=f.created_at, meta={"rediscovered": True})):
+                              created_at=f.created_at, meta={"rediscovered": True, **_reached(host)})):
                 added.append(f.job_id)
         if added:
             log.info("jobs.rediscovered", host=host.name, count=len(added))
@@ -927,6 +927,15 @@ def facts_of(rec: JobRecord, *, state: str | None = None, detail: str = "", read
                     exit_status=rec.exit_status, signal=rec.signal, detail=detail,
                     readiness_detail=readiness_detail or str(rec.meta.get("readiness_why", "")), units=units,
                     deadline_s=rec.deadline_s)
+
+
+def _reached(host: Host) -> dict[str, Any]:
+    """``{"connection": ...}``: how ``host`` was reached, for a later process to follow its jobs the same way
+    (:mod:`agent_tools.hosts.reach`); empty for local and other hosts."""
+    from ..hosts.reach import connection_info
+
+    info = connection_info(host)
+    return {"connection": info} if info is not None else {}
 
 
 def _error(exc: AgentToolsError, host: str | None, command: str | None) -> ErrorOutcome:

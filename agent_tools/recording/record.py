@@ -288,6 +288,10 @@ class RecordingHostRegistry(HostRegistry):
         self._hosts[alias] = host
         return host
 
+    def for_job(self, alias: str, remembered: dict[str, Any] | None) -> tuple[Host, str | None]:
+        """Jobs are followed on this registry's own hosts (recorded or replayed), whatever config they used."""
+        return self.get(alias), None
+
     async def aclose(self) -> None:
         return None
 

@@ -588,6 +588,10 @@ class ReplayHostRegistry(HostRegistry):
             host = self._hosts[alias] = ReplayHost(self.session, alias)
         return host
 
+    def for_job(self, alias: str, remembered: dict[str, Any] | None) -> tuple[Host, str | None]:
+        """Jobs are followed on this registry's own hosts (recorded or replayed), whatever config they used."""
+        return self.get(alias), None
+
     async def aclose(self) -> None:
         return None
 

@@ -359,31 +359,51 @@ class Toolkit:
         except AgentToolsError as exc:
             return _error(exc, host, shown)
 
+    def _job_host(self, job_id: str) -> tuple[Any, str | None]:
+        """The host a job runs on, reached the way it was at launch (the journal remembers the SSH config files:
+        :meth:`HostRegistry.for_job`), and a note when that config changed since (logged as a warning).
+
+        :raises JobNotFound: no such job in the journal."""
+        rec = self.journal.get(job_id)
+        host, note = self.hosts.for_job(rec.host, rec.meta.get("connection"))
+        if note:
+            log.warning("job.connection_note", job_id=job_id, host=rec.host, note=note)
+        return host, note
+
     async def job_status(self, job_id: str, wait_s: float = 0.0) -> JobStatus | ErrorOutcome:
         """State of a job and its new output; long-polls up to ``wait_s`` seconds."""
+        note: str | None = None
         try:
-            rec = self.journal.get(job_id)
-            return await self.runner.job_status(self.hosts.get(rec.host), job_id, wait_s=wait_s)
+            host, note = self._job_host(job_id)
+            status = await self.runner.job_status(host, job_id, wait_s=wait_s)
+            if note:
+                status.why = f"{status.why} ({note})" if status.why else note
+            return status
         except AgentToolsError as exc:
-            return _error(exc, None, None)
+            return _noted(_error(exc, None, None), note)
 
     async def job_output(self, job_id: str, stream: str = "stdout", offset: int = 0,
                          limit: int = 16384) -> JobOutput | ErrorOutcome:
         """A page of a job's output by byte offset."""
+        note: str | None = None
         try:
-            rec = self.journal.get(job_id)
-            return await self.runner.job_output(self.hosts.get(rec.host), job_id,
-                                                stream=stream, offset=offset, limit=limit)  # type: ignore[arg-type]
+            host, note = self._job_host(job_id)
+            return await self.runner.job_output(host, job_id, stream=stream,  # type: ignore[arg-type]
+                                                offset=offset, limit=limit)
         except AgentToolsError as exc:
-            return _error(exc, None, None)
+            return _noted(_error(exc, None, None), note)
 
     async def job_cancel(self, job_id: str, grace_s: float = 5.0) -> JobCancelResult | ErrorOutcome:
         """Kill a job's whole process tree and verify nothing of it is left."""
+        note: str | None = None
         try:
-            rec = self.journal.get(job_id)
-            return await self.runner.cancel(self.hosts.get(rec.host), job_id, grace_s=grace_s)
+            host, note = self._job_host(job_id)
+            result = await self.runner.cancel(host, job_id, grace_s=grace_s)
+            if note:
+                result.message = f"{result.message} ({note})"
+            return result
         except AgentToolsError as exc:
-            return _error(exc, None, None)
+            return _noted(_error(exc, None, None), note)
 
     async def list_jobs(self, host: str | None = None) -> JobList | ErrorOutcome:
         """Known jobs, newest first. With ``host``, one round trip to that host refreshes their states and
@@ -419,6 +439,13 @@ class Toolkit:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _noted(error: ErrorOutcome, note: str | None) -> ErrorOutcome:
+    """``error`` with the connection note (a changed SSH config is a likely cause) added to its message."""
+    if note:
+        error.message = f"{error.message} ({note})"
+    return error
 
 
 async def _prepare_probes(host: Any, probes: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,0 +1,99 @@
+"""How a host was reached, remembered with each job so a later process reaches it the same way.
+
+A job started with ``agent-tools run -F cfg gpu1 -- ...`` must stay followable by ``agent-tools status JOB``
+without ``-F cfg``: the alias ``gpu1`` may exist only in ``cfg``. The job's journal row keeps, in its
+``meta["connection"]`` (JSON; journals written before simply lack it)::
+
+    {"via": "ssh", "alias": "gpu1", "ssh_config": ["/abs/path/cfg", ...], "digest": "<sha256 hex>"}
+
+``ssh_config`` are the OpenSSH client config files the host was reached through (absolute: a later process may
+run elsewhere); ``digest`` covers their bytes and the files they ``Include`` (ssh_config(5): a relative
+``Include`` of a user config is taken under ``~/.ssh``; globs allowed), so a later change of the config is
+noticed and said (:func:`config_changed`). Local and other hosts remember nothing (``None``).
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import re
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["config_changed", "config_digest", "connection_info"]
+
+_INCLUDE_RE = re.compile(r"^\s*Include\s*(?:=\s*|\s)(.+?)\s*$", re.IGNORECASE)
+_MAX_INCLUDE_DEPTH = 16  # OpenSSH's own READCONF_MAX_DEPTH
+
+
+def _included(path: Path) -> list[Path]:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    out: list[Path] = []
+    for line in lines:
+        m = _INCLUDE_RE.match(line)
+        if not m:
+            continue
+        try:
+            words = shlex.split(m.group(1), comments=True)
+        except ValueError:
+            continue
+        for word in words:
+            pattern = os.path.expanduser(word)
+            if not os.path.isabs(pattern):
+                pattern = str(Path("~/.ssh").expanduser() / pattern)
+            out.extend(Path(p) for p in sorted(glob.glob(pattern)))
+    return out
+
+
+def config_digest(paths: Sequence[str | os.PathLike[str]]) -> str:
+    """SHA-256 (hex) over the config files ``paths`` and the files they ``Include``, in order (a missing file
+    counts as missing, so its disappearance changes the digest too)."""
+    h = hashlib.sha256()
+    seen: set[Path] = set()
+
+    def add(path: Path, depth: int) -> None:
+        if path in seen or depth > _MAX_INCLUDE_DEPTH:
+            return
+        seen.add(path)
+        h.update(str(path).encode() + b"\0")
+        try:
+            h.update(path.read_bytes())
+        except OSError:
+            h.update(b"\0missing\0")
+            return
+        for inc in _included(path):
+            add(inc, depth + 1)
+
+    for p in paths:
+        add(Path(os.path.abspath(os.path.expanduser(p))), 0)
+    return h.hexdigest()
+
+
+def connection_info(host: Any) -> dict[str, Any] | None:
+    """What to remember of how ``host`` was reached (see the module docstring), or None (not an SSH host).
+
+    Wrappers that hold the real host as ``inner`` (recording, fakes) are looked through.
+    """
+    from .ssh import SshHost
+
+    seen = 0
+    while not isinstance(host, SshHost) and hasattr(host, "inner") and seen < 8:
+        host, seen = host.inner, seen + 1
+    if not isinstance(host, SshHost):
+        return None
+    paths = [os.path.abspath(os.path.expanduser(p)) for p in host.settings.config_paths]
+    return {"via": "ssh", "alias": host.settings.alias, "ssh_config": paths, "digest": config_digest(paths)}
+
+
+def config_changed(remembered: dict[str, Any]) -> bool:
+    """True when the config files remembered in ``remembered`` (or a file they include) changed since."""
+    paths, digest = remembered.get("ssh_config"), remembered.get("digest")
+    if not isinstance(paths, list) or not isinstance(digest, str):
+        return False
+    return config_digest([str(p) for p in paths]) != digest
