@@ -24,14 +24,14 @@ log = structlog.get_logger(__name__)
 _err = Console(stderr=True)
 
 
-def _build(policy: list[Path] | None, ssh_config: list[str] | None) -> Any:
+def _build(policy: list[Path] | None, ssh_config: list[str] | None, state_dir: Path | None = None) -> Any:
     """The Toolkit for the server; a policy file that does not load stops the server with its reason (file,
     line, key)."""
     from .errors import PolicyError
     from .tools.factory import build_toolkit
 
     try:
-        return build_toolkit(ssh_config=ssh_config, policy=policy)
+        return build_toolkit(ssh_config=ssh_config, policy=policy, state_dir=state_dir)
     except PolicyError as exc:
         _err.print(Text.assemble(("error:", "red"), " policy: ", plain(exc)), highlight=False)
         raise typer.Exit(2) from exc
@@ -53,12 +53,20 @@ def mcp(
     allow_host: Annotated[list[str] | None, typer.Option(
         "--allow-host", help="http: another name clients use in Host/Origin (repeatable; needed for 0.0.0.0)")] = None,
     ssh_config: Annotated[list[str] | None, typer.Option(
-        "--ssh-config", "-F", help="OpenSSH client config file (repeatable)")] = None,
+        "--ssh-config", "-F", metavar="FILE", help="OpenSSH client config file (repeatable; default "
+        "$AGENT_TOOLS_SSH_CONFIG, then ~/.ssh/config)")] = None,
+    state_dir: Annotated[Path | None, typer.Option(
+        "--state-dir", metavar="DIR", help="where the job journal and approvals live (default "
+        "$AGENT_TOOLS_STATE_DIR, else ~/.local/state/agent-tools)")] = None,
 ) -> None:
     """Serve the tools over MCP: stdio (the agent starts this command) or streamable HTTP at /mcp.
 
     HTTP requires ``Authorization: Bearer TOKEN`` on every request (401 otherwise) and checks Host/Origin against
-    DNS rebinding; see README "MCP over HTTP" for how Claude Code, Codex and the Inspector pass the token."""
+    DNS rebinding; see README "MCP over HTTP" for how Claude Code, Codex and the Inspector pass the token.
+
+    Clients that start the server without passing an environment (MCP Inspector 2.x) lose
+    $AGENT_TOOLS_SSH_CONFIG, $AGENT_TOOLS_STATE_DIR and $AGENT_TOOLS_POLICY: pass -F, --state-dir and --policy
+    as arguments instead."""
     from .adapters.mcp_http import TOKEN_ENV, TOKEN_FILE_NAME, InsecureListen, is_loopback, load_or_create_token
     from .adapters.mcp_server import build_mcp_server, serve_http, serve_stdio
     from .jobs.journal import default_state_dir
@@ -72,7 +80,8 @@ def mcp(
                                      param_hint="--no-auth")
         if not no_auth:
             env_token = os.environ.get(TOKEN_ENV, "").strip()
-            path = token_file or default_state_dir() / TOKEN_FILE_NAME
+            path = token_file or (state_dir.expanduser() if state_dir is not None else default_state_dir()) / \
+                TOKEN_FILE_NAME
             try:
                 token = env_token if env_token and token_file is None else load_or_create_token(path)
             except (OSError, ValueError) as exc:
@@ -81,7 +90,10 @@ def mcp(
             if len(token) < 16:
                 raise typer.BadParameter(f"${TOKEN_ENV} must be at least 16 characters", param_hint=TOKEN_ENV)
             where = f"${TOKEN_ENV}" if env_token and token_file is None else str(path)
-    toolkit = _build(policy, ssh_config)
+    # clients start the server without a shell: expand ~ here (ssh_config(5) paths, the state directory)
+    toolkit = _build([p.expanduser() for p in policy] if policy else None,
+                     [os.path.expanduser(p) for p in ssh_config] if ssh_config else None,
+                     state_dir.expanduser() if state_dir is not None else None)
 
     async def serve() -> None:
         async with toolkit:

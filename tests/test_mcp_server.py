@@ -410,3 +410,37 @@ async def test_bounded_results_still_conform_to_the_output_schema(state_dir: Pat
             assert data["outcome"] == "finished" and data["exit_status"] == 0
             if "only its top-level fields are kept" in text:  # bounded past the schema: the whole result instead
                 assert data["stdout"]["total_bytes"] == len("".join(f"{n}\n" for n in range(1, lines + 1)))
+
+
+def _copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_text(src.read_text())
+
+
+@pytest.mark.sshd
+async def test_the_readme_client_arguments_work_without_any_environment(real_sshd: Any, tmp_path: Path) -> None:
+    """MCP Inspector 2.x starts stdio servers without the user's environment: the README's Claude Code snippet
+    passes -F and --state-dir as arguments instead, and they are enough (``~`` expanded by the server)."""
+    import re
+
+    readme = (REPO / "README.md").read_text()
+    snippet = re.search(r'`(\{"mcpServers": .*?\})`', readme)
+    assert snippet is not None
+    entry = json.loads(snippet.group(1))["mcpServers"]["agent-tools"]
+    args = list(entry["args"])
+    assert entry["command"] == "agent-tools" and args[:1] == ["mcp"] and "-F" in args and "--state-dir" in args
+    home = tmp_path / "home"
+    _copy(real_sshd.config_path, Path(args[args.index("-F") + 1].replace("~", str(home), 1)))  # the alias is there
+    args[args.index("--state-dir") + 1] = "~/mcp-state"  # a non-default state dir, to see it used
+    # only what the SDK passes by default (HOME, PATH, USER, ...): no AGENT_TOOLS_* variables
+    params = StdioServerParameters(command=sys.executable, args=["-m", "agent_tools.cli", *args],
+                                   env={"HOME": str(home), "PYTHONPATH": str(REPO)}, cwd=str(tmp_path))
+    with (tmp_path / "server-stderr.log").open("w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+            with anyio.fail_after(30):
+                await session.initialize()
+                result = await session.call_tool("run_command", {"host": real_sshd.alias, "command": "echo hi"})
+    data = structured(result)
+    assert (data["outcome"], data["exit_status"], data["stdout"]["text"]) == ("finished", 0, "hi\n"), data
+    assert (home / "mcp-state" / "journal.sqlite3").exists()
+    assert not (home / ".local" / "state" / "agent-tools" / "journal.sqlite3").exists()
