@@ -25,6 +25,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.text import Text
 
+from .cli_help import HelpGroup
 from .cli_import import import_app
 from .cli_mcp import mcp
 from .display import plain, safe_text
@@ -35,7 +36,7 @@ from .tools.toolkit import Toolkit
 
 __all__ = ["app", "main"]
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(cls=HelpGroup, add_completion=False, no_args_is_help=True,
                   help="Run shell commands on local and SSH hosts under per-command budgets; long work "
                        "becomes durable jobs you can follow.")
 out = Console()
@@ -43,12 +44,12 @@ err = Console(stderr=True)
 T = TypeVar("T")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the outcome as JSON (the tools' own model)")]
-SshConfigOpt = Annotated[list[str] | None, typer.Option("--ssh-config", "-F",
+SshConfigOpt = Annotated[list[str] | None, typer.Option("--ssh-config", "-F", metavar="FILE",
                                                         help="OpenSSH client config file (repeatable)")]
 
 
-PolicyOpt = Annotated[list[str] | None, typer.Option("--policy", help="policy file (repeatable; default "
-                                                                   "$AGENT_TOOLS_POLICY)")]
+PolicyOpt = Annotated[list[str] | None, typer.Option("--policy", metavar="FILE",
+                                                    help="policy file (repeatable; default $AGENT_TOOLS_POLICY)")]
 
 
 def _toolkit(ssh_config: list[str] | None, policy: list[str] | None = None) -> Toolkit:
@@ -227,13 +228,16 @@ def _main(verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, he
 def run(
     host: Annotated[str, typer.Argument(help="host alias: 'local' or an SSH alias")],
     command: Annotated[list[str], typer.Argument(help="the command (after --)")],
-    budget: Annotated[float | None, typer.Option("--budget", help="seconds before it detaches (or is killed); "
-                                                                   "default: the policy's, else 15")] = None,
-    on_timeout: Annotated[str | None, typer.Option("--on-timeout", help="detach | kill (default: the policy's, "
-                                                                        "else detach)")] = None,
-    cwd: Annotated[str | None, typer.Option("--cwd", help="working directory on the host")] = None,
-    approve: Annotated[str | None, typer.Option("--approve", help="approve this needs_approval id (a_...) "
-                                                                  "and run the command it was issued for")] = None,
+    budget: Annotated[float | None, typer.Option("--budget", metavar="SECONDS",
+                                                 help="seconds before it detaches (or is killed); "
+                                                      "default: the policy's, else 15")] = None,
+    on_timeout: Annotated[str | None, typer.Option("--on-timeout", metavar="detach|kill",
+                                                   help="detach | kill (default: the policy's, "
+                                                        "else detach)")] = None,
+    cwd: Annotated[str | None, typer.Option("--cwd", metavar="DIR", help="working directory on the host")] = None,
+    approve: Annotated[str | None, typer.Option("--approve", metavar="ID",
+                                                help="approve this needs_approval id (a_...) "
+                                                     "and run the command it was issued for")] = None,
     as_json: JsonOpt = False,
     ssh_config: SshConfigOpt = None,
     policy: PolicyOpt = None,
@@ -285,7 +289,7 @@ def run(
 @app.command()
 def status(
     job_id: Annotated[str, typer.Argument(help="job id (j_...)")],
-    wait: Annotated[float, typer.Option("--wait", help="long-poll up to this many seconds")] = 0.0,
+    wait: Annotated[float, typer.Option("--wait", metavar="SECONDS", help="long-poll up to this many seconds")] = 0.0,
     as_json: JsonOpt = False,
     ssh_config: SshConfigOpt = None,
 ) -> None:
@@ -302,9 +306,9 @@ def status(
 @app.command()
 def output(
     job_id: Annotated[str, typer.Argument(help="job id (j_...)")],
-    offset: Annotated[int, typer.Option("--offset", help="byte offset")] = 0,
-    limit: Annotated[int, typer.Option("--limit", help="bytes at most")] = 65536,
-    stream: Annotated[str, typer.Option("--stream", help="stdout | stderr")] = "stdout",
+    offset: Annotated[int, typer.Option("--offset", metavar="BYTES", help="byte offset")] = 0,
+    limit: Annotated[int, typer.Option("--limit", metavar="BYTES", help="bytes at most")] = 65536,
+    stream: Annotated[str, typer.Option("--stream", metavar="stdout|stderr", help="stdout | stderr")] = "stdout",
     as_json: JsonOpt = False,
     ssh_config: SshConfigOpt = None,
 ) -> None:
@@ -325,7 +329,7 @@ def output(
 @app.command()
 def cancel(
     job_id: Annotated[str, typer.Argument(help="job id (j_...)")],
-    grace: Annotated[float, typer.Option("--grace", help="seconds between TERM and KILL")] = 5.0,
+    grace: Annotated[float, typer.Option("--grace", metavar="SECONDS", help="seconds between TERM and KILL")] = 5.0,
     as_json: JsonOpt = False,
     ssh_config: SshConfigOpt = None,
 ) -> None:
@@ -381,7 +385,7 @@ def main() -> None:
 
 
 
-policy_app = typer.Typer(help="Per-host safety policies: schema, check, explain.", no_args_is_help=True)
+policy_app = typer.Typer(cls=HelpGroup, help="Per-host safety policies: schema, check, explain.", no_args_is_help=True)
 app.add_typer(policy_app, name="policy")
 
 
@@ -460,18 +464,21 @@ def _shipped_policies() -> list[Path]:
     return []
 
 
-demo_app = typer.Typer(help="End-to-end examples.", no_args_is_help=True)
+demo_app = typer.Typer(cls=HelpGroup, help="End-to-end examples.", no_args_is_help=True)
 app.add_typer(demo_app, name="demo")
 app.add_typer(import_app, name="import")
 
 
 @demo_app.command("hicache")
 def demo_hicache(
-    host: Annotated[str | None, typer.Option("--host", help="run on this SSH alias instead of the embedded node")
+    host: Annotated[str | None, typer.Option("--host", metavar="ALIAS",
+                                             help="run on this SSH alias instead of the embedded node")
                     ] = None,
-    profile: Annotated[str, typer.Option("--profile", help="embedded node: default (fits) | small_ram (rolls back)")
+    profile: Annotated[str, typer.Option("--profile", metavar="NAME",
+                                         help="embedded node: default (fits) | small_ram (rolls back)")
                        ] = "default",
-    load_s: Annotated[float, typer.Option("--load-s", help="embedded node: simulated model load seconds")] = 8.0,
+    load_s: Annotated[float, typer.Option("--load-s", metavar="SECONDS",
+                                          help="embedded node: simulated model load seconds")] = 8.0,
     as_json: Annotated[bool, typer.Option("--json", help="transcript as JSON lines")] = False,
     ssh_config: SshConfigOpt = None,
 ) -> None:

@@ -12,18 +12,21 @@ from typing import Annotated
 
 import typer
 
+from .cli_help import HelpGroup
 from .display import safe_text
 from .importers import ShellCall, import_calls, parse_claude_code, parse_codex, parse_opencode
 from .redact import redact
 
 __all__ = ["import_app"]
 
-import_app = typer.Typer(no_args_is_help=True, help="Import an agent session's shell calls as a replayable "
-                                                     "cassette plus a generated pytest file.")
+import_app = typer.Typer(cls=HelpGroup, no_args_is_help=True,
+                         help="Import an agent session's shell calls as a replayable cassette plus a generated pytest "
+                              "file.")
 
-OutDirOpt = Annotated[Path, typer.Option("--out-dir", help="where to write test_transcript_NAME.py and "
-                                                          "cassettes/NAME.jsonl")]
-NameOpt = Annotated[str | None, typer.Option("--name", help="NAME (default: from the transcript's file name)")]
+OutDirOpt = Annotated[Path, typer.Option("--out-dir", metavar="DIR",
+                                         help="where to write test_transcript_NAME.py and cassettes/NAME.jsonl")]
+NameOpt = Annotated[str | None, typer.Option("--name", metavar="NAME",
+                                             help="NAME (default: from the transcript's file name)")]
 
 
 def _short(text: str, n: int = 60) -> str:

@@ -39,19 +39,23 @@ def _build(policy: list[Path] | None, ssh_config: list[str] | None, state_dir: P
 
 def mcp(
     policy: Annotated[list[Path] | None, typer.Option(
-        "--policy", help="policy file (YAML; repeatable): per-host allow/ask/deny and budgets")] = None,
-    transport: Annotated[str, typer.Option("--transport", help="stdio (default: for a local agent) | http")] = "stdio",
-    host: Annotated[str, typer.Option("--host", help="http: address to listen on (loopback unless you give a token "
-                                                     "and --allow-host)")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="http: TCP port to listen on")] = 8765,
+        "--policy", metavar="FILE", help="policy file (YAML; repeatable): per-host allow/ask/deny and budgets")] = None,
+    transport: Annotated[str, typer.Option("--transport", metavar="stdio|http",
+                                           help="stdio (default: for a local agent) | http")] = "stdio",
+    host: Annotated[str, typer.Option("--host", metavar="ADDRESS",
+                                      help="http: address to listen on (loopback unless you give a token "
+                                           "and --allow-host)")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", metavar="PORT", help="http: TCP port to listen on")] = 8765,
     token_file: Annotated[Path | None, typer.Option(
-        "--token-file", help="http: file holding the bearer token (created 0600 with a random token if missing; "
-                             "default STATE_DIR/mcp-http.token; $AGENT_TOOLS_MCP_TOKEN gives the token instead)"),
+        "--token-file", metavar="FILE",
+        help="http: file holding the bearer token (created 0600 with a random token if missing; "
+             "default STATE_DIR/mcp-http.token; $AGENT_TOOLS_MCP_TOKEN gives the token instead)"),
     ] = None,
     no_auth: Annotated[bool, typer.Option(
         "--no-auth", help="http: no bearer token (refused unless --host is loopback)")] = False,
     allow_host: Annotated[list[str] | None, typer.Option(
-        "--allow-host", help="http: another name clients use in Host/Origin (repeatable; needed for 0.0.0.0)")] = None,
+        "--allow-host", metavar="NAME",
+        help="http: another name clients use in Host/Origin (repeatable; needed for 0.0.0.0)")] = None,
     ssh_config: Annotated[list[str] | None, typer.Option(
         "--ssh-config", "-F", metavar="FILE", help="OpenSSH client config file (repeatable; default "
         "$AGENT_TOOLS_SSH_CONFIG, then ~/.ssh/config)")] = None,

@@ -102,6 +102,48 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 session.exitstatus = 1
 
 
+_REAL_PARTS = {"sshd": "the real OpenSSH sshd on loopback", "systemd": "the real systemd test hosts"}
+
+
+def _install_hint(part: str) -> str:
+    if part == "sshd":
+        from .sshd import sshd_install_hint
+
+        return sshd_install_hint()
+    if os.geteuid() != 0:
+        return "run the tests as root (network namespaces, overlay mounts, systemd-nspawn)"
+    from .hosts.nspawn import MACHINE_PACKAGES
+
+    missing = [pkg for pkg, path in MACHINE_PACKAGES.items() if not Path(path).exists()]
+    return f"apt-get install -y {' '.join(missing)}" if missing else "(nothing to install: see the skip reasons)"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
+                            config: pytest.Config) -> None:
+    """The run's closing lines say which real parts did not run (their tests were skipped), why, and the one
+    command that makes them run — right above pytest's own "N passed, M skipped" line."""
+    skipped: dict[str, dict[str, int]] = {}
+    for rep in terminalreporter.stats.get("skipped", []):
+        part = next((p for p in _REAL_PARTS if p in rep.keywords), None)
+        if part is None:
+            continue
+        longrepr = rep.longrepr
+        reason = str(longrepr[2]) if isinstance(longrepr, tuple) else str(longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        skipped.setdefault(part, {}).setdefault(reason, 0)
+        skipped[part][reason] += 1
+    if not skipped:
+        return
+    terminalreporter.section("real parts that did not run", sep="=", yellow=True, bold=True)
+    for part, reasons in skipped.items():
+        for reason, n in reasons.items():
+            terminalreporter.write_line(f"{n} test(s) of {_REAL_PARTS[part]} skipped: {reason}", yellow=True)
+        terminalreporter.write_line(f"  to run them: {_install_hint(part)}, then run the same pytest command again",
+                                    bold=True)
+    terminalreporter.write_line("(`bash .ci/run` installs everything and fails the run on any such skip)")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test that uses a real sshd / systemd host, so the CI guard above can see skips."""
     for item in items:

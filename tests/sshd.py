@@ -42,7 +42,8 @@ from pathlib import Path
 
 import pytest
 
-SSHD_PATH = "/usr/sbin/sshd"
+#: the sshd binary (``AGENT_TOOLS_SSHD`` overrides it: tests of the run's closing summary point it at nothing)
+SSHD_PATH = os.environ.get("AGENT_TOOLS_SSHD") or "/usr/sbin/sshd"
 TEST_USER = "attest"
 REQUIRE_ENV = "AGENT_TOOLS_REQUIRE_SSHD"
 READY_TIMEOUT_S = 10.0
@@ -50,6 +51,15 @@ READY_TIMEOUT_S = 10.0
 
 class SshdError(RuntimeError):
     """sshd could not be set up or did not become ready; the message carries the log tail."""
+
+
+def sshd_install_hint() -> str:
+    """The one command that makes the real-sshd tests runnable here (for the run's closing summary)."""
+    if os.geteuid() != 0:
+        return "run the tests as root (sshd must switch to the test user)"
+    missing = [pkg for pkg, ok in (("openssh-server", os.access(SSHD_PATH, os.X_OK)),
+                                   ("openssh-client", shutil.which("ssh-keygen") is not None)) if not ok]
+    return f"apt-get install -y {' '.join(missing)}" if missing else "(nothing to install: see the skip reasons)"
 
 
 def sshd_unavailable_reason() -> str | None:
