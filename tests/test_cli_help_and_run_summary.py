@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 import typer
-from typer.testing import CliRunner
 
 import agent_tools
 from agent_tools.cli import app
@@ -35,11 +34,17 @@ def _options_panel(text: str) -> str:
 COMMANDS = list(_commands(typer.main.get_command(app)))
 
 
+def _help(*path: str) -> str:
+    """``agent-tools PATH --help`` as a user runs it (its own process: the CLI configures logging globally)."""
+    res = subprocess.run([sys.executable, "-m", "agent_tools.cli", *path, "--help"], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res.stdout
+
+
 @pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "agent-tools")
 def test_help_shows_no_type_placeholders_for_options(path: tuple[str, ...]) -> None:
-    res = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "200", "TERMINAL_WIDTH": "200"})
-    assert res.exit_code == 0, res.output
-    options = _options_panel(res.output)
+    options = _options_panel(_help(*path))
     assert "--help" in options
     found = TYPE_PLACEHOLDER.findall(options)
     assert not found, f"`agent-tools {' '.join(path)} --help` shows {found}:\n{options}"
@@ -47,15 +52,13 @@ def test_help_shows_no_type_placeholders_for_options(path: tuple[str, ...]) -> N
 
 
 def test_value_options_name_what_they_take() -> None:
-    run = _options_panel(CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"}).output)
+    run = _options_panel(_help("run"))
     for option, metavar in (("--budget", "SECONDS"), ("--on-timeout", "detach|kill"), ("--ssh-config", "FILE"),
                             ("--approve", "ID")):
         assert re.search(rf"{re.escape(option)}\b.*?\s{re.escape(metavar)}\s", run), (option, run)
     assert re.search(r"--json\s+print the outcome", run), run
-    top = subprocess.run([sys.executable, "-m", "agent_tools.cli", "--help"], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "120"}, timeout=60)
-    assert top.returncode == 0 and re.search(r"--verbose\s+-v\s+more logs", top.stdout), top.stdout
-    assert not TYPE_PLACEHOLDER.search(top.stdout)
+    top = _help()
+    assert re.search(r"--verbose\s+-v\s+more logs", top) and not TYPE_PLACEHOLDER.search(top), top
 
 
 def test_a_run_without_sshd_says_what_was_skipped_and_how_to_install_it(tmp_path: Path) -> None:

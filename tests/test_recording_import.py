@@ -295,3 +295,24 @@ def test_claude_code_1_0_failures_replay_as_finished_with_a_non_zero_status(tmp_
     assert source.count("== \"finished\" and steps[") == 5 and source.count("[\"exit_status\"] == 1") >= 3
     assert 3 not in first_runs and 6 not in first_runs  # the refusals ran nothing, so nothing is replayed
     _run_generated(res.test_path, tmp_path / "run")
+
+
+def test_output_that_quotes_the_runtimes_own_markers_is_output(tmp_path: Path) -> None:
+    import json
+
+    def lines(text: str, is_error: bool = False) -> str:
+        use = {"type": "assistant", "timestamp": "2025-11-03T16:05:00.000Z", "message": {"content": [
+            {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "grep -r Command notes.txt"}}]}}
+        res = {"type": "user", "timestamp": "2025-11-03T16:05:01.000Z", "message": {"content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": text, "is_error": is_error}]},
+               "toolUseResult": {"stdout": text, "stderr": "", "interrupted": False}}
+        return json.dumps(use) + "\n" + json.dumps(res) + "\n"
+
+    quoted = "notes.txt: then it said Command running in background with ID: bash_9\n"
+    path = tmp_path / "s.jsonl"
+    path.write_text(lines(quoted))
+    (call,) = parse_claude_code(path)
+    assert call.ran and not call.background and call.exit_status == 0 and call.output == quoted
+    path.write_text(lines("notes.txt: The user doesn't want to proceed with this tool use\n"))
+    (call,) = parse_claude_code(path)  # not an error result: a refusal text in the output is output
+    assert call.ran and call.exit_status == 0

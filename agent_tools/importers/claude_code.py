@@ -44,7 +44,9 @@ __all__ = ["REFUSAL_PATTERNS", "parse_claude_code"]
 _EXIT_RE = re.compile(r"^Exit code (-?\d+)\s*\n?")
 _TIMEOUT_RE = re.compile(r"\n?Command timed out after (?:(\d+)m\s*)?([\d.]+)s\.?\s*", re.IGNORECASE)
 _NO_OUTPUT = ("(Bash completed with no output)", "Tool ran without output or errors")
-_BG_RE = re.compile(r"(?:Command running in background with ID:|moved to the background \(ID:)\s*([\w-]+)")
+# the tool's own answer for a background command (its first line; a command's output may quote these words)
+_BG_RE = re.compile(r"^\s*(?:Command running in background with ID:\s*([\w-]+)|Command [^\n]*moved to the "
+                    r"background \(ID:\s*([\w-]+)\))[^\n]*")
 _TAG_RE = r"<{0}>\n?(.*?)\n?</{0}>"
 
 #: texts of ``is_error`` results for commands that never ran (permission refusals and tool errors)
@@ -150,8 +152,8 @@ class _Session:
         if m:
             text = text[m.end():]
         t = _TIMEOUT_RE.search(text)
-        bg = _BG_RE.search(text)
-        bg_id = str(side.get("backgroundTaskId") or (bg.group(1) if bg else "") or "")
+        bg = _BG_RE.match(text)
+        bg_id = str(side.get("backgroundTaskId") or (bg and (bg.group(1) or bg.group(2))) or "")
         if t:
             call.timed_out = True
             call.timeout_s = int(t.group(1) or 0) * 60 + float(t.group(2))
@@ -161,7 +163,7 @@ class _Session:
             call.background = True
             self.by_background_id[bg_id] = call
             exit_status = None
-            text = text[:bg.start()] if bg else text
+            text = text[bg.end():].lstrip("\n") if bg else text
         elif side.get("interrupted"):
             call.interrupted = True
             exit_status = None
@@ -178,8 +180,8 @@ class _Session:
             if t2:
                 text = text[:t2.start()] + text[t2.end():]
             if call.background:
-                b2 = _BG_RE.search(text)
-                text = text[:b2.start()] if b2 else text
+                b2 = _BG_RE.match(text)
+                text = text[b2.end():].lstrip("\n") if b2 else text
         if text.strip() in _NO_OUTPUT:
             text = ""
         call.output = text
