@@ -32,6 +32,7 @@ shortened head + tail first, then other long strings, then long lists; the resul
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import types
 import typing
@@ -161,8 +162,14 @@ def output_schema(result_type: Any) -> dict[str, Any]:
     result model is in the schema.
 
     :param result_type: a model class or a union of them (:meth:`Toolkit.result_type`).
+    :returns: a new dict (generated once per result type).
     :raises ValueError: ``result_type`` holds something that is not a pydantic model.
     """
+    return copy.deepcopy(_output_schema(result_type))
+
+
+@functools.lru_cache(maxsize=256)
+def _output_schema(result_type: Any) -> dict[str, Any]:
     members = list(dict.fromkeys([*_members(result_type), ErrorOutcome]))
     union: Any = members[0] if len(members) == 1 else typing.Union[tuple(members)]  # noqa: UP007
     schema = clean_schema(TypeAdapter(union).json_schema(mode="serialization"))
