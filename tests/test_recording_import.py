@@ -316,3 +316,25 @@ def test_output_that_quotes_the_runtimes_own_markers_is_output(tmp_path: Path) -
     path.write_text(lines("notes.txt: The user doesn't want to proceed with this tool use\n"))
     (call,) = parse_claude_code(path)  # not an error result: a refusal text in the output is output
     assert call.ran and call.exit_status == 0
+
+
+def test_skip_reasons_quoting_a_secret_are_redacted_everywhere(tmp_path: Path) -> None:
+    import json
+
+    secret = "Bearer sk-live-0123456789abcdef0123456789abcdef"
+    cmd = f'curl -H "Authorization: {secret}" https://api.example.invalid/deploy'
+    rows = []
+    for n, (command, content, is_error) in enumerate([
+            ("echo ok", "ok", False),
+            (cmd, f"Permission to use Bash with command {cmd} has been denied.", True)]):
+        rows.append({"type": "assistant", "timestamp": f"2025-11-03T16:05:0{2 * n}.000Z", "message": {"content": [
+            {"type": "tool_use", "id": f"t{n}", "name": "Bash", "input": {"command": command}}]}})
+        rows.append({"type": "user", "timestamp": f"2025-11-03T16:05:0{2 * n + 1}.000Z", "message": {"content": [
+            {"type": "tool_result", "tool_use_id": f"t{n}", "content": content, "is_error": is_error}]}})
+    path = tmp_path / "secret.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = CliRunner().invoke(import_app, ["claude-code", str(path), "--out-dir", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    assert "not imported: call 2" in res.output and "denied by a permission rule" in res.output
+    written = [p.read_text() for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    assert written and not any("sk-live-0123456789abcdef" in t for t in [res.output, *written])

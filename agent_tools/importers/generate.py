@@ -85,7 +85,8 @@ def import_calls(calls: list[ShellCall], *, runtime: str, source: str | os.PathL
     """Synthesise a cassette for ``calls`` and write it with a pytest file replaying it.
 
     Writes ``OUT_DIR/cassettes/NAME.jsonl`` and ``OUT_DIR/test_transcript_NAME.py``. Secrets in the calls'
-    commands and outputs are redacted first (:func:`agent_tools.redact.redact`): neither file holds them.
+    commands, outputs and skip reasons (which quote the runtime's text) are redacted first
+    (:func:`agent_tools.redact.redact`): neither file holds them.
 
     :param runtime: ``claude-code``, ``opencode`` or ``codex`` (recorded in the cassette header).
     :param source: the transcript file (its name becomes NAME unless ``name`` is given).
@@ -95,7 +96,10 @@ def import_calls(calls: list[ShellCall], *, runtime: str, source: str | os.PathL
     name = name or _name(src)
     # the one seam for transcripts: their commands and outputs are redacted before anything is inferred, run,
     # recorded or written (cassette, generated test, the plan in it)
-    calls = [dataclasses.replace(c, command=redact(c.command), output=redact(c.output)) for c in calls]
+    calls = [dataclasses.replace(c, command=redact(c.command), output=redact(c.output),
+                                 final_output=None if c.final_output is None else redact(c.final_output),
+                                 skip_reason=None if c.skip_reason is None else redact(c.skip_reason))
+             for c in calls]
     timeline = infer_timeline(calls)
     if not timeline.calls:
         why = "; ".join(f"call {c.index}: {c.skip_reason}" for c in calls[:10] if c.skip_reason)
