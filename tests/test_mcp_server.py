@@ -424,9 +424,9 @@ async def test_the_readme_client_arguments_work_without_any_environment(real_ssh
     import re
 
     readme = (REPO / "README.md").read_text()
-    snippet = re.search(r'`(\{"mcpServers": .*?\})`', readme)
-    assert snippet is not None
-    entry = json.loads(snippet.group(1))["mcpServers"]["agent-tools"]
+    entries = [json.loads(m.group(1))["mcpServers"]["agent-tools"]
+               for m in re.finditer(r'`(\{"mcpServers": .*?\})`', readme)]
+    entry = next(e for e in entries if e.get("type") == "stdio")  # the Claude Code stdio snippet
     args = list(entry["args"])
     assert entry["command"] == "agent-tools" and args[:1] == ["mcp"] and "-F" in args and "--state-dir" in args
     home = tmp_path / "home"
