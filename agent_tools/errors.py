@@ -13,8 +13,10 @@ and chained with ``from exc``; nothing above ``hosts/`` catches asyncssh types.
     │   ├── HostUnreachable         connect refused / timed out / DNS failed within the connect deadline
     │   ├── AuthenticationFailed    the host refused every credential offered
     │   ├── HostKeyError            host key unknown or changed (strict known_hosts)
-    │   ├── ConnectionLost          an open connection dropped (exit status unknown: never success)
-    │   └── ChannelOpenFailed       the host refused a new session (e.g. OpenSSH MaxSessions)
+    │   ├── ConnectionLost          an open connection dropped or stopped answering (exit status unknown)
+    │   │   └── ExecUnconfirmed     ... after the command was sent: it may be running on the host
+    │   ├── ChannelOpenFailed       the host refused a new session (e.g. OpenSSH MaxSessions)
+    │   └── HostBusy                every session channel to the host was in use by other calls: nothing sent
     ├── JobError                    about a durable job (field ``job_id``)
     │   └── JobNotFound             no such job in the journal or on the host
     ├── JournalError                the local job journal cannot be opened or is damaged
@@ -31,6 +33,8 @@ __all__ = [
     "BadArguments",
     "ChannelOpenFailed",
     "ConnectionLost",
+    "ExecUnconfirmed",
+    "HostBusy",
     "HostError",
     "HostKeyError",
     "HostUnreachable",
@@ -111,10 +115,24 @@ class ConnectionLost(HostError):
     retryable = True
 
 
+class ExecUnconfirmed(ConnectionLost):
+    """The command was sent to the host (an SSH ``exec`` request went out) but the host never confirmed it: the
+    connection dropped or stopped answering before the reply. The command may be running; whoever sent it must
+    treat its start as unconfirmed (never as "nothing was started")."""
+
+
 class ChannelOpenFailed(HostError):
     """The host refused to open a new session channel (for example OpenSSH ``MaxSessions``)."""
 
     kind = "channel_open_failed"
+    retryable = True
+
+
+class HostBusy(HostError):
+    """Every session channel to the host was in use by other calls for the whole time the call had: nothing
+    was sent for this call. Retry, give it more time, or run fewer commands at once."""
+
+    kind = "busy"
     retryable = True
 
 

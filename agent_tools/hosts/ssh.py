@@ -2,13 +2,28 @@
 
 Facts this module respects (checked at the sources):
 
-* OpenSSH's sshd allows ``MaxSessions`` (default 10) session channels per connection (sshd_config(5)); one
-  connection is shared by every call to the host and a semaphore keeps open channels below that limit
-  (default 8, leaving room for a person's own ssh multiplexing).
+* OpenSSH's sshd allows ``MaxSessions`` (default 10) session channels per connection (sshd_config(5)) and
+  refuses one more with SSH_MSG_CHANNEL_OPEN_FAILURE (OpenSSH 9.2 sends reason 2, "open failed"; others send
+  1, "administratively prohibited"). One connection is shared by every call to the host; a channel limiter
+  keeps open channels at or below a limit that starts at ``max_channels`` (default 8) and is lowered to the
+  most channels the server has accepted at once when it refuses one: refused calls queue for a channel and
+  retry within their own time, never failing for a refusal alone.
 * asyncssh sends no keepalives unless ``keepalive_interval`` is set; it is on here (10 s × 3 by default), so a
-  dead peer is noticed within ~30 s even while idle.
+  dead peer is noticed within ~40 s even while idle. While a call waits for the host, the interval drops to a
+  third of ``liveness_timeout_s`` with 2 unanswered requests allowed (asyncssh ``set_keepalive``), so a host
+  that stops answering (partition, packet drops) is noticed within ``liveness_timeout_s`` and its connection is
+  closed; every call waiting on it fails with :class:`~agent_tools.errors.ConnectionLost` and the next call
+  reconnects. A keepalive is answered by sshd itself, so a slow command on a live host is never mistaken for it.
+* The pooled socket has ``SO_LINGER`` 0 (socket(7)): when a connection is given up, the kernel discards what it
+  had not sent yet instead of delivering it whenever the network comes back, so a command whose request was
+  still unsent when the connection was abandoned can never start later.
+* asyncssh opens a session channel, then (``SSHClientSession.connection_made``, on the open confirmation) sends
+  the ``exec`` request. A caller that gives up before the confirmation marks the open abandoned: the channel is
+  closed when the confirmation comes and no ``exec`` is ever sent, so "not started" is then a fact. A caller
+  that gives up after the ``exec`` went out learns it (:class:`~agent_tools.errors.ExecUnconfirmed`).
 * asyncssh's ``run(timeout=)`` does not cover connecting or opening the channel; callers wrap whole operations
-  in one anyio deadline scope. Connecting has its own deadline (``connect_timeout_s``).
+  in one anyio deadline scope (connecting is cancelled with it). Connecting has its own deadline
+  (``connect_timeout_s``).
 * asyncssh reports ``exit_status=None`` when the channel closed without an exit status (connection dropped):
   that is :class:`~agent_tools.errors.ConnectionLost`, never success.
 * asyncssh reads OpenSSH client config files (``HostName``, ``Port``, ``User``, ``IdentityFile``,
@@ -19,10 +34,14 @@ Facts this module respects (checked at the sources):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import Callable, Mapping, Sequence
+import socket
+import struct
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import anyio
 import asyncssh
@@ -33,6 +52,7 @@ from ..errors import (
     AuthenticationFailed,
     ChannelOpenFailed,
     ConnectionLost,
+    ExecUnconfirmed,
     HostError,
     HostKeyError,
     HostUnreachable,
@@ -47,10 +67,18 @@ KnownHostsMode = Literal["strict", "accept-new"]
 
 #: a channel open that fails this fast because the pooled connection is closed met a stale connection
 _STALE_S = 1.0
-#: longest a cancelled caller waits for a session open already under way (see ``_open_process``)
+#: longest a caller that gave up waits for the host's answer to an exec request already sent (``_open_process``)
 _OPEN_GRACE_S = 3.0
-#: retries of a session open the server refused (with backoff 0.1, 0.2, ... 1.6 s)
-_REFUSAL_RETRIES = 6
+#: channel open failure reasons that mean "no more sessions" (RFC 4254 5.1): OpenSSH 9.2 sends 2 (connect
+#: failed, "open failed"), other servers 1 (administratively prohibited)
+_REFUSAL_CODES = frozenset({asyncssh.OPEN_CONNECT_FAILED, asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED})
+#: longest pause between retries of a refused session open within the learned limit (0.05 s, doubling)
+_REFUSAL_BACKOFF_MAX_S = 0.5
+#: a host that keeps refusing sessions while this client has no other channel open to it refuses sessions
+#: altogether (MaxSessions 0, a broken PAM stack): after this many seconds that is reported, not retried
+_REFUSED_ALONE_S = 5.0
+#: connect attempts under way at once at most (see ``SshHost.connection``)
+_MAX_ATTEMPTS = 4
 #: how long a closed process's channel is left for the server to close first (see ``_SshProcess.close``)
 _LINGER_S = 2.0
 #: longest a closed channel keeps its slot while waiting for the server's close (see ``_SshProcess.close``)
@@ -74,14 +102,23 @@ class SshSettings:
     :param known_hosts: a known_hosts file path (default: config ``UserKnownHostsFile`` / ``~/.ssh/known_hosts``).
     :param known_hosts_mode: ``strict`` (an unknown or changed key is refused) or ``accept-new`` (an unknown
         key is added to the known_hosts file; a changed key is still refused).
-    :param connect_timeout_s: seconds allowed for TCP connect + SSH handshake + auth (float).
-    :param keepalive_interval_s: seconds between keepalive requests (0 disables; not recommended).
-    :param keepalive_count_max: unanswered keepalives before the connection counts as dead.
-    :param max_channels: session channels open at once on the pooled connection (keep below the server's
-        ``MaxSessions``, default 10).
+    :param connect_timeout_s: seconds allowed for TCP connect + SSH handshake + auth (float); a caller's own
+        deadline scope cuts it shorter.
+    :param keepalive_interval_s: seconds between keepalive requests while no call waits for the host (0
+        disables them; not recommended).
+    :param keepalive_count_max: unanswered keepalives (at that interval) before the connection counts as dead.
+    :param liveness_timeout_s: while a call waits for the host's answer, seconds of complete silence (not even
+        a keepalive answered) after which the connection counts as dead: it is closed, the waiting calls fail
+        with ``ConnectionLost`` and the next call reconnects (float; keepalives go every third of it while
+        calls wait). 0 turns this off (then only ``keepalive_interval_s`` × ``keepalive_count_max`` bounds it).
+    :param max_channels: session channels open at once on the pooled connection at most (keep it at or below
+        the server's ``MaxSessions``, default 10; when the server refuses one, the client lowers its limit to
+        the most it accepted at once and queues the rest).
     :param warm_sessions: sessions kept started ahead of time per kind of script (see
         :meth:`SshHost.take_warm`); each holds one of the ``max_channels`` and one idle ``sh`` on the host.
         0 turns them off (one-shot processes such as the CLI).
+    :raises ValueError: ``max_channels`` < 1, ``warm_sessions`` not in ``[0, max_channels)``, or
+        ``liveness_timeout_s`` < 0.
     """
 
     def __init__(
@@ -98,6 +135,7 @@ class SshSettings:
         connect_timeout_s: float = 10.0,
         keepalive_interval_s: float = 10.0,
         keepalive_count_max: int = 3,
+        liveness_timeout_s: float = 3.0,
         max_channels: int = 8,
         warm_sessions: int = 1,
     ) -> None:
@@ -105,6 +143,8 @@ class SshSettings:
             raise ValueError("max_channels must be >= 1")
         if not 0 <= warm_sessions < max_channels:
             raise ValueError("warm_sessions must be >= 0 and below max_channels")
+        if liveness_timeout_s < 0:
+            raise ValueError("liveness_timeout_s must be >= 0 seconds")
         self.alias = alias
         self.config_paths = [str(p) for p in config_paths] if config_paths is not None else default_config_paths()
         self.hostname = hostname
@@ -116,6 +156,7 @@ class SshSettings:
         self.connect_timeout_s = connect_timeout_s
         self.keepalive_interval_s = keepalive_interval_s
         self.keepalive_count_max = keepalive_count_max
+        self.liveness_timeout_s = liveness_timeout_s
         self.max_channels = max_channels
         self.warm_sessions = warm_sessions
 
@@ -176,17 +217,92 @@ def _translate(alias: str, exc: BaseException, during: str) -> HostError:
 _PENDING: set[asyncio.Task[None]] = set()  # background slot releases (strong references until done)
 
 
+class _ChannelSlots:
+    """The session channel slots of one host: at most ``limit`` channels open at once; callers queue in order.
+
+    ``limit`` starts at ``SshSettings.max_channels``. When the server refuses a channel it is lowered (never
+    below 1) to ``peak``, the most channels the server had confirmed open at once on the current connection: a
+    limit the server has shown it allows (counted at the open confirmation, which the server sends before it
+    refuses a later open on the same connection). It is reset for each new connection (sshd may have been
+    restarted with another ``MaxSessions``).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.configured = limit
+        self.limit = limit
+        self.in_use = 0
+        self.opened = 0  # channels of those in use that the server confirmed open
+        self.peak = 0
+        self._waiters: deque[anyio.Event] = deque()
+
+    @property
+    def free(self) -> int:
+        """Slots free now (<= 0 when calls must queue)."""
+        return self.limit - self.in_use
+
+    @property
+    def queued(self) -> int:
+        """Calls waiting for a slot."""
+        return len(self._waiters)
+
+    async def acquire(self, *, first: bool = False) -> None:
+        """Take a slot, waiting in line for one (``first``: at the head of the line, for a call that had one)."""
+        if self.in_use < self.limit and not self._waiters:
+            self.in_use += 1
+            return
+        ev = anyio.Event()
+        if first:
+            self._waiters.appendleft(ev)
+        else:
+            self._waiters.append(ev)
+        try:
+            await ev.wait()  # release() counts the slot for us before it sets the event
+        except BaseException:
+            if ev.is_set():
+                self.release()  # handed over just as the caller gave up: pass it on
+            else:
+                self._waiters.remove(ev)
+            raise
+
+    def release(self, *, opened: bool = False) -> None:
+        """Give a slot back (``opened``: its channel had been confirmed open)."""
+        self.in_use -= 1
+        if opened:
+            self.opened -= 1
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        while self._waiters and self.in_use < self.limit:
+            self.in_use += 1
+            self._waiters.popleft().set()
+
+    def confirmed(self) -> None:
+        """The server confirmed a channel open."""
+        self.opened += 1
+        self.peak = max(self.peak, self.opened)
+
+    def refused(self) -> int:
+        """The server refused a channel: lower the limit to what it accepted at once; returns the limit."""
+        self.limit = max(1, min(self.limit, self.peak))
+        return self.limit
+
+    def reset(self) -> None:
+        """A new connection: start again from the configured limit."""
+        self.limit, self.peak = self.configured, 0
+        self._hand_over()
+
+
 class _SshProcess(HostProcess):
-    def __init__(self, host: SshHost, proc: asyncssh.SSHClientProcess[bytes],
-                 release: anyio.Semaphore) -> None:
+    def __init__(self, host: SshHost, proc: asyncssh.SSHClientProcess[bytes], slots: _ChannelSlots) -> None:
         self._host = host
         self._proc = proc
-        self._release = release
+        self._slots = slots
         self._released = False
 
     async def _read(self, reader: asyncssh.SSHReader[bytes], max_bytes: int) -> bytes:
         try:
-            return await reader.read(max_bytes)
+            with self._host._awaiting():
+                return await reader.read(max_bytes)
         except (asyncssh.Error, OSError) as exc:
             self._host._drop_if_closed()
             raise _translate(self._host.name, exc, "read") from exc
@@ -200,7 +316,8 @@ class _SshProcess(HostProcess):
     async def write_stdin(self, data: bytes) -> None:
         try:
             self._proc.stdin.write(data)
-            await self._proc.stdin.drain()
+            with self._host._awaiting():
+                await self._proc.stdin.drain()
         except (asyncssh.Error, OSError) as exc:
             raise _translate(self._host.name, exc, "write") from exc
 
@@ -215,7 +332,8 @@ class _SshProcess(HostProcess):
 
     async def wait(self) -> ExecResult:
         try:
-            await self._proc.wait_closed()
+            with self._host._awaiting():
+                await self._proc.wait_closed()
         except (asyncssh.Error, OSError) as exc:
             raise _translate(self._host.name, exc, "wait") from exc
         status = self._proc.exit_status
@@ -246,7 +364,7 @@ class _SshProcess(HostProcess):
             task = asyncio.get_running_loop().create_task(self._close_and_release())
         except RuntimeError:  # no running loop (interpreter shutdown): close now
             self._proc.close()
-            self._release.release()
+            self._slots.release(opened=True)
             return
         _PENDING.add(task)
         task.add_done_callback(_PENDING.discard)
@@ -261,7 +379,7 @@ class _SshProcess(HostProcess):
         except (TimeoutError, asyncssh.Error, OSError):
             self._proc.close()
         finally:
-            self._release.release()
+            self._slots.release(opened=True)
 
 
 class SshHost:
@@ -275,8 +393,11 @@ class SshHost:
         self.settings = settings if isinstance(settings, SshSettings) else SshSettings(settings, **kwargs)
         self.name = name or self.settings.alias
         self._conn: asyncssh.SSHClientConnection | None = None
-        self._lock = anyio.Lock()
-        self._channels = anyio.Semaphore(self.settings.max_channels)
+        self._attempts: set[asyncio.Task[asyncssh.SSHClientConnection]] = set()  # connect attempts under way
+        self._attempt_t0 = 0.0  # when the newest one started (loop clock)
+        self._unanswered = False  # the host's last connection died unanswered, or the last attempt timed out
+        self._slots = _ChannelSlots(self.settings.max_channels)
+        self._waits = 0  # calls waiting for the host's answer now (and ones that just gave up: see _awaiting)
         # warm sessions per key: (token, process, the connection it runs on); and their refills under way
         self._warm: dict[str, list[tuple[str, _SshProcess, asyncssh.SSHClientConnection]]] = {}
         self._warming: dict[str, set[asyncio.Task[None]]] = {}
@@ -290,47 +411,143 @@ class SshHost:
         if conn is not None and conn.is_closed():
             self._conn = None
 
+    def connected(self) -> bool:
+        """True while the pooled connection is open (not yet found dead)."""
+        conn = self._conn
+        return conn is not None and not conn.is_closed()
+
     def channels_busy(self) -> bool:
         """True while every session channel slot of the (open) pooled connection is taken, i.e. new calls are
         queueing behind other calls rather than waiting for the network."""
-        conn = self._conn
-        return self._channels.value == 0 and conn is not None and not conn.is_closed()
+        return (self._slots.free <= 0 or self._slots.queued > 0) and self.connected()
+
+    @property
+    def channel_limit(self) -> int:
+        """Session channels this client opens at once on the current connection (``max_channels``, or lower
+        once the server refused one: the most it accepted at once)."""
+        return self._slots.limit
 
     def drop_connection(self) -> None:
-        """Forget the pooled connection (closing it); the next call reconnects."""
+        """Forget the pooled connection (closing it, unsent bytes discarded); the next call reconnects."""
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
 
+    # ------------------------------------------------------------------ liveness
+    @contextlib.contextmanager
+    def _awaiting(self) -> Iterator[None]:
+        """Mark a wait for the host's answer. While any call waits, keepalives go at liveness pace (see the
+        module docstring). A caller that gives up mid-wait (its time ran out without an answer) keeps that pace
+        for ``liveness_timeout_s`` more, so a connection that stopped answering is found dead and closed even
+        when no other call waits on it, and the next call reconnects instead of waiting on it."""
+        self._waits += 1
+        if self._waits == 1:
+            self._pace(busy=True)
+        gave_up = False
+        try:
+            yield
+        except asyncio.CancelledError:
+            gave_up = True
+            raise
+        finally:
+            if gave_up and self.settings.liveness_timeout_s > 0:
+                try:
+                    asyncio.get_running_loop().call_later(self.settings.liveness_timeout_s, self._wait_done)
+                except RuntimeError:
+                    self._wait_done()
+            else:
+                self._wait_done()
+
+    def _wait_done(self) -> None:
+        self._waits -= 1
+        if self._waits == 0:
+            self._pace(busy=False)
+
+    def _pace(self, *, busy: bool) -> None:
+        conn, s = self._conn, self.settings
+        if conn is None or conn.is_closed() or s.liveness_timeout_s <= 0:
+            return
+        if busy:  # asyncssh: dead once count_max + 1 intervals pass without an answer to a keepalive
+            conn.set_keepalive(s.liveness_timeout_s / 3, 2)
+        else:
+            conn.set_keepalive(s.keepalive_interval_s, s.keepalive_count_max)
+
+    # ------------------------------------------------------------------ connecting
     async def connection(self) -> asyncssh.SSHClientConnection:
-        """Return the pooled connection, connecting if needed (within ``connect_timeout_s``).
+        """Return the pooled connection, connecting if needed.
+
+        Connect attempts run in the background, shared by every caller, each for up to ``connect_timeout_s``; a
+        caller waits for one within its own deadline scope, and for at most ``liveness_timeout_s`` while the host
+        is known not to answer (its last connection died unanswered, or the last attempt timed out). An attempt
+        outlives a caller that gave up, so a slow but healthy connect still ends up pooled for the next call; a
+        new one is started next to an attempt older than ``liveness_timeout_s`` (its SYNs may be in TCP's
+        backoff while the network came back), at most ``_MAX_ATTEMPTS`` at once.
 
         :raises HostUnreachable, AuthenticationFailed, HostKeyError: as the connect failed.
         """
         self._drop_if_closed()
         if self._conn is not None:
             return self._conn
-        async with self._lock:
-            self._drop_if_closed()
-            if self._conn is not None:
-                return self._conn
-            self._conn = await self._connect()
+        s = self.settings
+        now = anyio.current_time()
+        live = [t for t in self._attempts if not t.done()]
+        task = live[-1] if live else None
+        if task is None or (s.liveness_timeout_s > 0 and len(live) < _MAX_ATTEMPTS
+                            and now - self._attempt_t0 > s.liveness_timeout_s):
+            task = asyncio.get_running_loop().create_task(self._attempt())
+            task.add_done_callback(_retrieve)
+            self._attempts.add(task)
+            task.add_done_callback(self._attempts.discard)
+            self._attempt_t0 = now
+        wait_s = s.connect_timeout_s
+        if self._unanswered and s.liveness_timeout_s > 0:
+            wait_s = min(wait_s, s.liveness_timeout_s)
+        with anyio.move_on_after(wait_s):
+            await asyncio.wait({task})  # cancelling the waiter leaves the attempt running
+        if not task.done():
+            self._unanswered = True
+            raise HostUnreachable(self.name, f"{self.name}: no SSH connection within {wait_s:g} s (the host does "
+                                             "not answer; a connect attempt goes on in the background)")
+        return task.result()
+
+    async def _attempt(self) -> asyncssh.SSHClientConnection:
+        """One connect attempt; pools its connection (or hands back one pooled meanwhile, closing its own)."""
+        try:
+            conn = await self._connect()
+        except HostUnreachable:
+            self._unanswered = True
+            raise
+        if self._conn is not None and not self._conn.is_closed():
+            conn.close()  # another attempt won
             return self._conn
+        _set_linger(conn, discard=True)
+        self._conn, self._unanswered = conn, False
+        self._slots.reset()
+        if self._waits:
+            self._pace(busy=True)
+        return conn
+
+    def _connection_lost(self, exc: Exception | None) -> None:
+        """asyncssh's ``SSHClient.connection_lost``: a connection found dead by keepalive did not answer."""
+        if isinstance(exc, asyncssh.ConnectionLost) and "keepalive" in str(exc):
+            self._unanswered = True
+            log.warning("ssh.connection_unanswered", host=self.name, error=str(exc))
 
     async def _connect(self) -> asyncssh.SSHClientConnection:
         s = self.settings
         target = s.hostname or s.alias
         log.debug("ssh.connect", host=self.name, target=target)
+        kw = dict(s.connect_kwargs(), client_factory=lambda: _Client(self))
         try:
             with anyio.fail_after(s.connect_timeout_s):
                 try:
-                    return await asyncssh.connect(target, **s.connect_kwargs())
+                    return await asyncssh.connect(target, **kw)
                 except asyncssh.HostKeyNotVerifiable:
                     if s.known_hosts_mode != "accept-new":
                         raise
                     if not await self._accept_new_key(target):
                         raise
-                    return await asyncssh.connect(target, **s.connect_kwargs())
+                    return await asyncssh.connect(target, **kw)
         except TimeoutError as exc:
             raise HostUnreachable(self.name, f"{self.name}: no SSH connection within "
                                              f"{s.connect_timeout_s:g} s (connect deadline)") from exc
@@ -358,32 +575,77 @@ class SshHost:
         log.warning("ssh.host_key_accepted_new", host=self.name, known_hosts=str(path))
         return True
 
+    # ------------------------------------------------------------------ sessions
     async def start(self, command: str, *, env: Mapping[str, str] | None = None) -> HostProcess:
-        if self._channels.value == 0:
-            self._retire_warm()  # an idle warm session gives its channel to a call that needs one now
-        await self._channels.acquire()
+        """Start ``command`` on a new session channel of the pooled connection (see :meth:`Host.start`).
+
+        Steps: (1) take a channel slot, queueing behind other calls while the host's limit is reached (an idle
+        warm session gives its slot up); (2) connect if needed; (3) open the session and send the exec request.
+        A refused open (the server's ``MaxSessions``) lowers the limit to what the server accepted and queues
+        again, or backs off briefly (0.05 s doubling to 0.5 s) when this call is within that limit; both
+        repeat for as long as the caller's deadline scope allows. A caller cancelled before the server
+        confirmed the session leaves nothing behind: no exec request is ever sent for it.
+
+        :raises HostUnreachable, AuthenticationFailed, HostKeyError: connecting failed.
+        :raises ConnectionLost: the connection dropped (or was found dead) before the exec request was sent:
+            nothing was started.
+        :raises ExecUnconfirmed: the exec request was sent, but the connection dropped or the host did not
+            answer it (within ``_OPEN_GRACE_S`` after the caller gave up): the command may be running.
+        :raises ChannelOpenFailed: the host refused the exec request, or refused every session for
+            ``_REFUSED_ALONE_S`` while this client had no other channel open to it: nothing was started.
+        """
+        env_ = dict(env or {})
+        held = requeued = False
+        guard: _OpenGuard | None = None
+        stale_retry, backoff = True, 0.05
+        alone_since: float | None = None
         try:
-            stale_retry, refusals = True, 0
             while True:
+                if not held:
+                    if self._slots.free <= 0:
+                        self._retire_warm()  # an idle warm session gives its channel to a call that needs one now
+                    await self._slots.acquire(first=requeued)
+                    held = True
                 conn = await self.connection()
                 t0 = anyio.current_time()
+                guard = _OpenGuard(self._slots.confirmed)
                 try:
-                    proc = await _open_process(conn, command, dict(env or {}))
-                    break
+                    with self._awaiting():
+                        proc = await _open_process(conn, command, env_, guard)
+                    return _SshProcess(self, proc, self._slots)
+                except _Unconfirmed as exc:
+                    self._drop_if_closed()
+                    raise ExecUnconfirmed(self.name, f"{self.name}: the command was sent but the host did not "
+                                                     f"confirm it ({exc}); it may be running") from exc
                 except (asyncssh.Error, OSError) as exc:
-                    # OPEN_CONNECT_FAILED on a channel open: the session was refused or the connection closed
-                    # before it opened; either way no exec request went out, so retrying cannot run it twice.
-                    opening = (isinstance(exc, asyncssh.ChannelOpenError)
-                               and exc.code == asyncssh.OPEN_CONNECT_FAILED)
+                    # a failed channel open: no exec request went out (see _open_process), so trying again can
+                    # never run the command twice
+                    opening = isinstance(exc, asyncssh.ChannelOpenError) and exc.code in _REFUSAL_CODES
                     if not conn.is_closed():
-                        if opening and refusals < _REFUSAL_RETRIES:
-                            # refused by the server (OpenSSH "no more sessions": it may still count sessions
-                            # whose command is exiting): back off briefly, within the caller's deadline
-                            refusals += 1
-                            log.debug("ssh.session_refused", host=self.name, attempt=refusals)
-                            await anyio.sleep(0.05 * 2 ** min(refusals, 5))
+                        if not opening:
+                            raise _translate(self.name, exc, "channel open") from exc
+                        before = self._slots.limit
+                        limit = self._slots.refused()
+                        if limit < before:
+                            log.info("ssh.channel_limit_lowered", host=self.name, limit=limit, was=before)
+                        if self._slots.in_use > limit:
+                            # over what the server accepts: give the slot back and queue behind open channels
+                            self._slots.release()
+                            guard = None
+                            held, requeued, alone_since = False, True, None
                             continue
-                        raise _translate(self.name, exc, "channel open") from exc
+                        # within it: the server still counts a session that is ending; back off briefly
+                        if self._slots.in_use <= 1:
+                            alone_since = alone_since if alone_since is not None else anyio.current_time()
+                            if anyio.current_time() - alone_since > _REFUSED_ALONE_S:
+                                raise ChannelOpenFailed(self.name, f"{self.name}: the host refuses every new "
+                                                                   f"session ({getattr(exc, 'reason', exc)})") from exc
+                        else:
+                            alone_since = None
+                        log.debug("ssh.session_refused", host=self.name, in_use=self._slots.in_use, limit=limit)
+                        await anyio.sleep(backoff)
+                        backoff = min(backoff * 2, _REFUSAL_BACKOFF_MAX_S)
+                        continue
                     # The pooled connection died under this call: that is a lost connection, not a refusal.
                     self._drop_if_closed()
                     if stale_retry and opening and anyio.current_time() - t0 < _STALE_S:
@@ -393,11 +655,11 @@ class SshHost:
                         log.info("ssh.stale_connection", host=self.name, error=str(exc))
                         continue
                     raise ConnectionLost(self.name, f"{self.name}: the SSH connection was lost while opening a "
-                                                    f"session ({exc}); the host may be unreachable") from exc
+                                                    f"session ({exc}); nothing was started") from exc
         except BaseException:
-            self._channels.release()
+            if held:
+                self._slots.release(opened=guard is not None and guard.exec_sent)
             raise
-        return _SshProcess(self, proc, self._channels)
 
     # ------------------------------------------------------------------ warm sessions
     async def take_warm(self, key: str, factory: Callable[[], tuple[str, str]], *,
@@ -449,14 +711,15 @@ class SshHost:
 
     def _refill(self, key: str, factory: Callable[[], tuple[str, str]]) -> None:
         """Start warm sessions in the background until ``warm_sessions`` are ready or starting for ``key``
-        (never taking the last free channel slot)."""
+        (never taking the last free channel slot, nor one a call is queueing for)."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
         pool = self._warm.setdefault(key, [])
         warming = self._warming.setdefault(key, set())
-        while len(pool) + len(warming) < self.settings.warm_sessions and self._channels.value > 1:
+        while (len(pool) + len(warming) < self.settings.warm_sessions and self._slots.free > 1
+               and not self._slots.queued):
             task = loop.create_task(self._warm_one(key, factory))
             warming.add(task)
             task.add_done_callback(warming.discard)
@@ -483,7 +746,7 @@ class SshHost:
             return
         assert isinstance(proc, _SshProcess)
         try:
-            with anyio.fail_after(_WARM_READY_S):
+            with anyio.fail_after(_WARM_READY_S), self._awaiting():
                 ready = b""
                 while not ready.rstrip(b"\r\n").endswith(WARM_READY):  # skips a login shell's chatter
                     ready = await proc._proc.stdout.readuntil(b"\n")
@@ -510,16 +773,22 @@ class SshHost:
     async def open_tcp(self, host: str, port: int) -> ByteStream:
         conn = await self.connection()
         try:
-            reader, writer = await conn.open_connection(host, port, encoding=None)
+            with self._awaiting():
+                reader, writer = await conn.open_connection(host, port, encoding=None)
         except asyncssh.ChannelOpenError as exc:
-            if exc.code == asyncssh.OPEN_CONNECT_FAILED:
+            if exc.code == asyncssh.OPEN_CONNECT_FAILED and not conn.is_closed():
                 raise ConnectionRefusedError(f"{host}:{port} on {self.name}: {exc.reason}") from exc
+            if conn.is_closed():
+                self._drop_if_closed()
+                raise ConnectionLost(self.name, f"{self.name}: connection lost during tcp open ({exc})") from exc
             raise OSError(f"{host}:{port} on {self.name}: {exc.reason}") from exc
         except (asyncssh.Error, OSError) as exc:
             raise _translate(self.name, exc, "tcp open") from exc
-        return _SshTcpStream(reader, writer)
+        return _SshTcpStream(self, reader, writer)
 
     async def aclose(self) -> None:
+        for attempt in self._attempts:
+            attempt.cancel()
         for tasks in self._warming.values():
             for task in tasks:
                 task.cancel()
@@ -528,9 +797,31 @@ class SshHost:
                 _retire(pool.pop()[1])
         conn, self._conn = self._conn, None
         if conn is not None:
+            _set_linger(conn, discard=False)  # a goodbye: let the disconnect message go out
             conn.close()
             with anyio.move_on_after(2):
                 await conn.wait_closed()
+
+
+class _Client(asyncssh.SSHClient):
+    """Tells its host when asyncssh closes the connection, and why."""
+
+    def __init__(self, host: SshHost) -> None:
+        self._host = host
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._host._connection_lost(exc)
+
+
+def _set_linger(conn: asyncssh.SSHClientConnection, *, discard: bool) -> None:
+    """``SO_LINGER`` on the connection's socket (socket(7)): with ``discard``, closing it drops unsent bytes and
+    resets the connection, so nothing sent into a connection that was given up arrives later. No-op for a
+    connection tunnelled through another (ProxyJump, ProxyCommand): that has no socket of its own here."""
+    sock = conn.get_extra_info("socket")
+    if sock is None:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1 if discard else 0, 0))
 
 
 def _retire(proc: _SshProcess) -> None:
@@ -546,37 +837,103 @@ def _retire(proc: _SshProcess) -> None:
     task.add_done_callback(_PENDING.discard)
 
 
-async def _open_process(conn: asyncssh.SSHClientConnection, command: str,
-                        env: dict[str, str]) -> asyncssh.SSHClientProcess[bytes]:
-    """Open a session channel and exec ``command`` on it, atomically as far as the caller can tell.
+class _Unconfirmed(Exception):
+    """Internal: the exec request was sent and not answered (becomes :class:`ExecUnconfirmed`)."""
 
-    A caller cancelled half-way (its budget ran out while the server was opening the session) would otherwise
-    leave the channel open on the server with no owner: it keeps counting against ``MaxSessions`` and the
-    command may run without anyone knowing. So a cancelled caller waits, shielded and for at most
-    ``_OPEN_GRACE_S``, for the open to finish: a process that opened is handed back (the caller's cancellation
-    is delivered at its next await, and it closes the process as usual); one that opens even later is closed.
+
+class _Abandoned(Exception):
+    """Internal: the caller gave up before the session opened; it is closed without an exec request."""
+
+
+class _OpenGuard:
+    """How far one session open got: ``exec_sent`` once the server confirmed the session and the exec request
+    went out (``on_open`` is called then); ``abandoned`` once the caller gave up before that (then none is ever
+    sent)."""
+
+    __slots__ = ("abandoned", "exec_sent", "on_open")
+
+    def __init__(self, on_open: Callable[[], None]) -> None:
+        self.exec_sent = False
+        self.abandoned = False
+        self.on_open = on_open
+
+
+class _GuardedProcess(asyncssh.SSHClientProcess[bytes]):
+    """asyncssh's client process, told by the channel when the session opened (``connection_made``, which
+    ``SSHClientChannel.create`` calls on the open confirmation and right before it sends the env and exec
+    requests, with no await in between)."""
+
+    def __init__(self, guard: _OpenGuard) -> None:
+        super().__init__()
+        self._guard = guard
+
+    def connection_made(self, chan: asyncssh.SSHClientChannel[bytes]) -> None:  # type: ignore[override]
+        super().connection_made(chan)
+        if self._guard.abandoned:
+            chan.close()
+            raise _Abandoned("the caller gave up before the session opened")  # no exec request is sent
+        self._guard.exec_sent = True
+        self._guard.on_open()
+
+
+async def _open_process(conn: asyncssh.SSHClientConnection, command: str, env: dict[str, str],
+                        guard: _OpenGuard) -> asyncssh.SSHClientProcess[bytes]:
+    """Open a session channel and exec ``command`` on it, so that the caller always knows whether the exec
+    request went out.
+
+    A caller cancelled before the server confirmed the session (its budget ran out, the connection stopped
+    answering) returns at once; the open is marked abandoned, so if the confirmation still comes the channel is
+    closed without an exec request: nothing runs. A caller cancelled after the exec request went out waits,
+    shielded and for at most ``_OPEN_GRACE_S`` (a dead connection ends it sooner), for the answer: a process
+    that started is handed back (the caller's cancellation is delivered at its next await, and it closes the
+    process as usual); otherwise :class:`_Unconfirmed` is raised and a process that starts even later is closed.
+
+    :raises _Unconfirmed: the exec request went out and was not answered (connection lost, no answer in time).
+    :raises asyncssh.ChannelOpenError, asyncssh.Error, OSError: the session did not start (nothing runs).
     """
-    task = asyncio.ensure_future(conn.create_process(command, encoding=None, env=env))
+    env_: dict[bytes | str, bytes | str] = {k: v for k, v in env.items()}
+    task = asyncio.ensure_future(conn.create_session(lambda: _GuardedProcess(guard), command, env=env_,
+                                                     encoding=None))
     task.add_done_callback(_retrieve)  # a failure nobody awaits any more (cancelled caller, closing loop) is no error
     try:
-        return await asyncio.shield(task)
+        _, proc = await asyncio.shield(task)
+        return cast(asyncssh.SSHClientProcess[bytes], proc)
     except asyncio.CancelledError:
+        if not guard.exec_sent:
+            guard.abandoned = True
+            raise
         with anyio.CancelScope(shield=True), anyio.move_on_after(_OPEN_GRACE_S):
             await asyncio.wait({task})
-        if task.done() and not task.cancelled() and task.exception() is None:
-            return task.result()
+        if task.done() and not task.cancelled():
+            exc = task.exception()
+            if exc is None:
+                return cast(asyncssh.SSHClientProcess[bytes], task.result()[1])
+            if _exec_refused(conn, exc):
+                raise
+            raise _Unconfirmed(str(exc) or type(exc).__name__) from exc
         task.add_done_callback(_close_orphan)
+        raise _Unconfirmed(f"no answer to the exec request within {_OPEN_GRACE_S:g} s") from None
+    except (asyncssh.Error, OSError) as exc:
+        if guard.exec_sent and not _exec_refused(conn, exc):
+            raise _Unconfirmed(str(exc) or type(exc).__name__) from exc
         raise
 
 
-def _retrieve(task: asyncio.Future[asyncssh.SSHClientProcess[bytes]]) -> None:
+def _exec_refused(conn: asyncssh.SSHClientConnection, exc: BaseException) -> bool:
+    """The server answered the exec request with a failure (nothing runs). asyncssh reports a request that a
+    closing connection never answered the same way, so that counts only while the connection is open."""
+    return (isinstance(exc, asyncssh.ChannelOpenError) and exc.code == asyncssh.OPEN_REQUEST_SESSION_FAILED
+            and not conn.is_closed())
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
     if not task.cancelled():
         task.exception()
 
 
-def _close_orphan(task: asyncio.Future[asyncssh.SSHClientProcess[bytes]]) -> None:
+def _close_orphan(task: asyncio.Future[Any]) -> None:
     if not task.cancelled() and task.exception() is None:
-        task.result().close()
+        task.result()[1].close()
 
 
 def _expand(p: str) -> Path:
@@ -594,21 +951,24 @@ def _append(path: Path, line: str) -> None:
 
 
 class _SshTcpStream(ByteStream):
-    """anyio ByteStream over an asyncssh direct-tcpip channel."""
+    """anyio ByteStream over an asyncssh direct-tcpip channel (its waits count for the host's liveness)."""
 
-    def __init__(self, reader: asyncssh.SSHReader[bytes], writer: asyncssh.SSHWriter[bytes]) -> None:
+    def __init__(self, host: SshHost, reader: asyncssh.SSHReader[bytes], writer: asyncssh.SSHWriter[bytes]) -> None:
+        self._host = host
         self._reader = reader
         self._writer = writer
 
     async def receive(self, max_bytes: int = 65536) -> bytes:
-        data = await self._reader.read(max_bytes)
+        with self._host._awaiting():
+            data = await self._reader.read(max_bytes)
         if not data:
             raise anyio.EndOfStream
         return data
 
     async def send(self, item: bytes) -> None:
         self._writer.write(item)
-        await self._writer.drain()
+        with self._host._awaiting():
+            await self._writer.drain()
 
     async def send_eof(self) -> None:
         self._writer.write_eof()
