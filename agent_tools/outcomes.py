@@ -12,7 +12,8 @@ A command always ends in exactly one outcome (the ``outcome`` field is the discr
 ``error``                 the host was unreachable, auth failed, bad arguments...: nothing half-done
 ========================  ==================================================================
 
-Job states (``JobStatus.state``): ``running``, ``exited``, ``killed``, ``lost``; with probes attached a
+Job states (``JobStatus.state``): ``running``, ``exited``, ``killed``, ``lost``, and ``not_started`` (the
+launch provably never reached the host: nothing ran; not lost work); with probes attached a
 job's ``readiness`` is ``pending`` → ``ready`` | ``failed`` | ``deadline_exceeded``. Success is never
 reported without a receipt: an exit status written by the job's monitor, or probes that passed.
 
@@ -150,16 +151,20 @@ class Denied(_Model):
 
 
 class ErrorOutcome(_Model):
-    """The call failed before or while reaching the host; nothing was left half-done."""
+    """The call failed before or while reaching the host. Nothing was left half-done, except for kind
+    ``start_unconfirmed``: the start request went out unanswered and the command may be running (``job_id``)."""
 
     outcome: Literal["error"] = "error"
     host: str | None = None
     command: str | None = None
     kind: str = Field(description="unreachable | auth | host_key | unknown_host | bad_arguments | "
-                                  "connection_lost | channel_open_failed | job_not_found | journal | internal")
+                                  "connection_lost | channel_open_failed | busy | start_unconfirmed (the command "
+                                  "may be running: follow job_id with job_status, do not rerun) | launch | "
+                                  "job_not_found | journal | internal")
     message: str
     retryable: bool = Field(description="true: the same call may work later; false: change the arguments")
-    job_id: str | None = None
+    job_id: str | None = Field(default=None, description="the job id the call reserved, when it got that far "
+                                                          "(job_status on it tells what became of it)")
 
 
 Outcome = Annotated[
@@ -174,7 +179,7 @@ class JobStatus(_Model):
     job_id: str
     host: str
     command: str
-    state: Literal["running", "exited", "killed", "lost"]
+    state: Literal["running", "exited", "killed", "lost", "not_started"]
     exit_status: int | None = None
     signal: str | None = None
     readiness: Literal["none", "pending", "ready", "failed", "deadline_exceeded"] = "none"
@@ -206,7 +211,7 @@ class JobCancelResult(_Model):
 
     job_id: str
     host: str
-    state: Literal["killed", "exited", "lost"]
+    state: Literal["killed", "exited", "lost", "not_started"]
     signalled: list[int] = Field(default_factory=list, description="pids that were sent a signal")
     escalated: list[int] = Field(default_factory=list, description="pids that needed KILL after the grace")
     survivors: list[int] = Field(default_factory=list, description="pids still alive afterwards (want [])")

@@ -1,5 +1,5 @@
 """Issue 12: one source for what comes next. ``guide`` derives ``next``, ``why`` and the summary from state +
-readiness + exit status; this table covers every combination (4 states x 5 readiness values x 3 exit status
+readiness + exit status; this table covers every combination (5 states x 5 readiness values x 3 exit status
 classes), and the rendering is checked once for the tool-call style."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from agent_tools.jobs.hints import JobFacts, NextCall, exit_class, guide, render
 
-STATES = ("running", "exited", "killed", "lost")
+STATES = ("running", "exited", "killed", "lost", "not_started")
 READINESS = ("none", "pending", "ready", "failed", "deadline_exceeded")
 EXITS = {"none": None, "zero": 0, "nonzero": 3}
 
@@ -38,6 +38,9 @@ TABLE: dict[tuple[str, str, str], tuple[str | None, bool, str, str]] = {
     ("lost", "none", "*"): (None, True, "outcome is unknown", "done"),
     ("lost", "pending", "*"): (None, True, "outcome is unknown", "done"),
     ("lost", "ready", "*"): (None, True, "outcome is unknown", "go on"),
+    ("not_started", "none", "*"): (None, True, "never started", "done"),
+    ("not_started", "pending", "*"): (None, True, "never started", "done"),
+    ("not_started", "ready", "*"): (None, True, "never started", "go on"),
 }
 
 

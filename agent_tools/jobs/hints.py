@@ -3,12 +3,13 @@
 Every result about a job (``run_command``'s ``detached``, ``job_status``, ``list_jobs`` rows,
 ``restart_service``) takes its ``next``, ``why`` and summary from :func:`guide`, so they can never disagree
 with each other or with the state they describe. The input is the job's *state* (``running`` | ``exited`` |
-``killed`` | ``lost``), its *readiness* (``none`` | ``pending`` | ``ready`` | ``failed`` |
+``killed`` | ``lost`` | ``not_started``), its *readiness* (``none`` | ``pending`` | ``ready`` | ``failed`` |
 ``deadline_exceeded``) and its *exit status class* (:func:`exit_class`: ``none`` | ``zero`` | ``nonzero``);
 the rules, in order:
 
 1. readiness ``failed`` or ``deadline_exceeded`` is the verdict: read the evidence, fix, try again.
-2. a command that failed (exit status not 0), was killed or was lost says so, whatever the readiness
+2. a command that failed (exit status not 0), was killed, was lost or never started (``not_started``: the
+   launch provably never reached the host) says so, whatever the readiness
    (``pending`` can no longer be reached; ``ready`` was true before it ended).
 3. readiness ``pending`` means *keep following*, also after the command itself exited 0 (a
    ``systemctl restart --no-block`` exits at once while the service loads for minutes).
@@ -134,7 +135,7 @@ def guide(f: JobFacts) -> Guidance:
     def both() -> str:
         return "; ".join(t for t in (state_why, ready_why) if t)
 
-    failed = f.state in ("killed", "lost") or (f.state == "exited" and cls != "zero")
+    failed = f.state in ("killed", "lost", "not_started") or (f.state == "exited" and cls != "zero")
     nexts: tuple[NextCall, ...]
     if f.readiness in FINAL_READINESS:
         word = "did not become ready" if f.readiness == "failed" else "was not ready by its deadline"
@@ -148,6 +149,9 @@ def guide(f: JobFacts) -> Guidance:
             nexts = (NextCall(None, note="the job's outcome is unknown: check the host's state before acting (do "
                                          "not assume success)"), NextCall("job_output", dict(jid), "shows what it "
                                                                                                     "wrote"))
+        elif f.state == "not_started":
+            nexts = (NextCall(None, note="it never started (nothing ran): run the command again if it is still "
+                                         "wanted"),)
         elif f.state == "killed":
             nexts = (NextCall(None, note="it was killed; run it again only if that is still wanted"),
                      NextCall("job_output", dict(jid), "shows what it wrote"))

@@ -9,6 +9,12 @@ how the host was reached (``meta["connection"]``, :mod:`agent_tools.hosts.reach`
 job's directory on the host.
 Path: ``$AGENT_TOOLS_STATE_DIR/journal.sqlite3``, else ``$XDG_STATE_HOME/agent-tools/journal.sqlite3``
 (``~/.local/state/...``).
+
+Job states in the journal: ``running``; ``exited``, ``killed``, ``lost`` (terminal, from the host's job
+directory); ``not_started`` (terminal: the launch provably never reached the host, nothing ran: not lost work);
+``unconfirmed`` (the launch request went out unanswered: the next look at the host settles it as running,
+exited, ... or ``not_started``). Journals written before ``not_started`` existed marked such rows ``lost`` with
+``meta.never_started``; they are read as ``unconfirmed`` (that mark was also set on launches that did start).
 """
 
 from __future__ import annotations
@@ -59,6 +65,10 @@ CREATE INDEX IF NOT EXISTS jobs_host ON jobs(host, created_at);
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_idem ON jobs(host, idempotency_key) WHERE idempotency_key IS NOT NULL;
 """
 
+#: rows of journals from before the ``not_started``/``unconfirmed`` states: "lost, never started" was also said
+#: of launches that did start, so they are rechecked on the host (data only; no schema change)
+_OLD_NEVER_STARTED = "state='lost' AND meta LIKE '%\"never_started\": true%'"
+
 _COLUMNS = ("job_id", "host", "command", "cwd", "base", "created_at", "budget_s", "deadline_s", "state",
             "exit_status", "signal", "readiness", "stdout_seen", "stderr_seen", "probes",
             "idempotency_key", "cancel_reason", "finished_at", "meta")
@@ -99,8 +109,8 @@ class JobRecord:
 
     @property
     def terminal(self) -> bool:
-        """True once the job's process state can no longer change (exited, killed, lost)."""
-        return self.state in ("exited", "killed", "lost")
+        """True once the job's process state can no longer change (exited, killed, lost, not_started)."""
+        return self.state in ("exited", "killed", "lost", "not_started")
 
 
 class Journal:
@@ -142,6 +152,8 @@ class Journal:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.executescript(_SCHEMA)
+            if db.execute(f"SELECT 1 FROM jobs WHERE {_OLD_NEVER_STARTED} LIMIT 1").fetchone():
+                db.execute(f"UPDATE jobs SET state='unconfirmed' WHERE {_OLD_NEVER_STARTED}")
             check = db.execute("PRAGMA quick_check(1)").fetchone()
             if not check or check[0] != "ok":
                 raise _Damaged(f"integrity check failed: {check[0] if check else 'no answer'}")

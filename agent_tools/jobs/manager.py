@@ -9,16 +9,26 @@ first, the controller sends EOF and closes the channel, and the job goes on unde
 from __future__ import annotations
 
 import base64
+import contextlib
 import re
 import secrets
 import signal as _signal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
 import anyio
 import structlog
 
-from ..errors import AgentToolsError, BadArguments, ConnectionLost, HostError, JobNotFound
+from ..errors import (
+    AgentToolsError,
+    BadArguments,
+    ConnectionLost,
+    ExecUnconfirmed,
+    HostBusy,
+    HostError,
+    HostUnreachable,
+    JobNotFound,
+)
 from ..hosts.base import Host, HostProcess
 from ..outcomes import (
     Detached,
@@ -55,6 +65,11 @@ log = structlog.get_logger(__name__)
 #: jobs directory on every host; expanded by the host's shell (so ``$HOME`` is the remote user's).
 DEFAULT_JOBS_DIR = "${XDG_STATE_HOME:-$HOME/.local/state}/agent-tools/jobs"
 
+#: seconds a host gets, beyond a call's own time (``budget_s``, ``wait_s``, ``grace_s``), to answer it: past that
+#: the call returns ``unreachable``, ``connection_lost`` or ``busy``. A host that stops answering is found dead
+#: sooner (``SshSettings.liveness_timeout_s``, 3 s); this bounds everything else (connecting, queueing).
+ANSWER_TIMEOUT_S = 4.0
+
 #: longest a call waits for a warm session that is starting (it would start a new session otherwise), seconds
 _WARM_WAIT_S = 2.0
 
@@ -76,6 +91,8 @@ MAX_COMMAND_BYTES = 100_000
 #: the launcher's own report words: any of them means the launch request reached it
 _LAUNCH_WORDS = frozenset({"started", "error", "exit", "view", "end"})
 _JOB_ID_RE = re.compile(r"^j_[a-z0-9]{8,32}$")
+#: journal states the host is not asked about again (their job cannot change any more)
+_SETTLED = frozenset({"exited", "killed", "not_started"})
 
 # Prompts and refusals that mean "this wanted a person at a terminal" (stdin is /dev/null here).
 _PROMPT_RE = re.compile(
@@ -130,14 +147,21 @@ class JobRunner:
     :param warm: use warm sessions on hosts that keep them (``SshHost.take_warm``): the launcher is started
         ahead of time, with the next job's directory made, and the call only writes its request to it (one
         round trip instead of channel open + exec + login shell + mkdir; see docs/performance.md).
+    :param answer_timeout_s: seconds a host gets, beyond a call's own time (``budget_s`` of :meth:`run`,
+        ``wait_s`` of :meth:`job_status`, ``grace_s`` of :meth:`cancel`, none for :meth:`job_output` and
+        :meth:`refresh_host`), before the call gives up with ``unreachable`` (no connection), ``busy`` (every
+        session channel taken by other calls) or ``connection_lost`` (float > 0).
     """
 
     def __init__(self, journal: Journal, *, jobs_dir: str = DEFAULT_JOBS_DIR, view_bytes: int = 6144,
-                 warm: bool = True) -> None:
+                 warm: bool = True, answer_timeout_s: float = ANSWER_TIMEOUT_S) -> None:
+        if not answer_timeout_s > 0:
+            raise ValueError("answer_timeout_s must be > 0 seconds")
         self.journal = journal
         self.jobs_dir = jobs_dir
         self.view_bytes = view_bytes
         self.warm = warm
+        self.answer_timeout_s = answer_timeout_s
 
     # ------------------------------------------------------------------ sessions
     def _warm_session(self) -> tuple[str, str]:
@@ -197,7 +221,16 @@ class JobRunner:
         open + exec all count against the budget); (3) wait for the exit report until the budget runs out;
         (4) on time-out, detach (EOF to the launcher, channel closed, job keeps running) or kill the job's
         whole process tree (TERM, ``kill_grace_s``, KILL, survivors checked). Returns by about
-        ``budget_s`` + 1 s whatever happens, an unreachable host included.
+        ``budget_s`` + 1 s normally, and within ``budget_s`` + ``answer_timeout_s`` whatever happens (a host
+        that stops answering included).
+
+        What a failed start says is what is known: an ``error`` whose launch provably never reached the host
+        (no connection, the session refused or never opened, every channel busy, the launcher refused it) has
+        the job id, is journalled ``not_started`` and says nothing was started; one whose request went out
+        without an answer (the connection dropped or stopped answering) is ``error`` of kind
+        ``start_unconfirmed`` with the job id, journalled ``unconfirmed`` until :meth:`job_status` settles it
+        (``running``/``exited`` once the host shows it, ``not_started`` once it shows no such job after the
+        launch window). Such a call must not be repeated blindly (use ``idempotency_key``).
 
         :param budget_s: seconds the call may block (float > 0).
         :param on_timeout: ``detach`` (keep running as a job) or ``kill``.
@@ -230,7 +263,7 @@ class JobRunner:
 
         if idempotency_key:
             prior = self.journal.find_idempotent(host.name, idempotency_key)
-            if prior is not None and prior.meta.get("never_started"):
+            if prior is not None and prior.state in ("not_started", "unconfirmed"):
                 prior = await self._release_unstarted(host, prior)
             if prior is not None:
                 log.info("job.idempotent_hit", host=host.name, job_id=prior.job_id)
@@ -275,6 +308,7 @@ class JobRunner:
         views: dict[str, RawView] = {}
         launch_error: str | None = None
         relaunch_found = False  # the second try found the job started by the first (see below)
+        refused = False  # the launcher said it could not set the job up (it never ran the command)
         maybe_sent = False  # a launch request was written to a warm session at some point (it may have arrived)
         proc: HostProcess | None = None
         try:
@@ -302,7 +336,7 @@ class JobRunner:
                                 if detach_immediately:
                                     break
                             elif words[0] == "error":
-                                launch_error = " ".join(words[1:])
+                                launch_error, refused = " ".join(words[1:]), not started
                             elif words[0] == "exit":
                                 exit_code = int(words[1]) if words[1].lstrip("-").isdigit() else None
                             elif words[0] == "view":
@@ -327,24 +361,18 @@ class JobRunner:
                         proc, written = None, False
                         continue
                     if attempt == 2 and launch_error is not None and "exists already" in launch_error:
-                        launch_error, relaunch_found = None, True
+                        launch_error, relaunch_found, refused = None, True, False
                     break
         except HostError as exc:
             if proc is not None:
                 with anyio.CancelScope(shield=True):
                     await proc.close()
             if not sent:
-                self.journal.update(job_id, state="lost", finished_at=now(),
-                                    meta={**rec.meta, "error": exc.message, "never_started": True})
-                if written or maybe_sent:
-                    # the request went into a connection that died before the launcher answered: most likely it
-                    # never arrived; status and a keyed retry look at the host (no command file: never started)
-                    return ErrorOutcome(
-                        host=host.name, command=shown, kind=exc.kind, retryable=exc.retryable, job_id=job_id,
-                        message=f"{exc.message}; the connection was lost before the host confirmed the start, so "
-                                "most likely nothing was started (job_status(job_id) tells once the host is "
-                                "reachable; a retry with the same idempotency_key checks the host first)")
-                return _error(exc, host.name, shown)
+                if isinstance(exc, ExecUnconfirmed) or written or maybe_sent:
+                    # the request went out (an exec request, or a request written to a warm session) and the host
+                    # never answered: it may have arrived
+                    return self._unconfirmed(rec, exc.message)
+                return self._not_started(rec, exc)
             # the command was sent; the job may be running: report it as detached-unknown via status later
             log.warning("job.start_connection_error", host=host.name, job_id=job_id, error=exc.message)
             return self._detached(rec, anyio.current_time() - t0, None,
@@ -353,6 +381,7 @@ class JobRunner:
                                   next_hint=f"job_status(job_id='{job_id}') once the host is reachable")
         except WireError as exc:
             launch_error = f"unexpected launcher output: {exc}"
+            refused = False
         except BaseException:
             # cancelled from outside (the client gave up): never leave the session open and its channel slot
             # taken; EOF lets the launcher exit, the job itself runs on under its monitor
@@ -378,25 +407,28 @@ class JobRunner:
             return self._detached(rec, elapsed, None, why="the warm session ended without answering, but the job "
                                                            "had started on the host: it runs there as a job")
         if launch_error is not None:
-            self.journal.update(job_id, state="lost", finished_at=now(), meta={**rec.meta, "error": launch_error})
+            # the launcher refused before running the command (no job directory, missing cwd): never started
+            self.journal.update(job_id, state="not_started" if refused else "lost", finished_at=now(),
+                                meta={**rec.meta, "error": launch_error})
             return ErrorOutcome(host=host.name, command=shown, kind="launch", message=launch_error,
                                 retryable=False, job_id=job_id)
 
         if not sent and not written:
+            if maybe_sent:  # a warm session got the request and died without a word; the new one got nowhere
+                return self._unconfirmed(rec, f"{host.name}: no session within the {budget_s:g} s budget after a "
+                                              "ready session ended without answering")
+            # No exec request went out for this call (SshHost.start sends none once its caller gave up before the
+            # session opened), and nothing was written to a session: provably not started.
             busy = getattr(host, "channels_busy", None)
             if callable(busy) and busy():
                 # not a network problem: every session channel to the host was taken by other calls
-                self.journal.update(job_id, state="lost", finished_at=now(),
-                                    meta={**rec.meta, "error": "all session channels busy", "never_started": True})
-                return ErrorOutcome(host=host.name, command=shown, kind="busy", retryable=True,
-                                    message=f"{host.name}: every SSH session channel to the host was in use by "
-                                            f"other calls for the whole {budget_s:g} s budget; nothing was "
-                                            "started. Retry, give a larger budget_s, or run fewer commands at once")
-            self.journal.update(job_id, state="lost", finished_at=now(),
-                                meta={**rec.meta, "error": "no connection within the budget", "never_started": True})
-            return ErrorOutcome(host=host.name, command=shown, kind="unreachable", retryable=True,
-                                message=f"{host.name}: no session within the {budget_s:g} s budget "
-                                        "(connect + channel open); nothing was started")
+                return self._not_started(rec, HostBusy(
+                    host.name, f"{host.name}: every SSH session channel to the host was in use by other calls for "
+                               f"the whole {budget_s:g} s budget; nothing was started. Retry, give a larger "
+                               "budget_s, or run fewer commands at once"))
+            return self._not_started(rec, HostUnreachable(
+                host.name, f"{host.name}: no session within the {budget_s:g} s budget (connect + channel open); "
+                           "nothing was started"))
 
         if exit_code is not None and not detach_immediately:
             return self._finished(rec, exit_code, views, elapsed)
@@ -417,14 +449,34 @@ class JobRunner:
                 log.warning("job.status_after_budget_failed", job_id=job_id, error=str(exc))
         if st is not None and st.present and st.exit_code is not None:
             return self._finished(rec, st.exit_code, st.views, anyio.current_time() - t0)
-        why = f"still running when its {budget_s:g} s budget ran out; the job keeps running on the host"
         if written and not sent and (st is None or not st.present):
-            why = (f"no answer from the host within the {budget_s:g} s budget: the launch request went to a ready "
-                   "session but the host did not confirm the start (hung or overloaded?); job_status tells "
-                   "whether it started")
-        elif not started:
+            return self._unconfirmed(rec, f"{host.name}: no answer from the host within the {budget_s:g} s budget "
+                                          "to a launch request written to a ready session (hung, overloaded, or "
+                                          "the connection stopped answering)")
+        why = f"still running when its {budget_s:g} s budget ran out; the job keeps running on the host"
+        if not started:
             why += " (the start was not confirmed before the budget ran out)"
         return self._detached(rec, anyio.current_time() - t0, st, why=why)
+
+    def _not_started(self, rec: JobRecord, exc: HostError) -> ErrorOutcome:
+        """The launch provably never reached the host: journalled ``not_started`` (not a lost job)."""
+        self.journal.update(rec.job_id, state="not_started", finished_at=now(),
+                            meta={**rec.meta, "error": exc.message})
+        log.info("job.not_started", host=rec.host, job_id=rec.job_id, kind=exc.kind)
+        return ErrorOutcome(host=rec.host, command=rec.command, kind=exc.kind, message=exc.message,
+                            retryable=exc.retryable, job_id=rec.job_id)
+
+    def _unconfirmed(self, rec: JobRecord, message: str) -> ErrorOutcome:
+        """The launch request went out and the host never answered: the job may be running. Journalled
+        ``unconfirmed`` until the host is asked (:meth:`apply_state`)."""
+        self.journal.update(rec.job_id, state="unconfirmed", meta={**rec.meta, "error": message})
+        log.warning("job.start_unconfirmed", host=rec.host, job_id=rec.job_id, error=message)
+        return ErrorOutcome(
+            host=rec.host, command=rec.command, kind="start_unconfirmed", retryable=False, job_id=rec.job_id,
+            message=f"{message}. The start of job {rec.job_id} is unconfirmed: the host may have received it and "
+                    f"the command may be running. job_status(job_id='{rec.job_id}') settles it once the host "
+                    "answers (running or exited if it started, not_started if it never did); do not run the "
+                    "command again before that, unless with the same idempotency_key")
 
     def _finished(self, rec: JobRecord, code: int, views: dict[str, RawView],
                   elapsed: float) -> Finished | NeedsInput:
@@ -486,18 +538,20 @@ class JobRunner:
                       exit_status=st.exit_code if st else None, stdout=ov, stderr=ev)
 
     async def _release_unstarted(self, host: Host, prior: JobRecord) -> JobRecord | None:
-        """A keyed job whose launch never reached the host: if its directory really is absent there, free the
-        key (returns None: the caller starts the job now); if it exists after all (the exec went out just as
-        the connection failed), that job holds the key (returned).
+        """A keyed job that did not start (``not_started``), or whose start is ``unconfirmed``: free its key
+        (returns None: the caller starts the job now) when it provably never started; an unconfirmed one is
+        first settled on the host (:meth:`apply_state`): if it started after all, or may still be starting, it
+        holds the key (returned).
 
-        :raises HostError: the host cannot be asked (the caller could not start the job either).
+        :raises HostError: the host cannot be asked about an unconfirmed start (the caller could not start the
+            job either).
         """
-        st = (await self._status(host, [(prior.job_id, 0, 0, 0, 0)])).get(prior.job_id)
-        if st is not None and st.present:
-            meta = {k: v for k, v in prior.meta.items() if k != "never_started"}
-            self.journal.update(prior.job_id, state="running", finished_at=None, meta=meta)
-            prior.state, prior.meta = "running", meta
-            return prior
+        if prior.state == "unconfirmed":
+            with _answer_within(host, self.answer_timeout_s, "the check of an unconfirmed start"):
+                st = (await self._status(host, [(prior.job_id, 0, 0, 0, 0)]))[prior.job_id]
+            state, *_ = self.apply_state(prior, st)
+            if state != "not_started":
+                return prior
         self.journal.update(prior.job_id, idempotency_key=None,
                             meta={**prior.meta, "released_idempotency_key": prior.idempotency_key})
         log.info("job.idempotency_key_released", host=host.name, job_id=prior.job_id)
@@ -512,7 +566,11 @@ class JobRunner:
         why = "a job with this idempotency key was already started; no second job was launched"
         if status.state == "exited" and status.exit_status is not None:
             head, tail = split_budget(self.view_bytes)
-            st = (await self._status(host, [(rec.job_id, 0, 0, head, tail)])).get(rec.job_id)
+            try:
+                with _answer_within(host, self.answer_timeout_s, "the output of the existing job"):
+                    st = (await self._status(host, [(rec.job_id, 0, 0, head, tail)])).get(rec.job_id)
+            except HostError as exc:
+                return _error(exc, host.name, rec.command)
             return self._finished(rec, status.exit_status, st.views if st else {}, status.elapsed_s)
         return Detached(host=rec.host, command=rec.command, job_id=rec.job_id, elapsed_s=status.elapsed_s,
                         budget_s=budget_s, deadline_s=rec.deadline_s, why=why + f" (state: {status.state})",
@@ -574,7 +632,8 @@ class JobRunner:
         """Rediscover and refresh every job on ``host`` in one round trip: list the host's job directories
         (command's first bytes, created time, state), add jobs the journal does not know (with
         :meth:`Journal.ensure`, marked ``meta.rediscovered``), and record the host-side state of every job
-        not yet final. Jobs already ``exited``/``killed`` in the journal are skipped on the host.
+        not yet final. Jobs already ``exited``/``killed``/``not_started`` in the journal are skipped on the host.
+        Bounded by ``answer_timeout_s``.
 
         :param max_skip: at most this many final job ids are sent to be skipped (the command line must stay
             below 128 KiB); older final jobs are listed again and ignored.
@@ -582,19 +641,20 @@ class JobRunner:
         A rediscovered command is the raw text of the host's ``command`` file: it is redacted before it is kept
         (:func:`agent_tools.redact.redact`), like every command the journal stores.
         :returns: the ids of the jobs that were added to the journal.
-        :raises HostError: the host cannot be reached.
+        :raises HostError: the host cannot be reached, or did not answer within ``answer_timeout_s``.
         """
         known = self.journal.states(host.name)
-        final = [j for j, s in known.items() if s in ("exited", "killed")][:max_skip]
-        proc = await host.start(discover_script(self.jobs_dir, final))
-        try:
-            await proc.close_stdin()
-            found, states = await parse_discovery(WireReader(proc.read_stdout))
-        except WireError as exc:
-            raise ConnectionLost(host.name, f"{host.name}: the job listing was cut short ({exc})") from exc
-        finally:
-            with anyio.CancelScope(shield=True):
-                await proc.close()
+        final = [j for j, s in known.items() if s in _SETTLED][:max_skip]
+        with _answer_within(host, self.answer_timeout_s, "the job listing"):
+            proc = await host.start(discover_script(self.jobs_dir, final))
+            try:
+                await proc.close_stdin()
+                found, states = await parse_discovery(WireReader(proc.read_stdout))
+            except WireError as exc:
+                raise ConnectionLost(host.name, f"{host.name}: the job listing was cut short ({exc})") from exc
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await proc.close()
         added: list[str] = []
         for f in found:
             if f.job_id not in known and _JOB_ID_RE.match(f.job_id) and self.journal.ensure(
@@ -606,7 +666,7 @@ class JobRunner:
         listed = {f.job_id for f in found}
         skipped = set(final)
         for job_id, state in known.items():
-            if state in ("exited", "killed") or job_id in skipped:
+            if state in _SETTLED or job_id in skipped:
                 continue
             st = states.get(job_id) or HostJobState(job_id, present=job_id in listed)
             self.apply_state(self.journal.get(job_id), st)
@@ -619,13 +679,27 @@ class JobRunner:
         """Derive (state, exit_status, signal, why) from host facts, and record terminal states.
 
         "pid gone and no exit status" is ``killed`` (when a cancel was recorded) or ``lost`` — never success.
+        A ``not_started`` job stays so; an ``unconfirmed`` start becomes what the host shows, or ``not_started``
+        when the host has no job directory for it once its launch window (budget + 5 s) is over.
         """
         state: str
         code: int | None = None
         sig: str | None = None
-        if not st.present and rec.state == "running" and now() - rec.created_at < _launch_window_s(rec):
-            # journalled just before the launch went out (another task or process asking this early)
+        if rec.state == "not_started":  # provably never reached the host (see run): nothing to ask it
+            return "not_started", None, None, _not_started_why(rec)
+        if (not st.present and rec.state in ("running", "unconfirmed")
+                and now() - rec.created_at < _launch_window_s(rec)):
+            # journalled just before the launch went out (another task or process asking this early), or a
+            # start the host has not confirmed whose request may still be on its way
             state, why = "running", "starting: the launch is in progress (no job directory on the host yet)"
+            if rec.state == "unconfirmed":
+                state, why = "running", ("starting: the start is unconfirmed and the host has no job directory "
+                                         "for it yet")
+        elif not st.present and rec.state == "unconfirmed":
+            # the launch window is over: a request that had reached the host would have made the job directory,
+            # and nothing sent into the abandoned connection can arrive any more (SshHost: SO_LINGER 0)
+            state, why = "not_started", ("the start was never confirmed and the host has no job directory for it: "
+                                         "it never started (nothing ran)")
         elif not st.present:
             state, why = "lost", "the job directory is missing on the host (deleted, or never started)"
         elif st.exit_code is not None:
@@ -653,7 +727,7 @@ class JobRunner:
             finished = _finished_at(rec, st)
             self.journal.update(rec.job_id, state=state, exit_status=code, signal=sig, finished_at=finished)
             rec.state, rec.exit_status, rec.signal, rec.finished_at = state, code, sig, finished
-        elif state == "running" and rec.state == "lost" and st.present:
+        elif state == "running" and rec.state in ("lost", "unconfirmed") and st.present:
             # recorded lost too early (e.g. the launch's connection failed after the exec went out): the host's
             # job directory is the source of truth
             self.journal.update(rec.job_id, state="running", exit_status=None, signal=None, finished_at=None)
@@ -667,26 +741,41 @@ class JobRunner:
         or after ``wait_s`` seconds (float, >= 0). Settled means: without probes, no longer running; with
         probes, readiness is no longer ``pending``. A ``ready`` job's units are checked again on every call
         (:mod:`agent_tools.probes.readiness`): readiness turns ``failed`` when the unit died since.
-        ``why``, ``next`` and the summary come from :func:`agent_tools.jobs.hints.guide`.
+        ``why``, ``next`` and the summary come from :func:`agent_tools.jobs.hints.guide`. Returns within
+        ``wait_s`` + ``answer_timeout_s`` whatever the host does; a probe check still under way then is left for
+        the next call (readiness unchanged). A ``not_started`` job is answered from the journal.
 
         :raises JobNotFound: unknown job id.
-        :raises HostError: the host cannot be reached.
+        :raises HostError: the host cannot be reached, or did not answer in time (``unreachable``,
+            ``connection_lost``, ``busy``).
         """
         check_job_id(job_id)
         if wait_s < 0:
             raise BadArguments("wait_s must be >= 0 seconds")
         rec = self.journal.get(job_id)
+        if rec.state == "not_started":
+            g = guide(facts_of(rec, detail=_not_started_why(rec)))
+            return JobStatus(job_id=job_id, host=rec.host, command=rec.command, state="not_started",
+                             elapsed_s=elapsed_of(rec), deadline_s=rec.deadline_s, why=g.why, next=g.next_text())
         head, tail = split_budget(self.view_bytes)
         t_end = anyio.current_time() + wait_s
+        t_hard = t_end + self.answer_timeout_s
         first: tuple[str, str] | None = None
         delay = 0.2
         reports: list[ProbeReport] = []
         ready_why = ""
         while True:
-            st = (await self._status(host, [(job_id, 0, 0, 0, 0)]))[job_id]
+            with _answer_within(host, t_hard - anyio.current_time(), "job_status", wait_s + self.answer_timeout_s):
+                st = (await self._status(host, [(job_id, 0, 0, 0, 0)]))[job_id]
             state, code, sig, why = self.apply_state(rec, st)
             if rec.probes:
-                reports, ready_why = await self._evaluate_probes(host, rec, state, code, why)
+                # probes get the time left, less a moment for the output fetch below
+                with anyio.move_on_after(t_hard - anyio.current_time() - self.answer_timeout_s / 2) as probing:
+                    reports, ready_why = await self._evaluate_probes(host, rec, state, code, why)
+                if probing.cancelled_caught:
+                    reports = [ProbeReport(**r) for r in rec.meta.get("last_probes", [])]
+                    ready_why = ("the probe check did not finish within this call's time; the next job_status "
+                                 "checks again")
             if first is None:
                 first = (state, rec.readiness)
             remaining = t_end - anyio.current_time()
@@ -695,9 +784,14 @@ class JobRunner:
                 break
             await anyio.sleep(min(delay, remaining))
             delay = min(delay * 1.6, 2.0)
+        if state == "not_started":
+            g = guide(facts_of(rec, state=state, detail=why))
+            return JobStatus(job_id=job_id, host=rec.host, command=rec.command, state="not_started",
+                             elapsed_s=elapsed_of(rec), deadline_s=rec.deadline_s, why=g.why, next=g.next_text())
         # fetch the new output since what the agent has seen
         rec = self.journal.get(job_id)
-        view_states = await self._status(host, [(job_id, rec.stdout_seen, rec.stderr_seen, head, tail)])
+        with _answer_within(host, t_hard - anyio.current_time(), "job_status", wait_s + self.answer_timeout_s):
+            view_states = await self._status(host, [(job_id, rec.stdout_seen, rec.stderr_seen, head, tail)])
         vst = view_states[job_id]
         new_out = vst.views["stdout"].view(rec.stdout_seen) if "stdout" in vst.views else OutputView()
         new_err = vst.views["stderr"].view(rec.stderr_seen) if "stderr" in vst.views else OutputView()
@@ -771,7 +865,8 @@ class JobRunner:
 
         :param offset: byte offset into the stream (int >= 0).
         :param limit: bytes to return at most (int, 1..1048576).
-        :raises JobNotFound, BadArguments, HostError:
+        :raises JobNotFound, BadArguments, HostError: (``HostError`` also when the host did not answer within
+            ``answer_timeout_s``)
         """
         check_job_id(job_id)
         if stream not in ("stdout", "stderr"):
@@ -781,7 +876,8 @@ class JobRunner:
         rec = self.journal.get(job_id)
         o, e = (offset, 0) if stream == "stdout" else (0, offset)
         # head-only view of [offset, offset+limit): ask for `limit` head bytes and no tail
-        st = (await self._status(host, [(job_id, o, e, limit, 0)]))[job_id]
+        with _answer_within(host, self.answer_timeout_s, "job_output"):
+            st = (await self._status(host, [(job_id, o, e, limit, 0)]))[job_id]
         if not st.present:
             raise JobNotFound(job_id, f"job {job_id}: its directory is gone from {rec.host}")
         raw = st.views.get(stream, RawView(0, b"", b""))
@@ -800,54 +896,62 @@ class JobRunner:
         """Kill job ``job_id``'s whole process tree: TERM, wait up to ``grace_s`` seconds, KILL; then check.
 
         The cancel reason is written to the job directory before any signal, so the job reads ``killed``.
+        Returns within ``grace_s`` + ``answer_timeout_s``; a job that never started (``not_started``) is answered
+        from the journal.
 
-        :raises JobNotFound, HostError:
+        :raises JobNotFound, HostError: (``HostError`` also when the host did not answer in time)
         """
         check_job_id(job_id)
         rec = self.journal.get(job_id)
+        if rec.state == "not_started":
+            return JobCancelResult(job_id=job_id, host=rec.host, state="not_started",
+                                   message="the job never started (nothing ran); nothing to kill")
+        limit_s = grace_s + self.answer_timeout_s
+        t_hard = anyio.current_time() + limit_s
         self.journal.update(job_id, cancel_reason=reason)
         signalled: list[int] = []
         escalated: list[int] = []
         survivors: list[int] = []
         missing = False
-        warm = await self._take_warm(host, _WARM_WAIT_S)
-        while True:
-            t_open = anyio.current_time()
-            proc, warmed = await self._open(
-                host, warm, lambda: cancel_script(self.jobs_dir, job_id, grace_s=grace_s, reason=reason),
-                lambda: cancel_request(self.jobs_dir, job_id, grace_s=grace_s, reason=reason))
-            reader = WireReader(proc.read_stdout)
-            try:
-                await proc.close_stdin()
-                while (words := await reader.header()) is not None:
-                    pids = [int(w) for w in words[1:] if w.isdigit()]
-                    if words[0] == "missing":
-                        missing = True
-                    elif words[0] == "targets":
-                        signalled = pids
-                    elif words[0] == "escalated":
-                        escalated = pids
-                    elif words[0] == "survivors":
-                        survivors = pids
-            except HostError:
-                if not _dead_on_arrival(warmed, reader.got_data, t_open):
-                    raise
-                warm = None  # the warm session was dead before it answered: cancel again on a new session
-                continue
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await proc.close()
-            if _dead_on_arrival(warmed, reader.got_data, t_open):
-                warm = None  # it ended without a word (killed shell): cancel again on a new session
-                continue
-            break
+        with _answer_within(host, limit_s, "job_cancel"):
+            warm = await self._take_warm(host, _WARM_WAIT_S)
+            while True:
+                t_open = anyio.current_time()
+                proc, warmed = await self._open(
+                    host, warm, lambda: cancel_script(self.jobs_dir, job_id, grace_s=grace_s, reason=reason),
+                    lambda: cancel_request(self.jobs_dir, job_id, grace_s=grace_s, reason=reason))
+                reader = WireReader(proc.read_stdout)
+                try:
+                    await proc.close_stdin()
+                    while (words := await reader.header()) is not None:
+                        pids = [int(w) for w in words[1:] if w.isdigit()]
+                        if words[0] == "missing":
+                            missing = True
+                        elif words[0] == "targets":
+                            signalled = pids
+                        elif words[0] == "escalated":
+                            escalated = pids
+                        elif words[0] == "survivors":
+                            survivors = pids
+                except HostError:
+                    if not _dead_on_arrival(warmed, reader.got_data, t_open):
+                        raise
+                    warm = None  # the warm session was dead before it answered: cancel again on a new session
+                    continue
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await proc.close()
+                if _dead_on_arrival(warmed, reader.got_data, t_open):
+                    warm = None  # it ended without a word (killed shell): cancel again on a new session
+                    continue
+                break
         if missing:
             self.journal.update(job_id, state="lost", finished_at=now())
             return JobCancelResult(job_id=job_id, host=rec.host, state="lost",
                                    message="the job directory is gone from the host; nothing to kill")
         # wait briefly for the monitor to record the exit status of the killed command
         state = "killed"
-        with anyio.move_on_after(1.0):
+        with anyio.move_on_at(min(anyio.current_time() + 1.0, t_hard)):
             while True:
                 st = (await self.host_states(host, [job_id]))[job_id]
                 if st.exit_code is not None or not st.monitor_alive:
@@ -878,6 +982,40 @@ def _dead_on_arrival(warmed: bool, answered: bool, t_open: float) -> bool:
     ``_WARM_RETRY_S`` of ``t_open``: it was dead before the call, and the call is tried once more on a new
     session (later failures are real: reported at once)."""
     return warmed and not answered and anyio.current_time() - t_open < _WARM_RETRY_S
+
+
+@contextlib.contextmanager
+def _answer_within(host: Host, limit_s: float, what: str, shown_s: float | None = None) -> Iterator[None]:
+    """Bound a call's round trips to ``host`` by ``limit_s`` seconds (float; <= 0: none left): past it the call
+    fails with what the host was doing, as far as it can tell (:func:`_no_answer`).
+
+    :param shown_s: the limit as the caller sees it (for the message; default ``limit_s``).
+    """
+    try:
+        with anyio.fail_after(max(limit_s, 0.0)):
+            yield
+    except TimeoutError as exc:
+        raise _no_answer(host, what, shown_s if shown_s is not None else limit_s) from exc
+
+
+def _no_answer(host: Host, what: str, limit_s: float) -> HostError:
+    """The error for a call whose time ran out: ``busy`` when every session channel was taken by other calls
+    (the host answers them), ``unreachable`` when there is no connection, ``connection_lost`` otherwise."""
+    busy = getattr(host, "channels_busy", None)
+    if callable(busy) and busy():
+        return HostBusy(host.name, f"{host.name}: every SSH session channel to the host was in use by other calls "
+                                   f"for the {limit_s:g} s {what} had; retry, or run fewer commands at once")
+    connected = getattr(host, "connected", None)
+    if callable(connected) and not connected():
+        return HostUnreachable(host.name, f"{host.name}: no SSH connection within the {limit_s:g} s {what} had")
+    return ConnectionLost(host.name, f"{host.name}: no answer from the host within the {limit_s:g} s {what} had "
+                                     "(the connection is open but the host did not reply: overloaded, or the "
+                                     "network stopped passing packets)")
+
+
+def _not_started_why(rec: JobRecord) -> str:
+    error = rec.meta.get("error")
+    return "it never started: nothing ran on the host" + (f" ({error})" if error else "")
 
 
 def _launch_window_s(rec: JobRecord) -> float:

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import structlog
 from pydantic import BaseModel, ValidationError
 
@@ -22,7 +23,7 @@ from ..errors import AgentToolsError, BadArguments
 from ..hosts.registry import HostRegistry
 from ..jobs.hints import guide
 from ..jobs.journal import Journal
-from ..jobs.manager import JobRunner, _error, facts_of
+from ..jobs.manager import JobRunner, _error, _no_answer, facts_of
 from ..outcomes import (
     Denied,
     Detached,
@@ -73,6 +74,13 @@ log = structlog.get_logger(__name__)
 
 DEFAULT_BUDGET_S = 15.0
 
+#: the own time (seconds, from the arguments) of tools that wait on purpose: such a call returns within it plus
+#: the runner's ``answer_timeout_s``. Other ops tools are bounded by their parts: every round trip's liveness
+#: check and connect deadline (``SshSettings``), and the runner's bounds for the jobs they start.
+_OWN_TIME_S: dict[str, Callable[[dict[str, Any]], float]] = {
+    "wait_for": lambda kw: float(kw.get("deadline_s", 60.0)),
+}
+
 
 @dataclass(frozen=True)
 class ToolSpec:
@@ -95,19 +103,24 @@ RUN_COMMAND_DESC = (
     "durable job; follow it with job_status), 'killed', 'needs_input' (it wanted a password/confirmation; "
     "stdin is /dev/null), 'needs_approval' (policy: ask the operator, then call again with approval_id), "
     "'denied' (policy: do not retry), or 'error' (host unreachable/auth/bad arguments; 'retryable' says if "
-    "trying later may work). Long operations (service restarts, model loads, builds) are safe: they detach "
-    "instead of being killed. Output is shown as head+tail with byte counts; job_output pages the rest.")
+    "trying later may work; kind 'start_unconfirmed': the start was sent but not confirmed, the command may "
+    "be running: follow its job_id with job_status, do not run it again). Long operations (service restarts, "
+    "model loads, builds) are safe: they detach instead of being killed. Output is shown as head+tail with "
+    "byte counts; job_output pages the rest.")
 JOB_STATUS_DESC = (
-    "State of a job started by run_command: running | exited | killed | lost, its exit status, readiness "
-    "(when probes are attached: pending | ready | failed | deadline_exceeded), and the output written since "
-    "the previous job_status call. With wait_s > 0 it long-polls until the state changes or wait_s passes. "
-    "'lost' means the job's fate is unknown (never success).")
+    "State of a job started by run_command: running | exited | killed | lost | not_started, its exit status, "
+    "readiness (when probes are attached: pending | ready | failed | deadline_exceeded), and the output written "
+    "since the previous job_status call. With wait_s > 0 it long-polls until the state changes or wait_s passes. "
+    "'lost' means the job's fate is unknown (never success); 'not_started' that nothing of it ran. It settles a "
+    "start_unconfirmed error from run_command.")
 JOB_OUTPUT_DESC = "Page a job's full output by byte offset (stdout or stderr); all bytes are kept on the host."
 JOB_CANCEL_DESC = ("Stop a job: TERM to its whole process tree (including daemons it spawned), KILL after "
                    "grace_s, then verify no process of it is left. Reports what was killed and any survivors.")
-LIST_JOBS_DESC = ("List known jobs (newest first), optionally for one host, with their last known state. With "
-                  "host, their states and readiness are looked at again on that host (a ready unit that died "
-                  "since reads failed).")
+LIST_JOBS_DESC = ("List known jobs (newest first), optionally for one host, with their last known state "
+                  "(running | unconfirmed: the start was sent but not confirmed, the host settles it | exited | "
+                  "killed | lost). With host, their states and readiness are looked at again on that host (a ready "
+                  "unit that died since reads failed). Launches that never started are not jobs and are only "
+                  "counted in the note.")
 RESTART_SERVICE_DESC = (
     "Restart a systemd unit safely: daemon-reload, `systemctl restart --no-block`, and return at once a "
     "'detached' job whose readiness is judged by probes (the unit active in a new invocation, plus any HTTP "
@@ -176,12 +189,23 @@ class Toolkit:
             ("wait_for", WAIT_FOR_DESC, WaitForArgs, ops.wait_for),
             ("http_get", HTTP_GET_DESC, HttpGetArgs, ops.http_get),
         ):
-            self.register(ToolSpec(name, desc, model), self._bind(fn))
+            self.register(ToolSpec(name, desc, model), self._bind(fn, _OWN_TIME_S.get(name)))
 
-    def _bind(self, fn: Callable[..., Awaitable[BaseModel]]) -> Callable[..., Awaitable[BaseModel]]:
+    def _bind(self, fn: Callable[..., Awaitable[BaseModel]],
+              own_s: Callable[[dict[str, Any]], float] | None = None) -> Callable[..., Awaitable[BaseModel]]:
+        """``fn`` as a tool: errors become ``error`` outcomes; with ``own_s`` (the call's own time from its
+        arguments, seconds) the call returns within that plus the runner's ``answer_timeout_s`` whatever the
+        host does (past it: ``unreachable``, ``busy`` or ``connection_lost``)."""
         async def call(**kwargs: Any) -> BaseModel:
             try:
-                return await fn(self, **kwargs)
+                if own_s is None:
+                    return await fn(self, **kwargs)
+                limit_s = own_s(kwargs) + self.runner.answer_timeout_s
+                try:
+                    with anyio.fail_after(limit_s):
+                        return await fn(self, **kwargs)
+                except TimeoutError as exc:
+                    raise _no_answer(self.hosts.get(kwargs["host"]), fn.__name__, limit_s) from exc
             except AgentToolsError as exc:
                 return _error(exc, kwargs.get("host"), None)
 
@@ -406,9 +430,14 @@ class Toolkit:
             return _noted(_error(exc, None, None), note)
 
     async def list_jobs(self, host: str | None = None) -> JobList | ErrorOutcome:
-        """Known jobs, newest first. With ``host``, one round trip to that host refreshes their states and
-        rediscovers jobs found in its job directories that the journal does not know (deleted or damaged
-        journal, another controller), adding them to the journal."""
+        """Known jobs, newest first. With ``host``, one round trip to that host (bounded by the runner's
+        ``answer_timeout_s``) refreshes their states and readiness and rediscovers jobs found in its job
+        directories that the journal does not know (deleted or damaged journal, another controller), adding them
+        to the journal.
+
+        Launches that provably never started (journal state ``not_started``: the host was unreachable, refused
+        the session or the launch) are not listed: nothing of them ran, so they are not work to follow or lost;
+        the note counts them (``job_status`` on such an id says why it did not start)."""
         try:
             notes: list[str] = []
             recovered = getattr(self.journal, "recovered_from", None)
@@ -423,10 +452,13 @@ class Toolkit:
                     f"; rediscovered {len(added)} job(s) from its job directories that the journal did not know"
                     if added else ""))
             recs = self.journal.list(host)
+            jobs = [r for r in recs if r.state != "not_started"]
+            if len(jobs) < len(recs):
+                notes.append(f"{len(recs) - len(jobs)} launch(es) that never started (nothing ran) are not listed")
             return JobList(jobs=[JobInfo(job_id=r.job_id, host=r.host, command=r.command, state=r.state,
                                          readiness=r.readiness, exit_status=r.exit_status,
                                          created_at=r.created_at, summary=guide(facts_of(r)).summary)
-                                 for r in recs], note="; ".join(notes))
+                                 for r in jobs], note="; ".join(notes))
         except AgentToolsError as exc:
             return _error(exc, host, None)
 
