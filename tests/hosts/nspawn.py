@@ -993,6 +993,18 @@ class HostPool:
         _run(["ip", "netns", "exec", ns, "iptables", "-I", "INPUT", "!", "-i", "lo", "-j", "DROP"])
         _run(["ip", "netns", "exec", ns, "iptables", "-I", "OUTPUT", "!", "-o", "lo", "-j", "DROP"])
 
+    def stall_port(self, name: str, port: int = 22, *, inbound: bool = True) -> None:
+        """Drop the packets of TCP ``port`` of the host (default sshd's) without resetting anything: what the
+        host sends from it, and with ``inbound`` (the default) what it receives on it too. Open connections
+        stall (with ``inbound=False`` the host still gets every request but none of its answers leave), new
+        ones hang in SYN retries. ``heal`` undoes it."""
+        ns = self.host(name).netns
+        self.heal(name)
+        if inbound:
+            _run(["ip", "netns", "exec", ns, "iptables", "-I", "INPUT", "-p", "tcp", "--dport", str(port), "-j",
+                  "DROP"])
+        _run(["ip", "netns", "exec", ns, "iptables", "-I", "OUTPUT", "-p", "tcp", "--sport", str(port), "-j", "DROP"])
+
     def heal(self, name: str) -> None:
         ns = self.host(name).netns
         _run(["ip", "netns", "exec", ns, "iptables", "-F", "INPUT"])
