@@ -322,6 +322,7 @@ async def test_launch_that_never_reached_the_host_is_not_lost_work(real_sshd: Re
         assert states[ok["job_id"]] == "exited" and "3 launch(es) that never started" in lst["note"], lst
         # the old row: the host has no such job and its launch window is long over: it never started
         lst = dump(await tk.list_jobs(host=server.alias))
+        assert "jobs" in lst, lst["message"]
         assert old.job_id not in {j["job_id"] for j in lst["jobs"]}, lst
         assert tk.journal.get(old.job_id).state == "not_started"
         assert "lost" not in {j["state"] for j in dump(await tk.list_jobs())["jobs"]}

@@ -231,8 +231,9 @@ class _ChannelSlots:
         self.configured = limit
         self.limit = limit
         self.in_use = 0
-        self.opened = 0  # channels of those in use that the server confirmed open
+        self.opened = 0  # channels of the current connection that the server confirmed open
         self.peak = 0
+        self.generation = 0  # which connection ``opened`` and ``peak`` are about
         self._waiters: deque[anyio.Event] = deque()
 
     @property
@@ -264,10 +265,10 @@ class _ChannelSlots:
                 self._waiters.remove(ev)
             raise
 
-    def release(self, *, opened: bool = False) -> None:
-        """Give a slot back (``opened``: its channel had been confirmed open)."""
+    def release(self, opened: int | None = None) -> None:
+        """Give a slot back (``opened``: the generation in which its channel was confirmed open, if it was)."""
         self.in_use -= 1
-        if opened:
+        if opened is not None and opened == self.generation:
             self.opened -= 1
         self._hand_over()
 
@@ -276,10 +277,11 @@ class _ChannelSlots:
             self.in_use += 1
             self._waiters.popleft().set()
 
-    def confirmed(self) -> None:
-        """The server confirmed a channel open."""
+    def confirmed(self) -> int:
+        """The server confirmed a channel open; returns the generation to release it with."""
         self.opened += 1
         self.peak = max(self.peak, self.opened)
+        return self.generation
 
     def refused(self) -> int:
         """The server refused a channel: lower the limit to what it accepted at once; returns the limit."""
@@ -288,15 +290,18 @@ class _ChannelSlots:
 
     def reset(self) -> None:
         """A new connection: start again from the configured limit."""
-        self.limit, self.peak = self.configured, 0
+        self.limit, self.peak, self.opened = self.configured, 0, 0
+        self.generation += 1
         self._hand_over()
 
 
 class _SshProcess(HostProcess):
-    def __init__(self, host: SshHost, proc: asyncssh.SSHClientProcess[bytes], slots: _ChannelSlots) -> None:
+    def __init__(self, host: SshHost, proc: asyncssh.SSHClientProcess[bytes], slots: _ChannelSlots,
+                 generation: int | None) -> None:
         self._host = host
         self._proc = proc
         self._slots = slots
+        self._generation = generation  # of the channel slots, when the channel was confirmed open
         self._released = False
 
     async def _read(self, reader: asyncssh.SSHReader[bytes], max_bytes: int) -> bytes:
@@ -364,7 +369,7 @@ class _SshProcess(HostProcess):
             task = asyncio.get_running_loop().create_task(self._close_and_release())
         except RuntimeError:  # no running loop (interpreter shutdown): close now
             self._proc.close()
-            self._slots.release(opened=True)
+            self._slots.release(self._generation)
             return
         _PENDING.add(task)
         task.add_done_callback(_PENDING.discard)
@@ -379,7 +384,7 @@ class _SshProcess(HostProcess):
         except (TimeoutError, asyncssh.Error, OSError):
             self._proc.close()
         finally:
-            self._slots.release(opened=True)
+            self._slots.release(self._generation)
 
 
 class SshHost:
@@ -415,6 +420,12 @@ class SshHost:
         """True while the pooled connection is open (not yet found dead)."""
         conn = self._conn
         return conn is not None and not conn.is_closed()
+
+    def answering(self) -> bool:
+        """True while the pooled connection is open and watched for liveness (``liveness_timeout_s`` > 0): a
+        call waiting on it fails within that time if the host stops answering, so a call still waiting on an
+        open connection is waiting for a slow host, not a gone one."""
+        return self.connected() and self.settings.liveness_timeout_s > 0
 
     def channels_busy(self) -> bool:
         """True while every session channel slot of the (open) pooled connection is taken, i.e. new calls are
@@ -612,7 +623,7 @@ class SshHost:
                 try:
                     with self._awaiting():
                         proc = await _open_process(conn, command, env_, guard)
-                    return _SshProcess(self, proc, self._slots)
+                    return _SshProcess(self, proc, self._slots, guard.generation)
                 except _Unconfirmed as exc:
                     self._drop_if_closed()
                     raise ExecUnconfirmed(self.name, f"{self.name}: the command was sent but the host did not "
@@ -658,7 +669,7 @@ class SshHost:
                                                     f"session ({exc}); nothing was started") from exc
         except BaseException:
             if held:
-                self._slots.release(opened=guard is not None and guard.exec_sent)
+                self._slots.release(guard.generation if guard is not None else None)
             raise
 
     # ------------------------------------------------------------------ warm sessions
@@ -850,12 +861,13 @@ class _OpenGuard:
     went out (``on_open`` is called then); ``abandoned`` once the caller gave up before that (then none is ever
     sent)."""
 
-    __slots__ = ("abandoned", "exec_sent", "on_open")
+    __slots__ = ("abandoned", "exec_sent", "generation", "on_open")
 
-    def __init__(self, on_open: Callable[[], None]) -> None:
+    def __init__(self, on_open: Callable[[], int]) -> None:
         self.exec_sent = False
         self.abandoned = False
         self.on_open = on_open
+        self.generation: int | None = None  # set by on_open (see _ChannelSlots.confirmed)
 
 
 class _GuardedProcess(asyncssh.SSHClientProcess[bytes]):
@@ -873,7 +885,7 @@ class _GuardedProcess(asyncssh.SSHClientProcess[bytes]):
             chan.close()
             raise _Abandoned("the caller gave up before the session opened")  # no exec request is sent
         self._guard.exec_sent = True
-        self._guard.on_open()
+        self._guard.generation = self._guard.on_open()
 
 
 async def _open_process(conn: asyncssh.SSHClientConnection, command: str, env: dict[str, str],

@@ -8,6 +8,7 @@ first, the controller sends EOF and closes the channel, and the job goes on unde
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import re
@@ -66,9 +67,14 @@ log = structlog.get_logger(__name__)
 DEFAULT_JOBS_DIR = "${XDG_STATE_HOME:-$HOME/.local/state}/agent-tools/jobs"
 
 #: seconds a host gets, beyond a call's own time (``budget_s``, ``wait_s``, ``grace_s``), to answer it: past that
-#: the call returns ``unreachable``, ``connection_lost`` or ``busy``. A host that stops answering is found dead
-#: sooner (``SshSettings.liveness_timeout_s``, 3 s); this bounds everything else (connecting, queueing).
+#: the call returns ``unreachable``, ``connection_lost`` or ``busy``, unless the host is answering (slow, not
+#: gone). A host that stops answering is found dead sooner (``SshSettings.liveness_timeout_s``, 3 s).
 ANSWER_TIMEOUT_S = 4.0
+
+#: a call whose time is up while its host is answering (slow, not gone) gets this many seconds more, again and
+#: again, up to ``_EXTEND_MAX_S`` in all (see ``_answer_within``)
+_EXTEND_S = 4.0
+_EXTEND_MAX_S = 60.0
 
 #: longest a call waits for a warm session that is starting (it would start a new session otherwise), seconds
 _WARM_WAIT_S = 2.0
@@ -150,7 +156,8 @@ class JobRunner:
     :param answer_timeout_s: seconds a host gets, beyond a call's own time (``budget_s`` of :meth:`run`,
         ``wait_s`` of :meth:`job_status`, ``grace_s`` of :meth:`cancel`, none for :meth:`job_output` and
         :meth:`refresh_host`), before the call gives up with ``unreachable`` (no connection), ``busy`` (every
-        session channel taken by other calls) or ``connection_lost`` (float > 0).
+        session channel taken by other calls) or ``connection_lost`` (float > 0). A host that is answering
+        (slow, not gone: ``SshHost.answering``) gets more time, up to 60 s more.
     """
 
     def __init__(self, journal: Journal, *, jobs_dir: str = DEFAULT_JOBS_DIR, view_bytes: int = 6144,
@@ -221,8 +228,9 @@ class JobRunner:
         open + exec all count against the budget); (3) wait for the exit report until the budget runs out;
         (4) on time-out, detach (EOF to the launcher, channel closed, job keeps running) or kill the job's
         whole process tree (TERM, ``kill_grace_s``, KILL, survivors checked). Returns by about
-        ``budget_s`` + 1 s normally, and within ``budget_s`` + ``answer_timeout_s`` whatever happens (a host
-        that stops answering included).
+        ``budget_s`` + 1 s normally, and within ``budget_s`` + 4 s whatever happens (a host that stops
+        answering included: connect, channel open and the exec's answer all count against the budget, and an exec
+        already sent gets at most 3 s more to be answered).
 
         What a failed start says is what is known: an ``error`` whose launch provably never reached the host
         (no connection, the session refused or never opened, every channel busy, the launcher refused it) has
@@ -633,7 +641,7 @@ class JobRunner:
         (command's first bytes, created time, state), add jobs the journal does not know (with
         :meth:`Journal.ensure`, marked ``meta.rediscovered``), and record the host-side state of every job
         not yet final. Jobs already ``exited``/``killed``/``not_started`` in the journal are skipped on the host.
-        Bounded by ``answer_timeout_s``.
+        Bounded by ``answer_timeout_s`` when the host stops answering.
 
         :param max_skip: at most this many final job ids are sent to be skipped (the command line must stay
             below 128 KiB); older final jobs are listed again and ignored.
@@ -742,7 +750,7 @@ class JobRunner:
         probes, readiness is no longer ``pending``. A ``ready`` job's units are checked again on every call
         (:mod:`agent_tools.probes.readiness`): readiness turns ``failed`` when the unit died since.
         ``why``, ``next`` and the summary come from :func:`agent_tools.jobs.hints.guide`. Returns within
-        ``wait_s`` + ``answer_timeout_s`` whatever the host does; a probe check still under way then is left for
+        ``wait_s`` + ``answer_timeout_s`` when the host stops answering; a probe check still under way then is left for
         the next call (readiness unchanged). A ``not_started`` job is answered from the journal.
 
         :raises JobNotFound: unknown job id.
@@ -896,8 +904,8 @@ class JobRunner:
         """Kill job ``job_id``'s whole process tree: TERM, wait up to ``grace_s`` seconds, KILL; then check.
 
         The cancel reason is written to the job directory before any signal, so the job reads ``killed``.
-        Returns within ``grace_s`` + ``answer_timeout_s``; a job that never started (``not_started``) is answered
-        from the journal.
+        Returns within ``grace_s`` + ``answer_timeout_s`` when the host stops answering; a job that never
+        started (``not_started``) is answered from the journal.
 
         :raises JobNotFound, HostError: (``HostError`` also when the host did not answer in time)
         """
@@ -989,13 +997,33 @@ def _answer_within(host: Host, limit_s: float, what: str, shown_s: float | None 
     """Bound a call's round trips to ``host`` by ``limit_s`` seconds (float; <= 0: none left): past it the call
     fails with what the host was doing, as far as it can tell (:func:`_no_answer`).
 
+    A host that is slow but answering is not cut off: when the time is up while the host says it is answering
+    (``SshHost.answering``: its connection is open and watched for liveness, so a call waiting on it would
+    have failed within ``liveness_timeout_s`` had it stopped answering; hosts without that method count as
+    answering), the bound moves on by ``_EXTEND_S``, up to ``_EXTEND_MAX_S`` in all.
+
     :param shown_s: the limit as the caller sees it (for the message; default ``limit_s``).
     """
-    try:
-        with anyio.fail_after(max(limit_s, 0.0)):
+    answering = getattr(host, "answering", None)
+    t0 = anyio.current_time()
+    loop = asyncio.get_running_loop()
+    handle: asyncio.TimerHandle | None = None
+
+    def check(scope: anyio.CancelScope) -> None:
+        nonlocal handle
+        now_ = loop.time()
+        if now_ - t0 - limit_s < _EXTEND_MAX_S and (answering is None or answering()):
+            scope.deadline = now_ + _EXTEND_S
+            handle = loop.call_at(scope.deadline - 0.01, check, scope)
+
+    with anyio.CancelScope(deadline=t0 + max(limit_s, 0.0)) as scope:
+        handle = loop.call_at(scope.deadline - 0.01, check, scope)
+        try:
             yield
-    except TimeoutError as exc:
-        raise _no_answer(host, what, shown_s if shown_s is not None else limit_s) from exc
+        finally:
+            handle.cancel()
+    if scope.cancelled_caught:
+        raise _no_answer(host, what, shown_s if shown_s is not None else limit_s)
 
 
 def _no_answer(host: Host, what: str, limit_s: float) -> HostError:

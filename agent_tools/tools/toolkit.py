@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
 import structlog
 from pydantic import BaseModel, ValidationError
 
@@ -23,7 +22,7 @@ from ..errors import AgentToolsError, BadArguments
 from ..hosts.registry import HostRegistry
 from ..jobs.hints import guide
 from ..jobs.journal import Journal
-from ..jobs.manager import JobRunner, _error, _no_answer, facts_of
+from ..jobs.manager import JobRunner, _answer_within, _error, facts_of
 from ..outcomes import (
     Denied,
     Detached,
@@ -194,18 +193,15 @@ class Toolkit:
     def _bind(self, fn: Callable[..., Awaitable[BaseModel]],
               own_s: Callable[[dict[str, Any]], float] | None = None) -> Callable[..., Awaitable[BaseModel]]:
         """``fn`` as a tool: errors become ``error`` outcomes; with ``own_s`` (the call's own time from its
-        arguments, seconds) the call returns within that plus the runner's ``answer_timeout_s`` whatever the
-        host does (past it: ``unreachable``, ``busy`` or ``connection_lost``)."""
+        arguments, seconds) the call returns within that plus the runner's ``answer_timeout_s`` when the host
+        stops answering (then ``unreachable``, ``busy`` or ``connection_lost``; see ``_answer_within``)."""
         async def call(**kwargs: Any) -> BaseModel:
             try:
                 if own_s is None:
                     return await fn(self, **kwargs)
                 limit_s = own_s(kwargs) + self.runner.answer_timeout_s
-                try:
-                    with anyio.fail_after(limit_s):
-                        return await fn(self, **kwargs)
-                except TimeoutError as exc:
-                    raise _no_answer(self.hosts.get(kwargs["host"]), fn.__name__, limit_s) from exc
+                with _answer_within(self.hosts.get(kwargs["host"]), limit_s, fn.__name__):
+                    return await fn(self, **kwargs)
             except AgentToolsError as exc:
                 return _error(exc, kwargs.get("host"), None)
 
