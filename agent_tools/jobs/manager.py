@@ -471,7 +471,7 @@ class JobRunner:
         self.journal.update(rec.job_id, state="not_started", finished_at=now(),
                             meta={**rec.meta, "error": exc.message})
         log.info("job.not_started", host=rec.host, job_id=rec.job_id, kind=exc.kind)
-        return ErrorOutcome(host=rec.host, command=rec.command, kind=exc.kind, message=exc.message,
+        return ErrorOutcome(host=rec.host, command=rec.command, kind=exc.kind, message=redact(exc.message),
                             retryable=exc.retryable, job_id=rec.job_id)
 
     def _unconfirmed(self, rec: JobRecord, message: str) -> ErrorOutcome:
@@ -481,8 +481,8 @@ class JobRunner:
         log.warning("job.start_unconfirmed", host=rec.host, job_id=rec.job_id, error=message)
         return ErrorOutcome(
             host=rec.host, command=rec.command, kind="start_unconfirmed", retryable=False, job_id=rec.job_id,
-            message=f"{message}. The start of job {rec.job_id} is unconfirmed: the host may have received it and "
-                    f"the command may be running. job_status(job_id='{rec.job_id}') settles it once the host "
+            message=f"{redact(message)}. The start of job {rec.job_id} is unconfirmed: the host may have received "
+                    f"it and the command may be running. job_status(job_id='{rec.job_id}') settles it once the host "
                     "answers (running or exited if it started, not_started if it never did); do not run the "
                     "command again before that, unless with the same idempotency_key")
 
