@@ -18,11 +18,17 @@ job's ``readiness`` is ``pending`` → ``ready`` | ``failed`` | ``deadline_excee
 reported without a receipt: an exit status written by the job's monitor, or probes that passed.
 
 Results lead with the state, stay small, carry evidence and name the next call (``next``).
+
+What the model reads is :func:`result_view` of a result: every field that is at its default (``None``, ``""``,
+``[]``, an empty output view, ``readiness="none"``) is left out, required fields are always there, and an
+output view that holds its whole stream is just its ``text``. The JSON Schema of each model says what may
+appear; a left-out field means "nothing to say" (a default), never "unknown".
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import math
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,14 +49,20 @@ __all__ = [
     "NeedsInput",
     "Outcome",
     "ProbeReport",
+    "ResultModel",
+    "outcome_dict",
+    "result_view",
 ]
 
 
-class _Model(BaseModel):
+class ResultModel(BaseModel):
+    """Base of every tool result model: no extra fields; :func:`result_view` is what a model reads of it."""
+
     model_config = ConfigDict(extra="forbid")
 
 
-class ProbeReport(_Model):
+
+class ProbeReport(ResultModel):
     """One probe's latest result as the agent sees it."""
 
     kind: str = Field(description="probe kind: systemd_unit, http, log, port, gpu_memory, host_memory")
@@ -59,7 +71,7 @@ class ProbeReport(_Model):
     evidence: str = Field(default="", description="what was seen (unit state, HTTP status, matched line)")
 
 
-class Finished(_Model):
+class Finished(ResultModel):
     """The command exited within its budget."""
 
     outcome: Literal["finished"] = "finished"
@@ -68,12 +80,12 @@ class Finished(_Model):
     exit_status: int | None = Field(description="exit status; None when it died by a signal")
     signal: str | None = Field(default=None, description="signal name (TERM, KILL) when killed by one")
     duration_s: float
-    stdout: OutputView
-    stderr: OutputView
+    stdout: OutputView = Field(default_factory=OutputView)
+    stderr: OutputView = Field(default_factory=OutputView)
     job_id: str = Field(description="job id under which the full output stays on the host")
 
 
-class NeedsInput(_Model):
+class NeedsInput(ResultModel):
     """The command wanted input from a person (a password or confirmation prompt). stdin is /dev/null, so it
     failed (or stopped) instead of hanging; run it non-interactively (``sudo -n``, ``--yes``, keys)."""
 
@@ -83,13 +95,13 @@ class NeedsInput(_Model):
     prompt: str = Field(description="the prompt or refusal text seen")
     exit_status: int | None = None
     duration_s: float
-    stdout: OutputView
-    stderr: OutputView
+    stdout: OutputView = Field(default_factory=OutputView)
+    stderr: OutputView = Field(default_factory=OutputView)
     job_id: str
     next: str
 
 
-class Detached(_Model):
+class Detached(ResultModel):
     """Still running when its budget ran out (or the rule said detach at once): a durable job on the host."""
 
     outcome: Literal["detached"] = "detached"
@@ -102,12 +114,12 @@ class Detached(_Model):
                                                                "counts as past its deadline")
     why: str
     probes: list[ProbeReport] = Field(default_factory=list)
-    stdout: OutputView
-    stderr: OutputView
+    stdout: OutputView = Field(default_factory=OutputView)
+    stderr: OutputView = Field(default_factory=OutputView)
     next: str
 
 
-class Killed(_Model):
+class Killed(ResultModel):
     """Terminated on purpose; survivors were checked."""
 
     outcome: Literal["killed"] = "killed"
@@ -120,11 +132,11 @@ class Killed(_Model):
     survivors: list[int] = Field(default_factory=list, description="pids of the job still alive (should be [])")
     duration_s: float
     exit_status: int | None = None
-    stdout: OutputView
-    stderr: OutputView
+    stdout: OutputView = Field(default_factory=OutputView)
+    stderr: OutputView = Field(default_factory=OutputView)
 
 
-class NeedsApproval(_Model):
+class NeedsApproval(ResultModel):
     """A policy rule says ``ask``: nothing ran."""
 
     outcome: Literal["needs_approval"] = "needs_approval"
@@ -139,7 +151,7 @@ class NeedsApproval(_Model):
     next: str
 
 
-class Denied(_Model):
+class Denied(ResultModel):
     """A policy rule says ``deny``: nothing ran."""
 
     outcome: Literal["denied"] = "denied"
@@ -150,7 +162,7 @@ class Denied(_Model):
     next: str = "do not retry this command; choose a different approach or ask the operator"
 
 
-class ErrorOutcome(_Model):
+class ErrorOutcome(ResultModel):
     """The call failed before or while reaching the host. Nothing was left half-done, except for kind
     ``start_unconfirmed``: the start request went out unanswered and the command may be running (``job_id``)."""
 
@@ -173,7 +185,7 @@ Outcome = Annotated[
 ]
 
 
-class JobStatus(_Model):
+class JobStatus(ResultModel):
     """State of a durable job, with the output it wrote since the previous status call."""
 
     job_id: str
@@ -194,7 +206,7 @@ class JobStatus(_Model):
     next: str = ""
 
 
-class JobOutput(_Model):
+class JobOutput(ResultModel):
     """A page of a job's raw output, by byte offsets."""
 
     job_id: str
@@ -206,7 +218,7 @@ class JobOutput(_Model):
     eof: bool = Field(description="true when next_offset reached the stream's current end")
 
 
-class JobCancelResult(_Model):
+class JobCancelResult(ResultModel):
     """What a cancel did."""
 
     job_id: str
@@ -218,7 +230,7 @@ class JobCancelResult(_Model):
     message: str
 
 
-class JobInfo(_Model):
+class JobInfo(ResultModel):
     """One job in a listing."""
 
     job_id: str
@@ -232,11 +244,76 @@ class JobInfo(_Model):
                                                  "readiness pending'")
 
 
-class JobList(_Model):
+class JobList(ResultModel):
     jobs: list[JobInfo]
     note: str = ""
 
 
+def result_view(result: BaseModel) -> dict[str, Any]:
+    """The model-facing JSON of a tool result (what every adapter sends and the CLI's ``--json`` prints).
+
+    Rules, applied to nested models too: the discriminator (``outcome``: a one-value ``Literal``) is always
+    kept; any other field whose value equals its default is left out (``None``, ``""``,
+    ``[]``, an empty :class:`~agent_tools.output.OutputView`, ``readiness="none"``); a required field is always
+    kept, ``None`` included (``exit_status: null`` means "died by a signal"); an output view holding its whole
+    stream is ``{"text": ...}`` (its byte counts appear only when bytes were left out); a float with an integral
+    value is written as an integer (``15`` for ``15.0``: the same text JavaScript's ``JSON.stringify`` gives,
+    so clients that compare the text content with ``structuredContent`` see one payload).
+
+    :param result: a tool result. A :class:`ResultModel` is compacted by the rules above; any other pydantic
+        model (a tool registered by a user) is dumped whole (``model_dump(mode="json")``), integers aside.
+    :returns: a JSON-ready dict (a new object).
+    """
+    dumped = result.model_dump(mode="json")
+    return _ints(_view(result, dumped) if isinstance(result, ResultModel) else dumped)  # type: ignore[no-any-return]
+
+
 def outcome_dict(outcome: BaseModel) -> dict[str, Any]:
-    """JSON-ready dict of an outcome (``None`` fields kept: the model reads a stable shape)."""
-    return outcome.model_dump(mode="json")
+    """``result_view(outcome)`` (kept for callers of the earlier name)."""
+    return result_view(outcome)
+
+
+def _view(model: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(model, OutputView):
+        if not model.text and not model.truncated:
+            return {}
+        keep = ("text", "total_bytes", "omitted_bytes") if model.truncated else ("text",)
+        return {k: dumped[k] for k in keep} | ({"offset": model.offset} if model.offset else {})
+    out: dict[str, Any] = {}
+    for name, info in type(model).model_fields.items():
+        if name not in dumped:
+            continue  # excluded from serialization by the model itself
+        value = getattr(model, name)
+        required = info.is_required() or _is_tag(info)
+        if not required and value == info.get_default(call_default_factory=True):
+            continue
+        shown = _view_value(value, dumped[name])
+        if shown == {} and isinstance(value, OutputView) and not required:
+            continue  # no output on this stream
+        out[name] = shown
+    for name, value in (model.model_extra or {}).items():
+        out[name] = dumped.get(name, value)
+    return out
+
+
+def _is_tag(info: Any) -> bool:
+    """A discriminator such as ``outcome: Literal["finished"] = "finished"``: always shown."""
+    return get_origin(info.annotation) is Literal and len(get_args(info.annotation)) == 1
+
+
+def _view_value(value: Any, dumped: Any) -> Any:
+    if isinstance(value, BaseModel) and isinstance(dumped, dict):
+        return _view(value, dumped)
+    if isinstance(value, list | tuple) and isinstance(dumped, list) and len(value) == len(dumped):
+        return [_view_value(v, d) for v, d in zip(value, dumped, strict=True)]
+    return dumped
+
+
+def _ints(data: Any) -> Any:
+    if isinstance(data, float) and math.isfinite(data) and data.is_integer() and abs(data) < 2**53:
+        return int(data)
+    if isinstance(data, dict):
+        return {k: _ints(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_ints(v) for v in data]
+    return data

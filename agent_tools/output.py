@@ -30,13 +30,16 @@ class OutputView(BaseModel):
     """A bounded view of one output stream.
 
     ``text`` holds the head and tail of the stream, cleaned; when bytes were left out, a marker line
-    ``… [N bytes omitted] …`` stands where they were. ``total_bytes`` counts every byte the command wrote
+    ``… [N bytes omitted; job_output(offset=O) reads on from there] …`` stands where they were (``O`` is the
+    stream offset of the first byte left out). ``total_bytes`` counts every byte the command wrote
     to this stream (raw, before cleaning); the full bytes stay on the host and ``job_output`` pages them.
     """
 
     text: str = Field(default="", description="head + tail of the stream, cleaned for reading")
     total_bytes: int = Field(default=0, description="bytes written to this stream in all (raw)")
     omitted_bytes: int = Field(default=0, description="raw bytes left out of `text` (0 = complete)")
+    offset: int = Field(default=0, description="stream offset (bytes) where `text` begins (new output of a "
+                                               "job_status call starts after what was shown before)")
 
     @property
     def truncated(self) -> bool:
@@ -77,21 +80,23 @@ def split_budget(max_bytes: int) -> tuple[int, int]:
     return head, max_bytes - head
 
 
-def make_view(head: bytes, tail: bytes, total_bytes: int) -> OutputView:
+def make_view(head: bytes, tail: bytes, total_bytes: int, *, stream: str = "stdout", start: int = 0) -> OutputView:
     """Build a view from the raw ``head`` and ``tail`` bytes of a stream of ``total_bytes``.
 
     When ``len(head) + len(tail) >= total_bytes`` the two overlap or meet and the stream is complete:
     pass the whole stream as ``head`` and ``b""`` as ``tail`` in that case.
 
-    :param head: the first bytes of the stream.
+    :param head: the first bytes of the stream (from offset ``start``).
     :param tail: the last bytes of the stream (may be empty).
-    :param total_bytes: the stream's full size in bytes.
+    :param total_bytes: the size in bytes of the part of the stream viewed (from ``start`` to its end).
+    :param stream: ``stdout`` or ``stderr``, named in the marker's ``job_output`` call.
+    :param start: the stream offset (bytes) where ``head`` begins (a view of new output starts later than 0).
     """
     omitted = max(0, total_bytes - len(head) - len(tail))
     if omitted == 0:
         data = head + tail if total_bytes >= len(head) + len(tail) else head
         return OutputView(text=clean_text(data[:total_bytes] if total_bytes else data),
-                          total_bytes=total_bytes, omitted_bytes=0)
+                          total_bytes=total_bytes, omitted_bytes=0, offset=start)
     # cut at line boundaries where that loses little, so the model does not read half a line
     nl = head.rfind(b"\n")
     if nl >= len(head) // 2:
@@ -101,9 +106,10 @@ def make_view(head: bytes, tail: bytes, total_bytes: int) -> OutputView:
     if 0 <= nl < len(tail) // 2:
         omitted += nl + 1
         tail = tail[nl + 1 :]
-    marker = f"… [{omitted} bytes omitted; job_output pages the rest] …\n"
+    where = f"offset={start + len(head)}" + (f", stream='{stream}'" if stream != "stdout" else "")
+    marker = f"… [{omitted} bytes omitted; job_output({where}) reads on from there] …\n"
     head_text = clean_text(head)
     if head_text and not head_text.endswith("\n"):
         head_text += "\n"
     return OutputView(text=head_text + marker + clean_text(tail), total_bytes=total_bytes,
-                      omitted_bytes=omitted)
+                      omitted_bytes=omitted, offset=start)

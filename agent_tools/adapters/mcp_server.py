@@ -48,7 +48,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import __version__
-from ..outcomes import Denied, ErrorOutcome
+from ..outcomes import Denied, ErrorOutcome, result_view
 from ..redact import redact
 from ..tools.toolkit import Toolkit
 from .mcp_http import serve_http
@@ -158,10 +158,10 @@ class McpToolServer:
         if state is not None and state.startswith(APPROVAL_STATE_PREFIX) and params.input_responses is not None:
             approval_id, _, digest = state[len(APPROVAL_STATE_PREFIX):].partition("/")
             if digest != _call_digest(name, arguments):
-                return self._result(name, ErrorOutcome(
+                return self._result(name, result_view(ErrorOutcome(
                     kind="bad_arguments", retryable=False,
                     message="the call was changed between the approval request and its answer; call again "
-                            "without request_state").model_dump(mode="json"))
+                            "without request_state")))
             answer = params.input_responses.get("approval")
             result = await self._after_answer(ctx, name, arguments, approval_id,
                                               _accepted(answer if isinstance(answer, types.ElicitResult) else None))
@@ -278,15 +278,15 @@ class McpToolServer:
                     sink.reject(approval_id, by="mcp-elicitation")
                 except Exception as exc:  # already decided/expired: the answer stands anyway
                     log.info("mcp.approval_reject_failed", approval_id=approval_id, error=repr(exc))
-            return Denied(host=host, command=command, reason="the operator declined the approval request").model_dump(
-                mode="json")
+            return result_view(Denied(host=host, command=command,
+                                      reason="the operator declined the approval request"))
         if sink is not None:
             try:
                 sink.approve(approval_id, by="mcp-elicitation")
             except Exception as exc:  # unknown / expired / used approval: say so, run nothing
-                return ErrorOutcome(host=host or None, command=command or None, kind="approval", retryable=False,
-                                    message=f"approval {approval_id} could not be recorded: {exc}").model_dump(
-                                        mode="json")
+                return result_view(ErrorOutcome(host=host or None, command=command or None, kind="approval",
+                                                retryable=False,
+                                                message=f"approval {approval_id} could not be recorded: {exc}"))
         return await self.dispatch(ctx, name, {**arguments, "approval_id": approval_id})
 
 

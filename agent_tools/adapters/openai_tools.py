@@ -19,7 +19,7 @@ from typing import Any
 
 import structlog
 
-from ..outcomes import ErrorOutcome
+from ..outcomes import ErrorOutcome, result_view
 from ..tools.toolkit import Toolkit
 from .schemas import DEFAULT_MAX_RESULT_CHARS, attr_or_key, dispatch_all, encode_result
 
@@ -29,9 +29,9 @@ log = structlog.get_logger(__name__)
 
 
 def _not_a_function(kind: object) -> dict[str, Any]:
-    return ErrorOutcome(kind="bad_arguments", retryable=False,
-                        message=f"tool call of type {kind!r} is not supported; call one of the function "
-                                "tools").model_dump(mode="json")
+    return result_view(ErrorOutcome(kind="bad_arguments", retryable=False,
+                                    message=f"tool call of type {kind!r} is not supported; call one of the "
+                                            "function tools"))
 
 
 async def handle_openai_tool_calls(

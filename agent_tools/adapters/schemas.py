@@ -34,6 +34,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import re
 import types
 import typing
 from collections.abc import Callable, Sequence
@@ -247,17 +248,23 @@ def _dumps(data: Any) -> str:
 
 _MIN_TEXT_CHARS = 160
 _MARKER = "\n… [{n} chars shortened by the adapter] …\n"
+_VIEW_MARKER_RE = re.compile(r"bytes omitted; job_output\(offset=(\d+)")
 
 
-def _shorten_middle(text: str, keep: int) -> tuple[str, str]:
-    """Keep a quarter of ``keep`` from the head and the rest from the tail; returns (new text, removed)."""
+def _shorten_middle(text: str, keep: int, resume: Callable[[str], str] | None = None) -> tuple[str, str]:
+    """Keep a quarter of ``keep`` from the head and the rest from the tail; returns (new text, removed).
+
+    :param resume: given the kept head, the words that say where to read on (put in the marker)."""
     keep = max(keep, _MIN_TEXT_CHARS)
     if len(text) <= keep:
         return text, ""
     head = keep // 4
     tail = keep - head
     removed = text[head:len(text) - tail]
-    return text[:head] + _MARKER.format(n=len(removed)) + text[len(text) - tail:], removed
+    marker = _MARKER.format(n=len(removed))
+    if resume is not None:
+        marker = marker.replace("] …", f"; {resume(text[:head])}] …")
+    return text[:head] + marker + text[len(text) - tail:], removed
 
 
 def _water_level(lengths: list[int], budget: int) -> int:
@@ -292,7 +299,9 @@ def _text_slots(node: Any, path: tuple[str | int, ...] = ()) -> list[tuple[dict[
     return found
 
 
-def _shrink_text_slot(slot: dict[str, Any], keep: int) -> bool:
+def _shrink_text_slot(item: tuple[dict[str, Any], tuple[str | int, ...]], keep: int) -> bool:
+    slot, path = item
+    stream = ", stream='stderr'" if path and "stderr" in str(path[-1]) else ""
     text: str = slot["text"]
     if len(text) <= max(keep, _MIN_TEXT_CHARS):
         return False
@@ -305,7 +314,22 @@ def _shrink_text_slot(slot: dict[str, Any], keep: int) -> bool:
             if "eof" in slot:
                 slot["eof"] = slot["next_offset"] >= int(slot.get("total_bytes") or 0)
         return True
-    new, removed = _shorten_middle(text, keep)
+    def resume(kept_head: str) -> str:
+        # where the first byte cut out lies in the stream: after the kept head, unless the kept head already
+        # holds the view's own marker (then the cut lies in the tail part: read on from that marker's offset)
+        found = _VIEW_MARKER_RE.search(kept_head)
+        if found:
+            at = int(found.group(1))
+        else:
+            start = slot.get("offset")
+            at = (start if isinstance(start, int) else 0) + _raw_bytes_at_most(kept_head)
+            found = _VIEW_MARKER_RE.search(text)
+            if found:  # never point past the view's own gap
+                at = min(at, int(found.group(1)))
+        return f"job_output(offset={at}{stream}) reads on from there"
+
+    view = "omitted_bytes" in slot or "total_bytes" not in slot  # an output view (a file's text has total_bytes)
+    new, removed = _shorten_middle(text, keep, resume if view and "path" not in slot else None)
     slot["text"] = new
     if isinstance(slot.get("omitted_bytes"), int):
         slot["omitted_bytes"] += len(removed.encode())
@@ -376,10 +400,10 @@ def bound_result(result: dict[str, Any], *, max_chars: int = DEFAULT_MAX_RESULT_
             changed = True
         return changed
 
-    slots = [s for s, _ in _text_slots(data)]
-    if shrink(slots, lambda s: str(s["text"]), _shrink_text_slot):
-        notes.append("output text shortened to fit the result size; job_output(job_id=..., offset=..., "
-                     "stream=...) pages the full output, which stays on the host")
+    slots = _text_slots(data)
+    if shrink(slots, lambda item: str(item[0]["text"]), _shrink_text_slot):
+        notes.append("output text shortened to fit the result size; the markers say where job_output reads on "
+                     "(all output stays on the host)")
     if size() > max_chars:
         strings: list[tuple[Any, str | int]] = []
         _long_strings(data, strings)

@@ -74,12 +74,13 @@ class RawView:
     size: int
     head: bytes
     tail: bytes
+    stream: str = "stdout"
 
     def view(self, offset: int = 0) -> OutputView:
         """The agent-facing view of bytes ``[offset, size)``."""
         if not self.tail:
-            return make_view(self.head, b"", len(self.head))
-        return make_view(self.head, self.tail, self.size - offset)
+            return make_view(self.head, b"", len(self.head), stream=self.stream, start=offset)
+        return make_view(self.head, self.tail, self.size - offset, stream=self.stream, start=offset)
 
 
 async def read_view(reader: WireReader, words: list[str]) -> tuple[str, RawView]:
@@ -87,7 +88,7 @@ async def read_view(reader: WireReader, words: list[str]) -> tuple[str, RawView]
     name, size, hl, tl = words[1], int(words[2]), int(words[3]), int(words[4])
     head = await reader.readexactly(hl)
     tail = await reader.readexactly(tl)
-    return name, RawView(size, head, tail)
+    return name, RawView(size, head, tail, name)
 
 
 @dataclass

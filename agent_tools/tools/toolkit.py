@@ -36,6 +36,7 @@ from ..outcomes import (
     Killed,
     NeedsApproval,
     NeedsInput,
+    result_view,
 )
 from ..redact import redact, redact_obj
 from . import ops
@@ -291,9 +292,9 @@ class Toolkit:
         """
         entry = self._specs.get(name)
         if entry is None:
-            return dict(redact_obj(ErrorOutcome(
+            return dict(redact_obj(result_view(ErrorOutcome(
                 kind="bad_arguments", retryable=False,
-                message=f"unknown tool {name!r}; tools: {', '.join(self._specs)}").model_dump(mode="json")))
+                message=f"unknown tool {name!r}; tools: {', '.join(self._specs)}"))))
         spec, handler = entry
         raw: dict[str, Any] = {}
         try:
@@ -319,7 +320,7 @@ class Toolkit:
         except AgentToolsError as exc:
             result = _error(exc, raw.get("host") if isinstance(raw.get("host"), str) else None,
                             raw.get("command") if isinstance(raw.get("command"), str) else None)
-        data = result.model_dump(mode="json")
+        data = result_view(result)
         host = data.get("host") or (raw.get("host") if isinstance(raw.get("host"), str) else None)
         extra: list[str] = []
         if self.policy is not None and isinstance(host, str):
