@@ -16,7 +16,10 @@ and chained with ``from exc``; nothing above ``hosts/`` catches asyncssh types.
     │   ├── ConnectionLost          an open connection dropped or stopped answering (exit status unknown)
     │   │   └── ExecUnconfirmed     ... after the command was sent: it may be running on the host
     │   ├── ChannelOpenFailed       the host refused a new session (e.g. OpenSSH MaxSessions)
-    │   └── HostBusy                every session channel to the host was in use by other calls: nothing sent
+    │   ├── HostBusy                every session channel to the host was in use by other calls: nothing sent
+    │   └── TargetUnreachable       a TCP service seen from the host (an HTTP URL) did not answer
+    │       ├── ConnectionRefused   nothing listens there (yet: a server that is loading refuses)
+    │       └── TargetTimeout       no answer within the request's time
     ├── JobError                    about a durable job (field ``job_id``)
     │   └── JobNotFound             no such job in the journal or on the host
     ├── JournalError                the local job journal cannot be opened or is damaged
@@ -33,6 +36,7 @@ __all__ = [
     "BadArguments",
     "ChannelOpenFailed",
     "ConnectionLost",
+    "ConnectionRefused",
     "ExecUnconfirmed",
     "HostBusy",
     "HostError",
@@ -44,6 +48,8 @@ __all__ = [
     "PolicyError",
     "PolicyFileError",
     "ReplayError",
+    "TargetTimeout",
+    "TargetUnreachable",
     "UnknownHost",
 ]
 
@@ -134,6 +140,29 @@ class HostBusy(HostError):
 
     kind = "busy"
     retryable = True
+
+
+class TargetUnreachable(HostError):
+    """A TCP service reached through the host (``http_get``'s URL) did not answer. The host itself is fine; the
+    service may be starting, so the same call may work later.
+
+    :param host: the host alias the service was reached from.
+    """
+
+    kind = "target_unreachable"
+    retryable = True
+
+
+class ConnectionRefused(TargetUnreachable):
+    """Nothing listens on the address and port (yet: SGLang keeps its port closed while it loads)."""
+
+    kind = "connection_refused"
+
+
+class TargetTimeout(TargetUnreachable):
+    """The service accepted nothing or answered nothing within the request's time."""
+
+    kind = "timeout"
 
 
 class JobError(AgentToolsError):

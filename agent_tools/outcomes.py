@@ -172,7 +172,8 @@ class ErrorOutcome(ResultModel):
     kind: str = Field(description="unreachable | auth | host_key | unknown_host | bad_arguments | "
                                   "connection_lost | channel_open_failed | busy | start_unconfirmed (the command "
                                   "may be running: follow job_id with job_status, do not rerun) | launch | "
-                                  "job_not_found | journal | internal")
+                                  "connection_refused | timeout | target_unreachable | job_not_found | journal | "
+                                  "internal")
     message: str
     retryable: bool = Field(description="true: the same call may work later; false: change the arguments")
     job_id: str | None = Field(default=None, description="the job id the call reserved, when it got that far "

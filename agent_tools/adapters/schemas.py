@@ -82,6 +82,7 @@ _SUBSCHEMA = ("items", "additionalProperties", "not", "if", "then", "else", "con
               "unevaluatedItems", "unevaluatedProperties")
 _SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _SUBSCHEMA_MAPS = ("properties", "patternProperties", "dependentSchemas")
+_NUMBER_KEYS = ("default", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 
 
 # ---------------------------------------------------------------------------------------------- schemas
@@ -91,7 +92,13 @@ def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
     Local references (``{"$ref": "#/$defs/Name"}``) are replaced by the definition they name (sibling
     keywords such as ``description`` kept), ``$defs``/``definitions`` are dropped, and so is every
     ``title`` keyword (pydantic's generated titles repeat the property names and cost tokens; a property
-    *named* ``title`` is kept). The root is an object schema (``"type": "object"`` and ``"properties"``).
+    *named* ``title`` is kept). An optional field (``anyOf: [T, null]`` with ``default: null``) becomes ``T``
+    (it is simply not required); the OpenAPI ``discriminator`` keyword (its mapping names the dropped
+    ``$defs``) is dropped and ``oneOf`` becomes ``anyOf`` (the variants differ in a ``const`` anyway); a
+    ``type`` next to a ``const`` is dropped (the constant says it), and so is ``minimum: 0`` ("not negative"
+    goes without saying for sizes and seconds; the arguments model still enforces it, and a negative value gets
+    a ``bad_arguments`` error). The
+    root is an object schema (``"type": "object"`` and ``"properties"``).
 
     :param schema: the schema as :meth:`pydantic.BaseModel.model_json_schema` returns it (not modified).
     :returns: a new dict.
@@ -118,13 +125,24 @@ def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
             siblings = walk({k: v for k, v in node.items() if k != "$ref"}, stack)
             return {**target, **siblings}
         out: dict[str, Any] = {}
+        if node.get("default", 0) is None and _nullable(node.get("anyOf")):
+            # `x: T | None = None`: the model may leave it out; "T or null, default null" says the same in more
+            # tokens (dispatch still accepts an explicit null)
+            rest = [alt for alt in node["anyOf"] if alt != {"type": "null"}]
+            return walk({**rest[0], **{k: v for k, v in node.items() if k not in ("anyOf", "default")}}, stack)
         for key, value in node.items():
-            if key in ("title", "$defs", "definitions"):
+            if key in ("title", "$defs", "definitions", "discriminator") or (key == "type" and "const" in node):
                 continue
+            if key == "minimum" and value == 0 and node.get("type") in ("integer", "number"):
+                continue  # "not negative" goes without saying for sizes and seconds; validation still refuses it
+            if key == "oneOf":  # variants told apart by a const `kind`: anyOf says the same, and every runtime
+                key = "anyOf"   # takes it (OpenAI strict mode has no oneOf)
             if key in _SUBSCHEMA_MAPS and isinstance(value, dict):
                 out[key] = {name: walk(sub, stack) for name, sub in value.items()}
             elif key in _SUBSCHEMA or key in _SUBSCHEMA_LISTS:
                 out[key] = walk(value, stack)
+            elif isinstance(value, float) and value.is_integer() and key in _NUMBER_KEYS:
+                out[key] = int(value)  # "default": 0 rather than 0.0 (same JSON number, fewer tokens)
             else:
                 out[key] = copy.deepcopy(value)
         return out
@@ -135,6 +153,12 @@ def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
     if cleaned["type"] != "object":
         raise ValueError(f"tool arguments must be an object schema, got type {cleaned['type']!r}")
     return cleaned
+
+
+def _nullable(alternatives: Any) -> bool:
+    """``[T, {"type": "null"}]`` (one schema besides null)."""
+    return (isinstance(alternatives, list) and len(alternatives) == 2 and {"type": "null"} in alternatives
+            and all(isinstance(a, dict) for a in alternatives))
 
 
 def _members(result_type: Any) -> list[type[BaseModel]]:

@@ -12,6 +12,7 @@ from ..errors import BadArguments
 from .base import Host
 from .local import LocalHost
 from .ssh import SshHost, SshSettings, default_config_paths
+from .sshconfig import config_hosts, config_matches
 
 __all__ = ["HostRegistry"]
 
@@ -114,7 +115,28 @@ class HostRegistry:
         return host, None
 
     def names(self) -> list[str]:
+        """Aliases of the hosts made so far (given at construction or looked up since)."""
         return sorted(self._hosts)
+
+    @property
+    def config_paths(self) -> list[str]:
+        """The OpenSSH client config files this registry reads."""
+        return list(self._ssh_config) if self._ssh_config is not None else default_config_paths()
+
+    def known(self) -> dict[str, str]:
+        """Every alias this registry can name without guessing, with where it comes from: ``local``, the hosts
+        given at construction (``registered``) and the aliases of the SSH config files' ``Host`` lines
+        (``ssh_config``; :func:`~agent_tools.hosts.sshconfig.config_hosts`)."""
+        found: dict[str, str] = {"local": "local"}
+        for alias in self._hosts:
+            found.setdefault(alias, "registered")
+        for entry in config_hosts(self.config_paths):
+            found.setdefault(entry.alias, "ssh_config")
+        return found
+
+    def in_ssh_config(self, alias: str) -> bool:
+        """True when a ``Host`` line (other than ``Host *``) of the SSH config files applies to ``alias``."""
+        return config_matches(alias, self.config_paths)
 
     async def aclose(self) -> None:
         for host in [*self._hosts.values(), *self._remembered.values()]:

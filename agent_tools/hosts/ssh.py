@@ -56,6 +56,7 @@ from ..errors import (
     HostError,
     HostKeyError,
     HostUnreachable,
+    UnknownHost,
 )
 from .base import ExecResult, HostProcess
 
@@ -65,6 +66,9 @@ log = structlog.get_logger(__name__)
 
 KnownHostsMode = Literal["strict", "accept-new"]
 
+#: getaddrinfo(3) errors that mean "no such name" (EAI_NODATA where the platform has it)
+_NO_SUCH_NAME = frozenset(e for e in (getattr(socket, "EAI_NONAME", None), getattr(socket, "EAI_NODATA", None))
+                          if e is not None)
 #: a channel open that fails this fast because the pooled connection is closed met a stale connection
 _STALE_S = 1.0
 #: longest a caller that gave up waits for the host's answer to an exec request already sent (``_open_process``)
@@ -207,6 +211,9 @@ def _translate(alias: str, exc: BaseException, during: str) -> HostError:
         return ConnectionLost(alias, f"{alias}: connection lost during {during} ({exc})")
     if isinstance(exc, TimeoutError):
         return HostUnreachable(alias, f"{alias}: no SSH connection within the connect deadline ({during})")
+    if isinstance(exc, socket.gaierror) and exc.errno in _NO_SUCH_NAME:
+        # getaddrinfo(3): the name does not exist (not a temporary DNS failure, EAI_AGAIN): retrying won't help
+        return UnknownHost(alias, f"{alias}: unknown host: the name does not resolve ({exc.strerror or exc})")
     if isinstance(exc, OSError):
         return HostUnreachable(alias, f"{alias}: cannot connect ({exc.strerror or exc})")
     if isinstance(exc, asyncssh.Error):

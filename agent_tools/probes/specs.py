@@ -1,15 +1,42 @@
-"""Probe specifications (pydantic; JSON-ready so they live in the journal and in policy files)."""
+"""Probe specifications (pydantic; JSON-ready so they live in the journal and in policy files).
+
+One model per probe kind, discriminated by ``kind``; :data:`ProbeSpec` is their union and the source of the
+``probes`` schema that ``restart_service`` and ``wait_for`` declare to every runtime (each field described
+with its unit and default). Fields the tools set themselves (the invocation before a restart, the journal
+cursor) are accepted but left out of that schema (``SkipJsonSchema``): a model has nothing to put there.
+"""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic.json_schema import SkipJsonSchema
 
 from ..errors import BadArguments
 
 __all__ = ["GpuMemoryProbe", "HostMemoryProbe", "HttpProbe", "LogProbe", "PortProbe", "ProbeSpec",
            "SystemdUnitProbe", "probe_from_dict"]
+
+
+def _kind_required(schema: dict[str, Any]) -> None:
+    # `kind` has a default in Python (HttpProbe(url=...)), but in a list of probes it is what picks the variant.
+    # No additionalProperties: false in the schema (it costs tokens in every tools/list); an unknown field is
+    # still refused, by validation, with the nearest valid name.
+    schema.pop("additionalProperties", None)
+    props = schema.get("properties", {})
+    if "kind" in props:
+        props["kind"].pop("default", None)
+        schema["required"] = ["kind", *[r for r in schema.get("required", []) if r != "kind"]]
+
+
+def _variant(description: str) -> ConfigDict:
+    """Config of one probe kind: the short description a model reads in the schema (the docstring is longer)."""
+    def extra(schema: dict[str, Any]) -> None:
+        _kind_required(schema)
+        schema["description"] = description
+
+    return ConfigDict(extra="forbid", json_schema_extra=extra)
 
 
 class _Spec(BaseModel):
@@ -40,22 +67,23 @@ class SystemdUnitProbe(_Spec):
     is read from the journal then (the manager's MESSAGE_IDs; see :mod:`agent_tools.probes.systemd`).
     """
 
+    model_config = _variant("unit active (in a new invocation)")
+
     kind: Literal["systemd_unit"] = "systemd_unit"
     unit: str = Field(description="unit name, e.g. sglang.service")
-    not_invocation: str | None = Field(default=None, description="InvocationID before the restart: the unit "
-                                                                  "must be in a different invocation to pass")
+    not_invocation: SkipJsonSchema[str | None] = Field(
+        default=None, description="InvocationID before the restart: the unit must be in a different invocation "
+                                  "to pass (set by the tools)")
     settle_s: float | None = Field(default=None, ge=0, le=3600,
-                                   description="seconds the unit must stay active in its new invocation before "
-                                               "it passes; default 3 s for Type=simple/exec/forking/oneshot/idle "
-                                               "(systemd calls them started before they are ready), 0 s for "
-                                               "Type=notify/notify-reload/dbus")
-    before_condition_us: int | None = Field(default=None, ge=0,
-                                            description="ConditionTimestampMonotonic (microseconds) before the "
-                                                        "restart (set by the tools): a start attempt after it that "
-                                                        "made no new invocation fails the probe")
-    journal_cursor: str | None = Field(default=None, description="journal cursor from before the restart (set by "
-                                                                  "the tools): the failure evidence is the unit's "
-                                                                  "journal lines after it")
+                                   description="seconds it must stay active in its new invocation (default: 3 for "
+                                               "Type=simple/exec/forking/oneshot/idle, 0 for notify/dbus)")
+    before_condition_us: SkipJsonSchema[int | None] = Field(
+        default=None, ge=0, description="ConditionTimestampMonotonic (microseconds) before the restart (set by the "
+                                        "tools): a start attempt after it that made no new invocation fails the "
+                                        "probe")
+    journal_cursor: SkipJsonSchema[str | None] = Field(
+        default=None, description="journal cursor from before the restart (set by the tools): the failure "
+                                  "evidence is the unit's journal lines after it")
 
 
 class HttpProbe(_Spec):
@@ -65,48 +93,59 @@ class HttpProbe(_Spec):
     on /health while starting).
     """
 
+    model_config = _variant("a GET from the host answers expect_status")
+
     kind: Literal["http"] = "http"
-    url: str = Field(description="http://HOST:PORT/PATH as seen from the host, e.g. http://127.0.0.1:30000/health")
-    expect_status: int = Field(default=200, ge=100, le=599)
+    url: str = Field(description="http:// URL as seen from the host, e.g. http://127.0.0.1:30000/health")
+    expect_status: int = Field(default=200, ge=100, le=599, description="HTTP status that passes")
     body_regex: str | None = Field(default=None, description="regex the body must match")
-    timeout_s: float = Field(default=5.0, gt=0, description="seconds for one request")
+    timeout_s: float = Field(default=5.0, gt=0, description="seconds per request")
 
 
 class LogProbe(_Spec):
     """A line matching ``pattern`` appears in a unit's journal (``journalctl -u UNIT -o json --after-cursor``)
     or in a log file, after the probe's start point. ``fail_pattern`` makes a matching line a terminal failure."""
 
+    model_config = _variant("a new line of the unit's journal (or a file) matches")
+
     kind: Literal["log"] = "log"
-    unit: str | None = Field(default=None, description="systemd unit whose journal to follow")
-    path: str | None = Field(default=None, description="log file to follow (instead of a unit)")
+    unit: str | None = Field(default=None, description="unit whose journal to follow")
+    path: str | None = Field(default=None, description="or a log file to follow")
     pattern: str = Field(description="regex of the ready line")
     fail_pattern: str | None = Field(default=None, description="regex of a line that means failure")
-    cursor: str | None = Field(default=None, description="journal cursor to start after (set by the tools)")
-    offset: int = Field(default=0, ge=0, description="file byte offset to start at (for path)")
+    cursor: SkipJsonSchema[str | None] = Field(default=None, description="journal cursor to start after (set by "
+                                                                         "the tools)")
+    offset: int = Field(default=0, ge=0, description="path: byte offset to start at")
 
 
 class PortProbe(_Spec):
     """A TCP port accepts connections (from the host itself)."""
 
+    model_config = _variant("the TCP port accepts connections")
+
     kind: Literal["port"] = "port"
-    port: int = Field(ge=1, le=65535)
-    address: str = Field(default="127.0.0.1")
+    port: int = Field(ge=1, le=65535, description="TCP port")
+    address: str = Field(default="127.0.0.1", description="address as seen from the host")
 
 
 class GpuMemoryProbe(_Spec):
     """GPU memory (``nvidia-smi --query-gpu=index,memory.used,memory.total``) is in a range on every GPU
     (e.g. ``min_used_mib`` once weights are loaded, ``max_used_mib`` after a stop)."""
 
+    model_config = _variant("every GPU's used memory is in bounds")
+
     kind: Literal["gpu_memory"] = "gpu_memory"
-    min_used_mib: int | None = Field(default=None, ge=0)
-    max_used_mib: int | None = Field(default=None, ge=0)
+    min_used_mib: int | None = Field(default=None, ge=0, description="MiB used at least")
+    max_used_mib: int | None = Field(default=None, ge=0, description="MiB used at most")
 
 
 class HostMemoryProbe(_Spec):
     """Host memory available (``free -b``) is at least ``min_available_bytes``."""
 
+    model_config = _variant("host memory available (free -b)")
+
     kind: Literal["host_memory"] = "host_memory"
-    min_available_bytes: int = Field(ge=0)
+    min_available_bytes: int = Field(ge=0, description="bytes at least")
 
 
 ProbeSpec = Annotated[

@@ -10,85 +10,145 @@ system).
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
+import re
 import secrets
 import shlex
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
 
 import anyio
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from ..errors import BadArguments
+from ..errors import AgentToolsError, BadArguments, ConnectionRefused, TargetTimeout, TargetUnreachable
 from ..hosts.base import Host, run_on
-from ..outcomes import Denied, Detached, Finished, NeedsApproval, ProbeReport
+from ..outcomes import Denied, Detached, Finished, NeedsApproval, ProbeReport, ResultModel
 from ..probes.checks import UNIT_PROPS, advance, check_probes
 from ..probes.parse import parse_free, parse_nvidia_smi, parse_systemctl_show, parse_timespan_s
 from ..probes.specs import probe_from_dict
 
 if TYPE_CHECKING:
+    from ..jobs.journal import JobRecord
     from .toolkit import RunCommandResult, Toolkit
 
-__all__ = ["FileContent", "FileRestored", "FileWritten", "GpuMemory", "HostMemory", "ServiceStatus", "WaitResult"]
+__all__ = ["FileContent", "FileRestored", "FileWritten", "GpuMemory", "HostInfo", "HostList", "HostMemory",
+           "HttpResponse", "ServiceStatus", "WaitResult", "unit_of_path"]
 
 BACKUP_DIR = "${XDG_STATE_HOME:-$HOME/.local/state}/agent-tools/backups"
 _UNIT_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:-_.@\\")
+_GIB = 2**30
+#: unit types of systemd.unit(5) (a file with one of these suffixes under a systemd unit directory is a unit)
+_UNIT_SUFFIXES = ("service", "socket", "target", "timer", "mount", "automount", "path", "slice", "scope", "swap",
+                  "device")
+_UNIT_PATH_RE = re.compile(r"/systemd/(?:system|user)/(?P<unit>[^/]+\.(?:" + "|".join(_UNIT_SUFFIXES) + r"))"
+                           r"(?:\.d/[^/]+\.conf)?$")
+#: the most a diff in a result may take (characters); the file itself is whole on the host
+_MAX_DIFF_CHARS = 4000
 
 
-class ServiceStatus(BaseModel):
+def _gib(n: int) -> float:
+    return round(n / _GIB, 1)
+
+
+class HostInfo(ResultModel):
+    """One host alias the tools can use."""
+
+    host: str = Field(description="the alias to pass as host")
+    source: Literal["local", "registered", "ssh_config", "policy", "journal"] = Field(
+        description="where the alias comes from (journal: only jobs of it are known)")
+    hostname: str = Field(default="", description="HostName of the SSH config block, when it differs")
+    jobs_running: int = Field(default=0, description="jobs last seen running on it")
+    reachable: bool | None = Field(default=None, description="check=true: whether it answered a command now")
+    error: str = Field(default="", description="check=true: why it did not")
+
+
+class HostList(ResultModel):
+    hosts: list[HostInfo]
+    note: str = ""
+
+
+class ServiceStatus(ResultModel):
+    """A systemd unit as ``systemctl show`` reports it; fields at their usual value are left out."""
+
     host: str
     unit: str
-    active_state: str
-    sub_state: str
-    result: str
-    props: dict[str, str]
-    journal: str = Field(default="", description="recent journal lines")
+    state: str = Field(description="ActiveState/SubState (active/running, activating/start, failed/failed...), "
+                                   "or not-found when no such unit exists")
+    note: str = Field(default="", description="what the state means when it needs saying")
+    result: str = Field(default="success", description="systemd Result of the last run")
+    exit_status: int = Field(default=0, description="exit status of the main process's last run")
+    restarts: int = Field(default=0, description="NRestarts")
+    main_pid: int = Field(default=0)
+    unit_file: str = Field(default="", description="FragmentPath: the unit file to edit")
+    drop_ins: list[str] = Field(default_factory=list, description="drop-in files that override it")
+    need_daemon_reload: bool = Field(default=False, description="the unit file changed since systemd read it")
+    timeout_start_s: float | None = Field(default=None, description="TimeoutStartSec in seconds (None: infinity)")
+    journal: str = Field(default="", description="newest journal lines (matching grep, when given)")
 
 
-class FileContent(BaseModel):
+class FileContent(ResultModel):
     host: str
     path: str
-    offset: int
+    offset: int = Field(description="byte offset of text's first byte")
     total_bytes: int
     text: str
-    eof: bool
+    next_offset: int | None = Field(default=None, description="set when the file has more: read_file(offset="
+                                                              "next_offset) reads on")
 
 
-class FileWritten(BaseModel):
+class FileWritten(ResultModel):
     host: str
     path: str
     bytes_written: int
-    backup_id: str | None = Field(description="restore_file(host, path, backup_id) undoes this write")
+    backup_id: str | None = Field(default=None, description="restore_file(host, path, backup_id) undoes this write")
     diff: str = Field(description="unified diff old → new")
     next: str = ""
 
 
-class FileRestored(BaseModel):
+class FileRestored(ResultModel):
     host: str
     path: str
     backup_id: str
     diff: str
 
 
-class GpuMemory(BaseModel):
+class GpuMemory(ResultModel):
     host: str
     gpus: list[dict[str, int]] = Field(description="per GPU: index, used_mib, total_mib, free_mib")
     total_mib: int
     used_mib: int
 
 
-class HostMemory(BaseModel):
+class HostMemory(ResultModel):
+    """``free -b``: available is what can be allocated without swapping (it counts reclaimable cache)."""
+
     host: str
     total_bytes: int
-    available_bytes: int
+    total_gib: float
     used_bytes: int
-    raw: dict[str, int]
+    used_gib: float
+    available_bytes: int
+    available_gib: float
+    buff_cache_bytes: int = Field(default=0, description="page cache and buffers (mostly reclaimable)")
 
 
-class WaitResult(BaseModel):
+class WaitResult(ResultModel):
     host: str
     outcome: Literal["ready", "failed", "deadline_exceeded"]
     elapsed_s: float
     probes: list[ProbeReport]
     why: str
+
+
+class HttpResponse(ResultModel):
+    host: str
+    url: str
+    status: int
+    data: Any = Field(default=None, description="the body parsed as JSON (only the fields asked for)")
+    body: str = Field(default="", description="the body as text, when it is not JSON (first 16 KiB)")
+    body_bytes: int = Field(default=0, description="size of the body in bytes")
+    missing: list[str] = Field(default_factory=list, description="fields asked for that the body does not have")
 
 
 def check_unit(unit: str) -> str:
@@ -105,18 +165,111 @@ async def unit_props(host: Host, unit: str,
     return parse_systemctl_show(res.stdout.decode("utf-8", "replace"))
 
 
-async def service_status(tk: Toolkit, host: str, unit: str, journal_lines: int = 10) -> ServiceStatus:
-    """``systemctl show`` of the unit plus its recent journal lines."""
+def unit_of_path(path: str) -> str | None:
+    """The unit a file configures, when it is a unit file or a drop-in under a systemd unit directory
+    (``/etc/systemd/system/x.service``, ``.../x.service.d/override.conf``; systemd.unit(5)), else None."""
+    m = _UNIT_PATH_RE.search(path)
+    return m.group("unit") if m else None
+
+
+async def list_hosts(tk: Toolkit, check: bool = False) -> HostList:
+    """The aliases the tools can use (:meth:`Toolkit.known_hosts`), with the jobs the journal last saw running
+    on each; ``check`` runs ``true`` on every host at once (each within its connect deadline + 5 s)."""
+    known = tk.known_hosts()
+    running: dict[str, int] = {}
+    for rec in tk.journal.list(limit=1000):
+        if rec.state == "running":
+            running[rec.host] = running.get(rec.host, 0) + 1
+    for alias in running:
+        known.setdefault(alias, "journal")
+    names = {e.alias: e.hostname for e in _config_entries(tk) if e.hostname and e.hostname != e.alias}
+    hosts = [HostInfo(host=alias, source=source, jobs_running=running.get(alias, 0),
+                      hostname=names.get(alias, "")) for alias, source in known.items()]
+    if check:
+        async def probe(info: HostInfo) -> None:
+            if info.source == "journal":
+                return
+            try:
+                with anyio.fail_after(_connect_deadline_s(tk, info.host) + 5.0):
+                    await run_on(tk.hosts.get(info.host), "true")
+                info.reachable = True
+            except AgentToolsError as exc:
+                info.reachable, info.error = False, exc.message
+            except TimeoutError:
+                info.reachable, info.error = False, "no answer within the connect deadline"
+
+        async with anyio.create_task_group() as tg:
+            for info in hosts:
+                tg.start_soon(probe, info)
+    note = ""
+    if any(h.source == "journal" for h in hosts):
+        note = "source=journal: jobs of an alias no config names any more (list_jobs(host) shows them)"
+    return HostList(hosts=hosts, note=note)
+
+
+def _config_entries(tk: Toolkit) -> list[Any]:
+    from ..hosts.sshconfig import config_hosts
+
+    return config_hosts(tk.hosts.config_paths)
+
+
+def _connect_deadline_s(tk: Toolkit, alias: str) -> float:
+    settings = getattr(tk.hosts.get(alias), "settings", None)
+    return float(getattr(settings, "connect_timeout_s", 10.0))
+
+
+_STATUS_PROPS = UNIT_PROPS + ",LoadState,FragmentPath,DropInPaths,NeedDaemonReload,MainPID"
+
+
+async def service_status(tk: Toolkit, host: str, unit: str, journal_lines: int = 10,
+                         grep: str | None = None) -> ServiceStatus:
+    """``systemctl show`` of the unit and its newest journal lines (``grep``: only lines matching a
+    case-insensitive extended regex, as ``grep -iE``), in one round trip.
+
+    A unit that does not exist (``LoadState=not-found``) says so in ``state`` and ``note``; its (empty) journal
+    is not read.
+    """
     h = tk.hosts.get(host)
     unit = check_unit(unit)
-    props = await unit_props(h, unit)
-    text = ""
+    q = shlex.quote(unit)
+    script = f"systemctl show -p {_STATUS_PROPS} {q}"
     if journal_lines:
-        res = await run_on(h, f"journalctl -u {shlex.quote(unit)} -n {journal_lines} -o cat --no-pager")
-        text = res.stdout.decode("utf-8", "replace")[-4000:]
-    return ServiceStatus(host=host, unit=unit, active_state=props.get("ActiveState", "?"),
-                         sub_state=props.get("SubState", "?"), result=props.get("Result", "?"), props=props,
-                         journal=text)
+        # `--no-pager -o cat`: message text only; grep on the host so only matching lines travel
+        filt = f" | grep -a -i -E -e {shlex.quote(grep)}" if grep else ""
+        script += (f"; echo @@AT journal; journalctl -u {q} -o cat --no-pager -n {20000 if grep else journal_lines}"
+                   f"{filt} | tail -n {journal_lines}")
+    res = await run_on(h, script)
+    text = res.stdout.decode("utf-8", "replace")
+    show, _, journal = text.partition("@@AT journal\n")
+    props = parse_systemctl_show(show)
+    load = props.get("LoadState", "")
+    if load in ("not-found", "bad-setting", "error", "masked"):
+        notes = {"not-found": f"{unit} does not exist on {host} (LoadState=not-found): check the name",
+                 "masked": f"{unit} is masked on {host}: it cannot be started until unmasked",
+                 "bad-setting": f"{unit} has an invalid setting: systemd refuses to load it (journalctl -u)",
+                 "error": f"{unit} failed to load (LoadState=error)"}
+        if load == "not-found":
+            return ServiceStatus(host=host, unit=unit, state="not-found", note=notes[load])
+    else:
+        notes = {}
+    active, sub = props.get("ActiveState", "?"), props.get("SubState", "?")
+    note = notes.get(load, "")
+    if not note and props.get("NeedDaemonReload") == "yes":
+        note = (f"the unit file changed since systemd read it: restart_service(host='{host}', unit='{unit}', "
+                "daemon_reload=true) applies it")
+    return ServiceStatus(
+        host=host, unit=unit, state=f"{active}/{sub}", note=note, result=props.get("Result") or "success",
+        exit_status=_int(props.get("ExecMainStatus")), restarts=_int(props.get("NRestarts")),
+        main_pid=_int(props.get("MainPID")), unit_file=props.get("FragmentPath", ""),
+        drop_ins=props.get("DropInPaths", "").split(), need_daemon_reload=props.get("NeedDaemonReload") == "yes",
+        timeout_start_s=parse_timespan_s(props.get("TimeoutStartUSec", "")), journal=journal[-4000:])
+
+
+def _int(text: str | None) -> int:
+    try:
+        return int(text or 0)
+    except ValueError:
+        return 0
 
 
 async def restart_service(tk: Toolkit, host: str, unit: str, daemon_reload: bool = True,
@@ -165,8 +318,8 @@ async def restart_service(tk: Toolkit, host: str, unit: str, daemon_reload: bool
     allows = f"{timeout_s:g} s" if timeout_s is not None else "unlimited time"
     return Detached(host=host, command=cmd, job_id=out.job_id, elapsed_s=out.duration_s, budget_s=30.0,
                     deadline_s=deadline_s,
-                    why=f"restart of {unit} enqueued (--no-block); readiness is followed by probes (the unit "
-                        f"allows {allows} to start): {status.why}",
+                    why=f"restart of {unit} enqueued; the probes judge readiness (the unit allows {allows} to "
+                        f"start): {status.why}",
                     probes=status.probes, stdout=out.stdout, stderr=out.stderr, next=status.next)
 
 
@@ -202,13 +355,53 @@ async def read_file(tk: Toolkit, host: str, path: str, offset: int = 0, limit: i
         raise BadArguments(f"cannot read {path} on {host}: {res.stderr.decode('utf-8', 'replace').strip()}")
     first, _, data = res.stdout.partition(b"\n")
     total = int(first.strip() or 0)
+    end = offset + len(data)
     return FileContent(host=host, path=path, offset=offset, total_bytes=total,
-                       text=data.decode("utf-8", "replace"), eof=offset + len(data) >= total)
+                       text=data.decode("utf-8", "replace"), next_offset=end if end < total else None)
 
 
 async def _read_all(h: Host, path: str) -> bytes | None:
     res = await run_on(h, f"cat -- {shlex.quote(path)}", max_output_bytes=8 << 20)
     return res.stdout if res.exit_status == 0 else None
+
+
+async def _replace(tk: Toolkit, host: str, path: str, old: bytes | None, data: bytes, backup: bool) -> FileWritten:
+    """Write ``data`` over ``path`` atomically: a temp file in the same directory made by ``cp -p`` of the old
+    file (mode and owner kept), filled, then ``mv -f`` over the target (rename(2) is atomic on one file
+    system). With ``old`` given, the file must still hold exactly those bytes (sha256) when the temp file is
+    renamed over it: an edit never overwrites a change made in between. ``backup`` copies the old file to the
+    backup directory first.
+
+    :raises BadArguments: the write failed (permissions, missing directory) or the file changed meanwhile.
+    """
+    h = tk.hosts.get(host)
+    backup_id = None
+    q = shlex.quote(path)
+    script = "set -e; umask 077\n"
+    if old is not None:
+        digest = hashlib.sha256(old).hexdigest()
+        script += (f'[ "$(sha256sum < {q} | cut -d" " -f1)" = {digest} ] || '
+                   f'{{ echo "{path} changed since it was read: read it again" >&2; exit 4; }}\n')
+    if backup and old is not None:
+        backup_id = "b_" + secrets.token_hex(8)
+        script += (f'bd="{BACKUP_DIR}"; mkdir -p "$bd"; cp -p -- {q} "$bd/{backup_id}"; '
+                   f'printf "%s" {q} > "$bd/{backup_id}.path"\n')
+    script += (f"t={q}.at-tmp.$$; umask 022; if [ -e {q} ]; then cp -p -- {q} \"$t\"; fi; cat > \"$t\"; "
+               f"mv -f -- \"$t\" {q}")
+    res = await run_on(h, script, stdin=data)
+    if res.exit_status != 0:
+        raise BadArguments(f"cannot write {path} on {host}: {res.stderr.decode('utf-8', 'replace').strip()}")
+    return FileWritten(host=host, path=path, bytes_written=len(data), backup_id=backup_id,
+                       diff=_diff(old or b"", data, path), next=_after_write_hint(host, path, backup_id))
+
+
+def _after_write_hint(host: str, path: str, backup_id: str | None) -> str:
+    unit = unit_of_path(path)
+    undo = f"restore_file(host='{host}', path=..., backup_id='{backup_id}') undoes it" if backup_id else ""
+    if unit is None:
+        return undo
+    apply = f"restart_service(host='{host}', unit='{unit}', daemon_reload=true) applies it"
+    return apply + ("; " + undo if undo else "")
 
 
 async def write_file(tk: Toolkit, host: str, path: str, content: str, backup: bool = True,
@@ -220,26 +413,58 @@ async def write_file(tk: Toolkit, host: str, path: str, content: str, backup: bo
     if decision is not None:
         return decision
     old = await _read_all(h, path)
-    data = content.encode()
-    backup_id = None
-    q = shlex.quote(path)
-    script = "set -e; umask 077\n"
-    if backup and old is not None:
-        backup_id = "b_" + secrets.token_hex(8)
-        script += (f'bd="{BACKUP_DIR}"; mkdir -p "$bd"; cp -p -- {q} "$bd/{backup_id}"; '
-                   f'printf "%s" {q} > "$bd/{backup_id}.path"\n')
-    script += (f"t={q}.at-tmp.$$; umask 022; if [ -e {q} ]; then cp -p -- {q} \"$t\"; fi; cat > \"$t\"; "
-               f"mv -f -- \"$t\" {q}")
-    res = await run_on(h, script, stdin=data)
-    if res.exit_status != 0:
-        raise BadArguments(f"cannot write {path} on {host}: {res.stderr.decode('utf-8', 'replace').strip()}")
-    diff = _diff(old or b"", data, path)
-    nxt = f"restore_file(host='{host}', path='{path}', backup_id='{backup_id}') undoes it" if backup_id else ""
-    return FileWritten(host=host, path=path, bytes_written=len(data), backup_id=backup_id, diff=diff, next=nxt)
+    return await _replace(tk, host, path, old, content.encode(), backup)
+
+
+async def edit_file(tk: Toolkit, host: str, path: str, old: str, new: str, backup: bool = True,
+                    approval_id: str | None = None) -> FileWritten | Denied | NeedsApproval:
+    """Replace the one occurrence of ``old`` in the file by ``new`` (exact text, not a pattern), atomically and
+    with a backup, as :func:`write_file` writes; returns the diff.
+
+    Bytes that are not UTF-8 are kept as they are (decoded and encoded back with ``surrogateescape``).
+
+    :raises BadArguments: no such file; ``old`` does not occur (the message shows the closest line) or occurs
+        more than once (the message gives the lines: add context to make it unique); the file changed between
+        the read and the write.
+    """
+    _check_path(path)
+    h = tk.hosts.get(host)
+    decision = tk.check_policy(host, f"tee {shlex.quote(path)}", approval_id)
+    if decision is not None:
+        return decision
+    raw = await _read_all(h, path)
+    if raw is None:
+        raise BadArguments(f"cannot read {path} on {host} (no such file, or not readable): edit_file changes an "
+                           "existing file; write_file creates one")
+    text = raw.decode("utf-8", "surrogateescape")
+    count = text.count(old)
+    if count != 1:
+        raise BadArguments(_no_single_match(path, text, old, count))
+    data = text.replace(old, new, 1).encode("utf-8", "surrogateescape")
+    if data == raw:
+        raise BadArguments(f"old and new are the same text: {path} is unchanged")
+    return await _replace(tk, host, path, raw, data, backup)
+
+
+def _no_single_match(path: str, text: str, old: str, count: int) -> str:
+    lines = text.splitlines()
+    if count > 1:
+        first = old.splitlines()[0] if old.strip() else old
+        at = [i + 1 for i, line in enumerate(lines) if first and first in line][:8]
+        return (f"old occurs {count} times in {path} (lines {', '.join(map(str, at))}): include more of the "
+                "surrounding text so it occurs once")
+    want = (old.strip().splitlines() or [old])[0].strip()
+    close = difflib.get_close_matches(want, [line.strip() for line in lines], n=1, cutoff=0.5)
+    hint = ""
+    if close:
+        number = next(i + 1 for i, line in enumerate(lines) if line.strip() == close[0])
+        hint = f"; the closest line is {number}: {close[0][:200]!r} (whitespace and line ends must match exactly)"
+    return f"old does not occur in {path}{hint}; read_file shows the exact text"
 
 
 async def restore_file(tk: Toolkit, host: str, path: str, backup_id: str) -> FileRestored:
-    """Put a backup made by write_file back in place (atomically); returns the diff current → restored."""
+    """Put a backup made by write_file/edit_file back in place (atomically); returns the diff current →
+    restored."""
     _check_path(path)
     if not backup_id.startswith("b_") or not backup_id[2:].isalnum():
         raise BadArguments(f"{backup_id!r} is not a backup id (b_...)")
@@ -267,12 +492,14 @@ async def gpu_memory(tk: Toolkit, host: str) -> GpuMemory:
 
 
 async def host_memory(tk: Toolkit, host: str) -> HostMemory:
-    """Host memory from ``free -b`` (procps): total, available (what can be allocated without swapping)."""
+    """Host memory from ``free -b`` (procps): total, used, available (what can be allocated without swapping),
+    in bytes (int) and GiB (2**30 bytes, one decimal)."""
     h = tk.hosts.get(host)
     res = await run_on(h, "free -b")
     mem = parse_free(res.stdout.decode("utf-8", "replace"))
-    return HostMemory(host=host, total_bytes=mem.get("total_bytes", 0), available_bytes=mem.get("available_bytes", 0),
-                      used_bytes=mem.get("used_bytes", 0), raw=mem)
+    total, used, avail = (mem.get(k, 0) for k in ("total_bytes", "used_bytes", "available_bytes"))
+    return HostMemory(host=host, total_bytes=total, total_gib=_gib(total), used_bytes=used, used_gib=_gib(used),
+                      available_bytes=avail, available_gib=_gib(avail), buff_cache_bytes=mem.get("buff_cache_bytes", 0))
 
 
 async def wait_for(tk: Toolkit, host: str, probes: list[dict[str, Any]], deadline_s: float = 60.0) -> WaitResult:
@@ -303,23 +530,102 @@ async def wait_for(tk: Toolkit, host: str, probes: list[dict[str, Any]], deadlin
         delay = min(delay * 1.6, 2.0)
 
 
-class HttpResponse(BaseModel):
-    host: str
-    url: str
-    status: int
-    body: str = Field(description="response body (first 16 KiB, decoded)")
+async def http_get(tk: Toolkit, host: str, url: str, fields: list[str] | None = None,
+                   timeout_s: float = 10.0) -> HttpResponse:
+    """GET ``url`` as seen from ``host`` (an SSH direct-tcpip channel for remote hosts; no curl needed).
 
+    A JSON body comes back parsed (``data``; with ``fields``, only those top-level keys of an object), any other
+    body as text (first 16 KiB).
 
-async def http_get(tk: Toolkit, host: str, url: str) -> HttpResponse:
-    """GET ``url`` as seen from ``host`` (an SSH direct-tcpip channel for remote hosts; no curl needed)."""
+    :raises BadArguments: a malformed URL (only ``http://HOST[:PORT]/...``).
+    :raises ConnectionRefused: nothing listens there; :raises TargetTimeout: no answer within ``timeout_s``;
+        :raises TargetUnreachable: another network failure. All three are retryable; when a job of this
+        toolkit's journal follows a unit with a probe on the same port, the message gives the unit's state.
+    """
     from ..probes.checks import http_get as _get
 
-    h = tk.hosts.get(host)
+    parts = urlsplit(url)
     try:
-        status, body = await _get(h, url, 10.0)
-    except (OSError, TimeoutError, ValueError) as exc:
-        raise BadArguments(f"GET {url} from {host} failed: {type(exc).__name__}: {exc}") from exc
-    return HttpResponse(host=host, url=url, status=status, body=body[:16384].decode("utf-8", "replace"))
+        port = parts.port or 80
+    except ValueError as exc:
+        raise BadArguments(f"{url!r} is not a valid URL ({exc})") from exc
+    if parts.scheme != "http" or not parts.hostname:
+        hint = " (https is not supported: services on the host itself are reached with http://127.0.0.1:PORT)" \
+            if parts.scheme == "https" else " (e.g. http://127.0.0.1:30000/health)"
+        raise BadArguments(f"{url!r} is not an http:// URL{hint}")
+    h = tk.hosts.get(host)
+    where = f"{parts.hostname}:{port}"
+    try:
+        status, body = await _get(h, url, timeout_s)
+    except ConnectionRefusedError as exc:
+        raise ConnectionRefused(host, f"GET {url} from {host}: connection refused: nothing listens on {where}"
+                                + await _port_owner(tk, h, host, port)) from exc
+    except TimeoutError as exc:
+        raise TargetTimeout(host, f"GET {url} from {host}: no answer within {timeout_s:g} s"
+                            + await _port_owner(tk, h, host, port)) from exc
+    except (OSError, ValueError) as exc:
+        raise TargetUnreachable(host, f"GET {url} from {host} failed: {type(exc).__name__}: {exc}") from exc
+    data: Any = None
+    text = ""
+    missing: list[str] = []
+    stripped = body.lstrip()[:1]
+    if stripped in (b"{", b"["):
+        try:
+            data = json.loads(body)
+        except ValueError:
+            data = None
+    if data is None:
+        text = body[:16384].decode("utf-8", "replace")
+    elif fields:
+        if isinstance(data, dict):
+            missing = [f for f in fields if f not in data]
+            data = {f: data[f] for f in fields if f in data}
+        else:
+            missing = list(fields)
+    return HttpResponse(host=host, url=url, status=status, data=data, body=text, body_bytes=len(body),
+                        missing=missing)
+
+
+async def _port_owner(tk: Toolkit, h: Host, host: str, port: int) -> str:
+    """"; UNIT is STATE ..." when a job in the journal follows a unit with a probe on ``port`` of ``host`` (the
+    unit the port belongs to, as far as the tools know), else ""."""
+    found = _unit_for_port(tk.journal.list(host, limit=100), port)
+    if found is None:
+        return " (a server that is still starting refuses connections; try again later)"
+    unit, rec = found
+    try:
+        with anyio.move_on_after(5):
+            props = await unit_props(h, unit, "ActiveState,SubState,Result")
+            active, sub = props.get("ActiveState", "?"), props.get("SubState", "?")
+            if active in ("activating", "reloading") or (active == "active" and rec.readiness == "pending"):
+                return (f"; {unit} is {active}/{sub}: still starting (job {rec.job_id} follows it: "
+                        f"job_status(job_id='{rec.job_id}', wait_s=60))")
+            if active == "active":
+                return f"; {unit} is {active}/{sub} but its port {port} refuses connections"
+            return (f"; {unit} is {active}/{sub} (result {props.get('Result', '?')}): service_status(host='{host}', "
+                    f"unit='{unit}') shows why")
+    except AgentToolsError:
+        pass
+    return f"; {unit} (job {rec.job_id}) serves this port"
+
+
+def _unit_for_port(records: list[JobRecord], port: int) -> tuple[str, JobRecord] | None:
+    for rec in records:  # newest first
+        unit = next((str(p.get("unit")) for p in rec.probes if p.get("kind") == "systemd_unit"), None)
+        if unit is None:
+            continue
+        for p in rec.probes:
+            probe_port: int | None = None
+            if p.get("kind") == "http":
+                try:
+                    probe_port = urlsplit(str(p.get("url"))).port or 80
+                except ValueError:
+                    continue
+            elif p.get("kind") == "port":
+                probe_port = int(p.get("port") or 0)
+            if probe_port == port:
+                return unit, rec
+    return None
 
 
 def _check_path(path: str) -> None:
@@ -330,7 +636,6 @@ def _check_path(path: str) -> None:
 def _diff(old: bytes, new: bytes, path: str) -> str:
     a = old.decode("utf-8", "replace").splitlines(keepends=True)
     b = new.decode("utf-8", "replace").splitlines(keepends=True)
-    text = "".join(difflib.unified_diff(a, b, fromfile=f"{path} (before)", tofile=f"{path} (after)"))
-    return text if len(text) < 8000 else text[:8000] + "\n… [diff truncated]\n"
-
-
+    name = path.rsplit("/", 1)[-1]
+    text = "".join(difflib.unified_diff(a, b, fromfile=f"{name} (before)", tofile=f"{name} (after)"))
+    return text if len(text) <= _MAX_DIFF_CHARS else text[:_MAX_DIFF_CHARS] + "\n… [diff truncated]\n"

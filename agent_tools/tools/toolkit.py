@@ -10,10 +10,11 @@ traceback.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from pydantic import BaseModel, ValidationError
@@ -41,11 +42,13 @@ from ..outcomes import (
 from ..redact import redact, redact_obj
 from . import ops
 from .args import (
+    EditFileArgs,
     HostArgs,
     HttpGetArgs,
     JobCancelArgs,
     JobOutputArgs,
     JobStatusArgs,
+    ListHostsArgs,
     ListJobsArgs,
     ReadFileArgs,
     RestartServiceArgs,
@@ -71,6 +74,9 @@ __all__ = ["RunCommandResult", "ToolSpec", "Toolkit"]
 RunCommandResult = Finished | NeedsInput | Detached | Killed | NeedsApproval | Denied | ErrorOutcome
 
 log = structlog.get_logger(__name__)
+
+#: a result model type (what _explained returns is what it was given)
+_M = TypeVar("_M", bound=BaseModel)
 
 DEFAULT_BUDGET_S = 15.0
 
@@ -98,46 +104,32 @@ class ToolSpec:
 
 
 RUN_COMMAND_DESC = (
-    "Run a shell command on a host under a time budget. Always returns one outcome: 'finished' (exit "
-    "status + bounded output), 'detached' (still running when the budget ran out: it keeps running as a "
-    "durable job; follow it with job_status), 'killed', 'needs_input' (it wanted a password/confirmation; "
-    "stdin is /dev/null), 'needs_approval' (policy: ask the operator, then call again with approval_id), "
-    "'denied' (policy: do not retry), or 'error' (host unreachable/auth/bad arguments; 'retryable' says if "
-    "trying later may work; kind 'start_unconfirmed': the start was sent but not confirmed, the command may "
-    "be running: follow its job_id with job_status, do not run it again). Long operations (service restarts, "
-    "model loads, builds) are safe: they detach instead of being killed. Output is shown as head+tail with "
-    "byte counts; job_output pages the rest.")
-JOB_STATUS_DESC = (
-    "State of a job started by run_command: running | exited | killed | lost | not_started, its exit status, "
-    "readiness (when probes are attached: pending | ready | failed | deadline_exceeded), and the output written "
-    "since the previous job_status call. With wait_s > 0 it long-polls until the state changes or wait_s passes. "
-    "'lost' means the job's fate is unknown (never success); 'not_started' that nothing of it ran. It settles a "
-    "start_unconfirmed error from run_command.")
-JOB_OUTPUT_DESC = "Page a job's full output by byte offset (stdout or stderr); all bytes are kept on the host."
-JOB_CANCEL_DESC = ("Stop a job: TERM to its whole process tree (including daemons it spawned), KILL after "
-                   "grace_s, then verify no process of it is left. Reports what was killed and any survivors.")
-LIST_JOBS_DESC = ("List known jobs (newest first), optionally for one host, with their last known state "
-                  "(running | unconfirmed: the start was sent but not confirmed, the host settles it | exited | "
-                  "killed | lost). With host, their states and readiness are looked at again on that host (a ready "
-                  "unit that died since reads failed). Launches that never started are not jobs and are only "
-                  "counted in the note.")
+    "Run a shell command on a host within a time budget. Outcomes: finished (exit status, output head+tail), "
+    "detached (still running at the budget: it goes on as a job to follow with job_status), killed, needs_input "
+    "(wanted a password or a terminal), needs_approval, denied, error (kind start_unconfirmed: it may be running: "
+    "follow its job_id, do not rerun). Restart units with restart_service.")
+JOB_STATUS_DESC = ("A job's state (running|exited|killed|lost|not_started), readiness if it has probes (pending|"
+                   "ready|failed|deadline_exceeded) and new output; wait_s long-polls for a change.")
+JOB_OUTPUT_DESC = "Page a job's output by byte offset; every byte is kept on the host."
+JOB_CANCEL_DESC = "Stop a job: TERM to its whole process tree, KILL after grace_s, then check nothing is left."
+LIST_JOBS_DESC = ("Known jobs, newest first, with their last known state (unconfirmed: the start was sent, not "
+                  "confirmed); with host, looked at again there.")
+LIST_HOSTS_DESC = ("Hosts to use: 'local' and the SSH config and policy aliases, with running jobs; check=true "
+                   "tries each.")
 RESTART_SERVICE_DESC = (
-    "Restart a systemd unit safely: daemon-reload, `systemctl restart --no-block`, and return at once a "
-    "'detached' job whose readiness is judged by probes (the unit active in a new invocation, plus any HTTP "
-    "health / log-line probes you pass). The deadline defaults to the unit's own TimeoutStartSec + 30 s. "
-    "Follow with job_status(job_id, wait_s=60) until readiness is ready, failed (with journal lines) or "
-    "deadline_exceeded. Use this instead of run_command for restarts that take minutes (model servers).")
-SERVICE_STATUS_DESC = "A systemd unit's state (ActiveState/SubState/Result/...) and its recent journal lines."
-READ_FILE_DESC = "Read a file on a host by byte offset (bounded); total_bytes tells how much there is."
-WRITE_FILE_DESC = ("Replace a file's whole content atomically (temp file + rename, mode kept), keeping a backup; "
-                   "returns a unified diff and a backup_id for restore_file.")
-RESTORE_FILE_DESC = "Put back a file's content from a backup made by write_file (atomically); returns the diff."
+    "Restart a systemd unit without blocking; returns a detached job whose probes judge readiness (the unit "
+    "active in a new invocation, plus yours), deadline the unit's TimeoutStartSec + 30 s. Follow it with "
+    "job_status(job_id, wait_s).")
+SERVICE_STATUS_DESC = "A systemd unit's state, unit file and newest journal lines (grep filters them)."
+READ_FILE_DESC = "Read a file on a host (bounded; next_offset says where to read on)."
+WRITE_FILE_DESC = "Replace a file's whole content atomically (mode kept), with a backup; returns diff and backup_id."
+EDIT_FILE_DESC = ("Replace the one occurrence of old in a file with new, atomically, with a backup; returns diff "
+                  "and backup_id.")
+RESTORE_FILE_DESC = "Put a file back from a backup_id of write_file/edit_file (atomically); returns the diff."
 GPU_MEMORY_DESC = "Per-GPU memory used/total/free in MiB (nvidia-smi)."
-HOST_MEMORY_DESC = "Host memory total/available/used in bytes (free -b)."
-HTTP_GET_DESC = ("HTTP GET a URL as seen from the host itself (reaches services bound to 127.0.0.1 there); "
-                 "returns status and body. Read-only.")
-WAIT_FOR_DESC = ("Wait until probes pass on a host (systemd_unit, http, log, port, gpu_memory, host_memory), "
-                 "until one fails terminally, or until deadline_s.")
+HOST_MEMORY_DESC = "Host memory total/used/available in bytes and GiB (free -b)."
+HTTP_GET_DESC = "HTTP GET as seen from the host (reaches its 127.0.0.1 services): status and body (JSON parsed)."
+WAIT_FOR_DESC = "Wait until every probe passes on a host, one fails for good, or deadline_s passes."
 
 
 class Toolkit:
@@ -179,10 +171,12 @@ class Toolkit:
         self.register(ToolSpec("job_cancel", JOB_CANCEL_DESC, JobCancelArgs), self.job_cancel)
         self.register(ToolSpec("list_jobs", LIST_JOBS_DESC, ListJobsArgs), self.list_jobs)
         for name, desc, model, fn in (
+            ("list_hosts", LIST_HOSTS_DESC, ListHostsArgs, ops.list_hosts),
             ("restart_service", RESTART_SERVICE_DESC, RestartServiceArgs, ops.restart_service),
             ("service_status", SERVICE_STATUS_DESC, ServiceStatusArgs, ops.service_status),
             ("read_file", READ_FILE_DESC, ReadFileArgs, ops.read_file),
             ("write_file", WRITE_FILE_DESC, WriteFileArgs, ops.write_file),
+            ("edit_file", EDIT_FILE_DESC, EditFileArgs, ops.edit_file),
             ("restore_file", RESTORE_FILE_DESC, RestoreFileArgs, ops.restore_file),
             ("gpu_memory", GPU_MEMORY_DESC, HostArgs, ops.gpu_memory),
             ("host_memory", HOST_MEMORY_DESC, HostArgs, ops.host_memory),
@@ -199,12 +193,12 @@ class Toolkit:
         async def call(**kwargs: Any) -> BaseModel:
             try:
                 if own_s is None:
-                    return await fn(self, **kwargs)
+                    return self._explained(await fn(self, **kwargs))
                 limit_s = own_s(kwargs) + self.runner.answer_timeout_s
                 with _answer_within(self.hosts.get(kwargs["host"]), limit_s, fn.__name__):
-                    return await fn(self, **kwargs)
+                    return self._explained(await fn(self, **kwargs))
             except AgentToolsError as exc:
-                return _error(exc, kwargs.get("host"), None)
+                return self._explained(_error(exc, kwargs.get("host"), None))
 
         call.__name__ = fn.__name__
         call.__doc__ = fn.__doc__
@@ -217,6 +211,33 @@ class Toolkit:
         if name in specs:
             return specs[name][1]  # type: ignore[no-any-return]
         raise AttributeError(name)
+
+    # ---------------------------------------------------------------- hosts
+    def known_hosts(self) -> dict[str, str]:
+        """Every alias the tools can name without guessing → where it comes from: ``local``, hosts given to the
+        registry (``registered``), ``Host`` aliases of the SSH config files (``ssh_config``) and host patterns of
+        the policy files that are plain names, not globs (``policy``)."""
+        known = self.hosts.known()
+        for pattern in _policy_hosts(self.policy):
+            if not any(c in pattern for c in "*?[") and pattern:
+                known.setdefault(pattern, "policy")
+        return known
+
+    def unknown_host_hint(self, alias: str) -> str:
+        """Words for an ``unknown_host`` error about ``alias``: the closest known aliases (difflib ratio), or
+        where to look when the alias is in the SSH config but its HostName does not resolve."""
+        known = self.known_hosts()
+        if alias in known or self.hosts.in_ssh_config(alias):
+            return "; it is in the SSH config: check its HostName"
+        close = difflib.get_close_matches(alias, list(known), n=3, cutoff=0.6)
+        said = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        return f"; {alias!r} is in no SSH config or policy file{said} (list_hosts lists the known hosts)"
+
+    def _explained(self, out: _M) -> _M:
+        if isinstance(out, ErrorOutcome) and out.kind == "unknown_host" and out.host and "list_hosts" not in \
+                out.message:
+            return out.model_copy(update={"message": out.message + self.unknown_host_hint(out.host)})
+        return out
 
     # ---------------------------------------------------------------- policy
     def decide(self, host: str, command: str) -> Decision | None:
@@ -320,7 +341,7 @@ class Toolkit:
         except AgentToolsError as exc:
             result = _error(exc, raw.get("host") if isinstance(raw.get("host"), str) else None,
                             raw.get("command") if isinstance(raw.get("command"), str) else None)
-        data = result_view(result)
+        data = result_view(self._explained(result))
         host = data.get("host") or (raw.get("host") if isinstance(raw.get("host"), str) else None)
         extra: list[str] = []
         if self.policy is not None and isinstance(host, str):
@@ -371,14 +392,14 @@ class Toolkit:
                 deadline_s = deadline_s or decision.deadline_s
                 if decision.deadline_from == "unit_timeout":
                     deadline_s = await _unit_deadline(h, probes) or deadline_s
-            return await self.runner.run(
+            return self._explained(await self.runner.run(
                 h, command,
                 budget_s=budget_s if budget_s is not None else self.default_budget_s,
                 on_timeout=on_timeout or "detach",  # type: ignore[arg-type]
                 cwd=cwd, env=env, idempotency_key=idempotency_key, probes=probes or None, deadline_s=deadline_s,
-                detach_immediately=detach_now, display_command=shown)
+                detach_immediately=detach_now, display_command=shown))
         except AgentToolsError as exc:
-            return _error(exc, host, shown)
+            return self._explained(_error(exc, host, shown))
 
     def _job_host(self, job_id: str) -> tuple[Any, str | None]:
         """The host a job runs on, reached the way it was at launch (the journal remembers the SSH config files:
@@ -475,6 +496,12 @@ def _noted(error: ErrorOutcome, note: str | None) -> ErrorOutcome:
     if note:
         error.message = f"{error.message} ({note})"
     return error
+
+
+def _policy_hosts(policy: PolicySet | None) -> list[str]:
+    if policy is None:
+        return []
+    return [pattern for doc in getattr(policy, "policies", []) for pattern in getattr(doc.policy, "hosts", [])]
 
 
 async def _prepare_probes(host: Any, probes: list[dict[str, Any]]) -> list[dict[str, Any]]:
