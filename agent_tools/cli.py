@@ -29,7 +29,6 @@ from .cli_help import HelpGroup
 from .cli_import import import_app
 from .cli_mcp import mcp
 from .display import plain, safe_text
-from .jobs.journal import Journal
 from .logs import configure_logging
 from .redact import redact, redact_argv, redact_obj
 from .tools.toolkit import Toolkit
@@ -483,7 +482,7 @@ def demo_hicache(
     ssh_config: SshConfigOpt = None,
 ) -> None:
     """Memory analysis → add hicache flags → restart detached → follow readiness → verify (or roll back)."""
-    from .demo.hicache import embedded_node, run_walkthrough
+    from .demo.hicache import run_node, run_walkthrough
 
     def emit(line: str) -> None:
         # the walkthrough's lines quote command output from the host: untrusted
@@ -499,9 +498,9 @@ def demo_hicache(
                 return res.result
         if not as_json:
             emit(f"# starting the embedded simulated GPU node (profile {profile}, model load {load_s:g} s)")
-        async with embedded_node(profile, load_s=load_s) as (alias, registry):
-            tk = Toolkit(registry, journal=Journal())
-            res = await run_walkthrough(tk, alias, emit=emit, json_lines=as_json)
+        async with run_node(profile, load_s=load_s) as node:  # its jobs stay in its own journal, gone with it
+            tk = Toolkit(node.registry, journal=node.journal)
+            res = await run_walkthrough(tk, node.alias, emit=emit, json_lines=as_json)
             emit(json.dumps({"result": res.result, "summary": res.summary}) if as_json else
                  f"RESULT: {res.result} — {res.summary}")
             return res.result

@@ -4,7 +4,7 @@ A command always ends in exactly one outcome (the ``outcome`` field is the discr
 
 ========================  ==================================================================
 ``finished``              exited within its budget: exit status or signal, bounded output
-``needs_input``           ended (or is stuck) on a password/confirmation prompt; the prompt text
+``needs_input``           ended (or is stuck) on a password/confirmation prompt or needed a terminal
 ``detached``              still running when its budget ran out: a durable job to follow
 ``killed``                terminated on purpose (budget with ``on_timeout=kill``, deadline, cancel)
 ``needs_approval``        a policy rule says ``ask``: nothing ran; an approval id to approve with
@@ -86,8 +86,10 @@ class Finished(ResultModel):
 
 
 class NeedsInput(ResultModel):
-    """The command wanted input from a person (a password or confirmation prompt). stdin is /dev/null, so it
-    failed (or stopped) instead of hanging; run it non-interactively (``sudo -n``, ``--yes``, keys)."""
+    """The command wanted input from a person (a password or confirmation prompt) or a terminal (vim, top).
+    stdin is /dev/null and there is no terminal, so it failed (or stopped) instead of hanging; ``next`` says how
+    to run it non-interactively (``sudo -n``, ``--yes``, keys; ``top -b -n 1``; edit_file instead of vim).
+    What a full-screen program drew is left out of ``stdout`` (its byte count stays)."""
 
     outcome: Literal["needs_input"] = "needs_input"
     host: str

@@ -23,7 +23,8 @@ It needs no root and no network beyond loopback, and it runs commands *for real*
 * At most ``max_sessions`` (10) session channels per connection, like OpenSSH's ``MaxSessions``.
 
 It writes a ``known_hosts`` file and an OpenSSH-style client config with three aliases, usable by
-``ssh -F`` and ``asyncssh.connect(alias, config=[config_path])``:
+``ssh -F`` and ``asyncssh.connect(alias, config=[config_path])`` (and ``alias_config_path``, a config with the
+first one only):
 
 * ``ALIAS``         - this host, strict host key checking;
 * ``ALIAS-badkey``  - this host, but a known_hosts file holding another key (host key mismatch);
@@ -114,6 +115,8 @@ class EmbeddedHost:
         self.known_hosts_path = self.root / "known_hosts"
         self.badkey_known_hosts_path = self.root / "known_hosts_badkey"
         self.config_path = self.root / "ssh_config"
+        #: a client config naming ALIAS only (for tools that list a config's hosts: no -badkey/-dead aliases)
+        self.alias_config_path = self.root / "ssh_config.alias"
         self.port = port
         self.dead_port = 0
         self._requested_port = port
@@ -233,6 +236,7 @@ class EmbeddedHost:
             self._config_block(self.dead_alias, self.dead_port, self.known_hosts_path),
         ]
         self.config_path.write_text("\n".join(blocks))
+        self.alias_config_path.write_text(blocks[0])
 
     def _config_block(self, alias: str, port: int, known_hosts: Path) -> str:
         return (

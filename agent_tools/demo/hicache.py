@@ -1,20 +1,24 @@
 """The hicache walkthrough: from memory analysis to deploying SGLang's hierarchical KV cache, verified.
 
-An agent-shaped script: every step is a Toolkit tool call (``dispatch(name, json)``) and its outcome is
-printed as a transcript line (or a JSON line with ``json_lines=True``). Steps:
+An agent-shaped script: every step is one tool call chosen from the results before it (no value known in
+advance but the unit's name), made through a :data:`Caller` (a Toolkit's ``dispatch``, or an MCP client
+session: the benchmark ``agent_view`` drives the same script over MCP). Each outcome is printed as a
+transcript line (or a JSON line with ``json_lines=True``). Steps:
 
-1. GPU and host memory (``gpu_memory``, ``host_memory``), the unit (``service_status``, ``read_file``), the
-   running server's args (``http_get /get_server_info``).
-2. KV pool estimate. SGLang sizes the GPU KV pool as ``rest = available_after_weights - total_gpu_memory *
-   (1 - mem_fraction_static)``; the hicache host pool is the GPU pool × ``--hicache-ratio`` (or
-   ``--hicache-size`` GB) per rank, and the server refuses to start when host RAM available minus 10 GiB is
-   not enough (sglang/srt/mem_cache/memory_pool_host.py).
+1. Which host (``list_hosts``, when none is given); GPU and host memory (``gpu_memory``, ``host_memory``); the
+   unit's file and the KV pool it allocated (``service_status`` with ``grep``: SGLang logs "KV Cache is
+   allocated. #tokens: N, KV size: X GB" per rank); the unit file (``read_file``).
+2. KV pool estimate. The hicache host pool is the GPU pool × ``--hicache-ratio`` (or ``--hicache-size`` GB)
+   per rank, and SGLang refuses to start when host RAM available minus 10 GiB is not enough
+   (sglang/srt/mem_cache/memory_pool_host.py). The GPU pool itself is ``available_after_weights -
+   total_gpu_memory * (1 - mem_fraction_static)`` (the fallback when the journal has no KV line).
 3. Add ``--enable-hierarchical-cache --hicache-ratio 2.0 --hicache-write-policy write_through
-   --hicache-io-backend kernel`` to ExecStart (``write_file``: atomic, backup, diff).
+   --hicache-io-backend kernel`` to ExecStart (``edit_file``: the last ExecStart line, exact text; atomic,
+   backup, diff).
 4. ``restart_service`` (daemon-reload + restart --no-block → a detached job with unit/health/log probes),
    then ``job_status(wait_s=...)`` until readiness is ready / failed / deadline_exceeded.
-5. Verify ``/get_server_info`` shows hicache on. On failure: ``restore_file``, restart again, follow it to
-   ready, and report what happened (the journal lines say why).
+5. Verify ``/get_server_info`` shows hicache on (``http_get`` with ``fields``). On failure: ``restore_file``,
+   restart again, follow it to ready, and report what happened (the failed probe's evidence says why).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,14 +36,23 @@ import anyio
 
 from ..hosts.registry import HostRegistry
 from ..hosts.ssh import SshHost, SshSettings
+from ..jobs.journal import Journal
 from ..tools.toolkit import Toolkit
 
-__all__ = ["HICACHE_FLAGS", "WalkthroughResult", "add_hicache_flags", "embedded_node", "run_walkthrough"]
+__all__ = ["HICACHE_FLAGS", "Caller", "EmbeddedNode", "WalkthroughResult", "add_hicache_flags", "embedded_node",
+           "hicache_edit", "run_node", "run_walkthrough"]
 
 HICACHE_FLAGS = ["--enable-hierarchical-cache", "--hicache-ratio", "2.0", "--hicache-write-policy",
                  "write_through", "--hicache-io-backend", "kernel"]
 UNIT = "sglang.service"
 TEN_GIB = 10 * 2**30
+#: journal lines that say how large SGLang's GPU KV pool is (MLA models: "KV size"; MHA: "K size ..., V size")
+KV_LINE_GREP = "KV Cache is allocated"
+#: what /get_server_info must show once hicache is on
+VERIFY_FIELDS = ["enable_hierarchical_cache", "hicache_ratio", "hicache_write_policy", "hicache_io_backend"]
+
+Caller = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+"""``await call(tool_name, arguments)`` → the result as the model reads it (a JSON object)."""
 
 
 @dataclass
@@ -51,8 +64,10 @@ class WalkthroughResult:
     summary: str = ""
 
 
-def add_hicache_flags(unit_text: str, flags: list[str] = HICACHE_FLAGS) -> str:
-    """Append ``flags`` to the ExecStart command of a unit file (handles ``\\`` continuation lines).
+def hicache_edit(unit_text: str, flags: list[str] = HICACHE_FLAGS) -> tuple[str, str]:
+    """The ``edit_file`` that appends ``flags`` to the ExecStart command of a unit file: ``(old, new)`` where
+    ``old`` is the last line of the ExecStart command (``\\`` continuation lines followed) with its newline,
+    and ``new`` that line continued by one more line holding the flags.
 
     :raises ValueError: no ExecStart line, or hicache already enabled.
     """
@@ -66,9 +81,18 @@ def add_hicache_flags(unit_text: str, flags: list[str] = HICACHE_FLAGS) -> str:
                 j += 1
             last = lines[j].rstrip("\n")
             indent = re.match(r"\s*", lines[j]).group(0) if j > i else "    "  # type: ignore[union-attr]
-            lines[j] = last + " \\\n" + indent + " ".join(flags) + "\n"
-            return "".join(lines)
+            end = "\n" if lines[j].endswith("\n") else ""
+            return lines[j], last + " \\\n" + indent + " ".join(flags) + end
     raise ValueError("no ExecStart= line in the unit")
+
+
+def add_hicache_flags(unit_text: str, flags: list[str] = HICACHE_FLAGS) -> str:
+    """``unit_text`` with ``flags`` appended to its ExecStart command (see :func:`hicache_edit`).
+
+    :raises ValueError: no ExecStart line, or hicache already enabled.
+    """
+    old, new = hicache_edit(unit_text, flags)
+    return unit_text.replace(old, new, 1)
 
 
 def _port_of(unit_text: str) -> int:
@@ -76,9 +100,14 @@ def _port_of(unit_text: str) -> int:
     return int(m.group(1)) if m else 30000
 
 
+def _flag(unit_text: str, name: str, default: str) -> str:
+    m = re.search(rf"{re.escape(name)}[ =](\S+)", unit_text)
+    return m.group(1) if m else default
+
+
 class _Transcript:
-    def __init__(self, tk: Toolkit, emit: Callable[[str], None], json_lines: bool) -> None:
-        self.tk = tk
+    def __init__(self, call: Caller, emit: Callable[[str], None], json_lines: bool) -> None:
+        self._call = call
         self.emit = emit
         self.json_lines = json_lines
         self.steps: list[dict[str, Any]] = []
@@ -91,14 +120,15 @@ class _Transcript:
 
     async def call(self, name: str, **args: Any) -> dict[str, Any]:
         t0 = anyio.current_time()
-        result = await self.tk.dispatch(name, args)
+        result = await self._call(name, args)
         step = {"tool": name, "arguments": args, "result": result,
                 "elapsed_s": round(anyio.current_time() - t0, 3)}
         self.steps.append(step)
         if self.json_lines:
             self.emit(json.dumps(step))
         else:
-            self.emit(f"> {name}({', '.join(f'{k}={v!r}' for k, v in args.items() if k != 'content')})")
+            shown = {k: v for k, v in args.items() if k not in ("content", "old", "new")}
+            self.emit(f"> {name}({', '.join(f'{k}={v!r}' for k, v in shown.items())})")
             self.emit("< " + _short(result))
         return result
 
@@ -115,7 +145,7 @@ def _short(result: dict[str, Any]) -> str:
     return json.dumps(r, ensure_ascii=False)
 
 
-async def _follow(t: _Transcript, host: str, job_id: str, deadline_s: float) -> dict[str, Any]:
+async def _follow(t: _Transcript, job_id: str, deadline_s: float) -> dict[str, Any]:
     t0 = anyio.current_time()
     while True:
         st = await t.call("job_status", job_id=job_id, wait_s=min(30.0, max(1.0, deadline_s)))
@@ -127,45 +157,63 @@ async def _follow(t: _Transcript, host: str, job_id: str, deadline_s: float) -> 
             return st
 
 
-async def run_walkthrough(tk: Toolkit, host: str, *, emit: Callable[[str], None] = print,
-                          json_lines: bool = False) -> WalkthroughResult:
-    """Drive the walkthrough on ``host`` through ``tk`` (see the module docstring).
+def _pick_host(listing: dict[str, Any]) -> str | None:
+    """The GPU node among the hosts listed: not ``local``; a name with "gpu" first."""
+    names = [str(h["host"]) for h in listing.get("hosts", []) if isinstance(h.get("host"), str) and
+             h["host"] != "local"]
+    gpu = [n for n in names if "gpu" in n.lower()]
+    return (gpu or names)[0] if names else None
 
+
+def _why_failed(st: dict[str, Any]) -> str:
+    """The evidence that explains a failed readiness: a failed log probe's line, else the first line of why."""
+    for p in st.get("probes", []):
+        if p.get("state") == "failed" and p.get("kind") == "log" and p.get("evidence"):
+            return str(p["evidence"]).splitlines()[-1]
+    why = str(st.get("why", ""))
+    return why.splitlines()[0] if why else "?"
+
+
+async def run_walkthrough(tk: Toolkit | Caller, host: str | None, *, emit: Callable[[str], None] = print,
+                          json_lines: bool = False) -> WalkthroughResult:
+    """Drive the walkthrough on ``host`` (see the module docstring).
+
+    :param tk: a :class:`Toolkit` (its ``dispatch`` is called) or any :data:`Caller`.
+    :param host: the host alias; None: ask ``list_hosts`` and take the GPU node it lists.
     :param emit: where transcript lines go (one string per line).
     :returns: a :class:`WalkthroughResult`; never raises for host problems (they are reported).
     """
-    t = _Transcript(tk, emit, json_lines)
+    call: Caller = tk.dispatch if isinstance(tk, Toolkit) else tk
+    t = _Transcript(call, emit, json_lines)
+    if host is None:
+        host = _pick_host(await t.call("list_hosts"))
+        if host is None:
+            return WalkthroughResult("failed", t.steps, "list_hosts lists no host but local")
     t.say(f"step 1: memory analysis on {host}")
     gpu = await t.call("gpu_memory", host=host)
     mem = await t.call("host_memory", host=host)
-    svc = await t.call("service_status", host=host, unit=UNIT, journal_lines=60)
-    if "props" not in svc:
-        return WalkthroughResult("failed", t.steps, f"cannot read {UNIT} on {host}: {svc.get('message')}")
-    path = svc["props"].get("FragmentPath") or "/etc/systemd/system/sglang.service"
+    svc = await t.call("service_status", host=host, unit=UNIT, grep=KV_LINE_GREP, journal_lines=1)
+    if svc.get("outcome") == "error" or svc.get("state") == "not-found" or not svc.get("unit_file"):
+        return WalkthroughResult("failed", t.steps, f"cannot use {UNIT} on {host}: "
+                                                    f"{svc.get('message') or svc.get('note') or svc}")
+    path = str(svc["unit_file"])
     unit = await t.call("read_file", host=host, path=path)
     unit_text = unit.get("text", "")
     port = _port_of(unit_text)
-    info = await t.call("http_get", host=host, url=f"http://127.0.0.1:{port}/get_server_info")
-    server: dict[str, Any] = {}
-    if info.get("status") == 200:
-        server = json.loads(info["body"])
 
     t.say("step 2: KV pool estimate")
     gpus = gpu.get("gpus", [])
-    tp = int(server.get("tp_size") or max(1, len(gpus)))
-    mfs = float(server.get("mem_fraction_static") or 0.88)
-    kv_tokens = int(server.get("max_total_num_tokens") or 0)
-    kv_bytes_tok = int(server.get("kv_bytes_per_token") or 0)
-    gpu_kv_bytes = kv_tokens * kv_bytes_tok if kv_tokens and kv_bytes_tok else 0
-    # SGLang logs the pool it allocated: "KV Cache is allocated. #tokens: N, KV size: X GB" (MLA models) or
-    # "..., K size: X GB, V size: Y GB" (MHA models)
-    m = re.search(r"KV size: ([0-9.]+) GB", svc.get("journal", ""))
-    kv = re.search(r"K size: ([0-9.]+) GB, V size: ([0-9.]+) GB", svc.get("journal", ""))
-    if not gpu_kv_bytes and m:
+    tp = int(_flag(unit_text, "--tp", "") or _flag(unit_text, "--tp-size", "") or max(1, len(gpus)))
+    mfs = float(_flag(unit_text, "--mem-fraction-static", "0.88"))
+    journal = str(svc.get("journal", ""))
+    m = re.search(r"KV size: ([0-9.]+) GB", journal)
+    kv = re.search(r"K size: ([0-9.]+) GB, V size: ([0-9.]+) GB", journal)
+    gpu_kv_bytes = 0
+    if m:
         gpu_kv_bytes = int(float(m.group(1)) * 1e9)
-    elif not gpu_kv_bytes and kv:
+    elif kv:
         gpu_kv_bytes = int((float(kv.group(1)) + float(kv.group(2))) * 1e9)
-    if not gpu_kv_bytes and gpus:  # fall back to the memory formula with what nvidia-smi shows
+    elif gpus:  # fall back to the memory formula with what nvidia-smi shows
         total = gpus[0]["total_mib"] * 2**20
         used = gpus[0]["used_mib"] * 2**20
         gpu_kv_bytes = max(0, int(used - total * (1 - mfs)))
@@ -177,14 +225,14 @@ async def run_walkthrough(tk: Toolkit, host: str, *, emit: Callable[[str], None]
           f"≈ {host_pool / 1e9:.1f} GB host RAM; available {avail / 1e9:.1f} GB − 10 GiB reserve → "
           + ("fits" if fits else "does NOT fit: expect the server to refuse and a rollback"))
 
-    t.say("step 3: add the hicache flags to the unit (atomic write, backup, diff)")
+    t.say("step 3: add the hicache flags to the unit (one exact edit: atomic, backup, diff)")
     try:
-        new_text = add_hicache_flags(unit_text)
+        old, new = hicache_edit(unit_text)
     except ValueError as exc:
         return WalkthroughResult("failed", t.steps, f"cannot edit the unit: {exc}")
-    wrote = await t.call("write_file", host=host, path=path, content=new_text, backup=True)
+    wrote = await t.call("edit_file", host=host, path=path, old=old, new=new)
     if wrote.get("outcome") in ("error", "denied", "needs_approval"):
-        return WalkthroughResult("failed", t.steps, f"write_file: {wrote.get('message') or wrote.get('reason')}")
+        return WalkthroughResult("failed", t.steps, f"edit_file: {wrote.get('message') or wrote.get('reason')}")
     backup_id = wrote.get("backup_id")
 
     t.say("step 4: daemon-reload + restart (detached), follow readiness")
@@ -194,43 +242,67 @@ async def run_walkthrough(tk: Toolkit, host: str, *, emit: Callable[[str], None]
     restart = await t.call("restart_service", host=host, unit=UNIT, probes=probes)
     if restart.get("outcome") != "detached":
         return WalkthroughResult("failed", t.steps, f"restart_service: {restart}")
-    st = await _follow(t, host, restart["job_id"], float(restart.get("deadline_s") or 900))
+    st = await _follow(t, restart["job_id"], float(restart.get("deadline_s") or 900))
 
     if st.get("readiness") == "ready":
         t.say("step 5: verify /get_server_info")
-        info = await t.call("http_get", host=host, url=f"http://127.0.0.1:{port}/get_server_info")
-        args = json.loads(info.get("body") or "{}")
+        info = await t.call("http_get", host=host, url=f"http://127.0.0.1:{port}/get_server_info",
+                            fields=VERIFY_FIELDS)
+        data = info.get("data")
+        args: dict[str, Any] = data if isinstance(data, dict) else {}
         on = bool(args.get("enable_hierarchical_cache"))
         summary = (f"hicache verified on {host}: enable_hierarchical_cache={on}, hicache_ratio="
                    f"{args.get('hicache_ratio')}, write_policy={args.get('hicache_write_policy')}, io_backend="
-                   f"{args.get('hicache_io_backend')}, max_total_num_tokens={args.get('max_total_num_tokens')}")
+                   f"{args.get('hicache_io_backend')}")
         t.say(summary)
         return WalkthroughResult("verified" if on else "failed", t.steps, summary)
 
-    why = st.get("why", "")
-    t.say(f"the restart did not become ready ({st.get('readiness')}): rolling back with backup {backup_id}")
+    why = _why_failed(st)
+    t.say(f"the restart did not become ready ({st.get('readiness')}): {why}; rolling back with backup {backup_id}")
     if backup_id:
         await t.call("restore_file", host=host, path=path, backup_id=backup_id)
     again = await t.call("restart_service", host=host, unit=UNIT, probes=probes[:1])
-    st2 = await _follow(t, host, again["job_id"], float(again.get("deadline_s") or 900)) \
+    st2 = await _follow(t, again["job_id"], float(again.get("deadline_s") or 900)) \
         if again.get("outcome") == "detached" else again
     state = "serving again without hicache" if st2.get("readiness") == "ready" else f"NOT serving ({st2})"
-    summary = f"hicache NOT enabled on {host}: the restart failed ({why.splitlines()[0] if why else '?'}); " \
-              f"restored the previous unit; {state}"
+    summary = f"hicache NOT enabled on {host}: the restart failed ({why}); restored the previous unit; {state}"
     t.say(summary)
     return WalkthroughResult("rolled_back" if st2.get("readiness") == "ready" else "failed", t.steps, summary)
 
 
+@dataclass
+class EmbeddedNode:
+    """A running simulated GPU node (see :func:`run_node`).
+
+    :param alias: the host alias (``gpu-node-1``).
+    :param registry: a :class:`HostRegistry` with the node (and ``ssh_config`` naming it, for ``list_hosts``).
+    :param ssh_config: an OpenSSH client config naming only the node (``agent-tools mcp -F PATH``).
+    :param state_dir: the node's own agent-tools state dir (its job journal): use it as
+        ``AGENT_TOOLS_STATE_DIR`` for every process that drives the node, so its jobs never enter the user's
+        journal (they vanish with the node).
+    :param journal: the job journal in ``state_dir``.
+    """
+
+    alias: str
+    registry: HostRegistry
+    ssh_config: Path
+    state_dir: Path
+    journal: Journal
+
+
 @asynccontextmanager
-async def embedded_node(profile: str = "default", *, load_s: float = 8.0,
-                        workdir: Path | None = None) -> AsyncIterator[tuple[str, HostRegistry]]:
-    """A simulated GPU node on an in-process SSH server on loopback (no root, no network).
+async def run_node(profile: str = "default", *, load_s: float = 8.0,
+                   workdir: Path | None = None) -> AsyncIterator[EmbeddedNode]:
+    """A simulated GPU node on an in-process SSH server on loopback (no root, no network), with the SGLang
+    service started as it was before the agent came (no hicache); stopped and removed on exit.
 
     The node runs the simulated SGLang server under a ``systemctl``/``journalctl`` shim, with simulated
-    ``nvidia-smi`` and ``free``, as the current user. Yields ``(alias, registry)``.
+    ``nvidia-smi`` and ``free``, as the current user. Its jobs are journalled in its own state dir (removed with
+    it), never in the user's.
 
     :param profile: ``default`` (2 TiB host RAM: hicache fits) or ``small_ram`` (it does not).
     :param load_s: the simulated model load time in seconds (a real node: ~11 minutes).
+    :param workdir: directory for the node's files (default: a new temp dir, removed afterwards).
     """
     import tempfile
 
@@ -247,21 +319,36 @@ async def embedded_node(profile: str = "default", *, load_s: float = 8.0,
             "SGLANG_SIM_PROFILE": str(root / "etc/sglang-sim/profile.json"),
             "XDG_STATE_HOME": str(root / "state"),
         }
-        async with EmbeddedHost(root=root / "sshd", env=env, alias="gpu-node-1") as eh:
-            host = SshHost(SshSettings(eh.alias, config_paths=[str(eh.config_path)]))
-            registry = HostRegistry({eh.alias: host})
-            try:
-                # bring the service up once, as it was before the agent came (no hicache)
-                tk = Toolkit(registry)
-                await tk.dispatch("run_command", {"host": eh.alias, "budget_s": 60,
-                                                  "command": f"systemctl start {shlex.quote(UNIT)}"})
-                yield eh.alias, registry
-            finally:
-                with anyio.CancelScope(shield=True):
-                    tk2 = Toolkit(registry)
-                    await tk2.dispatch("run_command", {"host": eh.alias, "budget_s": 20,
-                                                       "command": f"systemctl stop {shlex.quote(UNIT)}"})
-                    await registry.aclose()
+        state_dir = root / "controller-state"
+        state_dir.mkdir(parents=True, exist_ok=True)
+        journal = Journal(state_dir / "journal.sqlite3")
+        try:
+            async with EmbeddedHost(root=root / "sshd", env=env, alias="gpu-node-1") as eh:
+                config = eh.alias_config_path
+                host = SshHost(SshSettings(eh.alias, config_paths=[str(config)]))
+                registry = HostRegistry({eh.alias: host}, ssh_config=[str(config)])
+                try:
+                    tk = Toolkit(registry, journal=journal)
+                    await tk.dispatch("run_command", {"host": eh.alias, "budget_s": 60,
+                                                      "command": f"systemctl start {shlex.quote(UNIT)}"})
+                    yield EmbeddedNode(eh.alias, registry, config, state_dir, journal)
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await Toolkit(registry, journal=journal).dispatch(
+                            "run_command", {"host": eh.alias, "budget_s": 20,
+                                            "command": f"systemctl stop {shlex.quote(UNIT)}"})
+                        await registry.aclose()
+        finally:
+            journal.close()
+
+
+@asynccontextmanager
+async def embedded_node(profile: str = "default", *, load_s: float = 8.0,
+                        workdir: Path | None = None) -> AsyncIterator[tuple[str, HostRegistry]]:
+    """:func:`run_node`, yielding ``(alias, registry)``. A Toolkit over that registry should be given a journal
+    of its own (``Toolkit(registry, journal=Journal(path))``; :func:`run_node` offers the node's)."""
+    async with run_node(profile, load_s=load_s, workdir=workdir) as node:
+        yield node.alias, node.registry
 
 
 def _free_port() -> int:

@@ -57,6 +57,7 @@ from .scripts import (
     status_script,
     warm_script,
 )
+from .terminal import instead_of, terminal_need
 from .wire import HostJobState, RawView, WireError, WireReader, parse_status, read_view
 
 __all__ = ["DEFAULT_JOBS_DIR", "JobRunner", "new_job_id"]
@@ -503,6 +504,16 @@ class JobRunner:
                                   next="the command asked for input and stdin is /dev/null: run it "
                                        "non-interactively (sudo -n with NOPASSWD, --yes/-y, key-based auth), "
                                        "or ask the operator")
+            tty = terminal_need(rec.command, ev.text, ov.text)
+            if tty is not None:
+                # what it drew for a screen nobody sees is left out (all of it stays on the host)
+                screen = OutputView(total_bytes=ov.total_bytes, omitted_bytes=ov.total_bytes) if ov.total_bytes \
+                    else ov
+                return NeedsInput(host=rec.host, command=rec.command, prompt=f"needs a terminal: {tty}",
+                                  exit_status=code, duration_s=round(elapsed, 3), stdout=screen, stderr=ev,
+                                  job_id=rec.job_id,
+                                  next=f"it needs an interactive terminal, which commands here do not get: "
+                                       f"use {instead_of(rec.command)}")
         return Finished(host=rec.host, command=rec.command, exit_status=code, signal=sig,
                         duration_s=round(elapsed, 3), stdout=ov, stderr=ev, job_id=rec.job_id)
 

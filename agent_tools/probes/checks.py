@@ -41,8 +41,19 @@ MATCHED = "matched_line"
 #: with MATCHED: the invocations of the job's units when the line was seen (another invocation drops the line)
 MATCHED_GATE = "matched_gate"
 
+#: keys a log probe's spec carries between checks: lines read since its start, the newest of them, and a failure
+#: line seen whose explanation may still be on its way (a traceback being written)
+SEEN, NEWEST, PENDING = "lines_seen", "newest_line", "failure_line"
+
 #: spec keys that carry a check's state to the next check (not part of any probe's schema)
-STATE_KEYS = frozenset({MATCHED, MATCHED_GATE}) | UNIT_STATE_KEYS
+STATE_KEYS = frozenset({MATCHED, MATCHED_GATE, SEEN, NEWEST, PENDING}) | UNIT_STATE_KEYS
+#: how a line that *explains* a failure looks: an exception with its message (``ValueError: Not enough host
+#: memory...``), possibly after a log prefix; a traceback's first line only says that one follows
+_EXPLAINS_RE = re.compile(r"(?:^|[\s\]:])(?:[A-Za-z_][\w.]*\.)?(?:[A-Z]\w*)?(?:Error|Exception|Exit|Failure|"
+                          r"Interrupt):\s*\S")
+_TRACEBACK = "Traceback (most recent call last)"
+#: lines after a matching failure line searched for the line that explains it
+_EXPLAIN_WINDOW = 80
 
 
 def advance(specs: list[dict[str, Any]], results: list[ProbeResult]) -> list[dict[str, Any]]:
@@ -108,7 +119,9 @@ async def _http(host: Host, p: HttpProbe) -> ProbeResult:
     return ProbeResult("http", p.url, "not_yet", f"HTTP {status} {text[:80]}".strip(), details={"status": status})
 
 
-async def _log(host: Host, p: LogProbe, invocation: str | None = None) -> ProbeResult:
+async def _log(host: Host, p: LogProbe, invocation: str | None = None,
+               state: dict[str, Any] | None = None) -> ProbeResult:
+    state = state or {}
     target = p.unit or p.path or "?"
     if p.unit:
         cmd = (f"journalctl -u {shlex.quote(p.unit)} -o json --no-pager"
@@ -135,13 +148,43 @@ async def _log(host: Host, p: LogProbe, invocation: str | None = None) -> ProbeR
         res = await run_on(host, f"tail -c +{p.offset + 1} -- {shlex.quote(p.path)} | head -c 4194304")
         lines = res.stdout.decode("utf-8", "replace").splitlines()
         updates = {"offset": p.offset + len(res.stdout)} if res.stdout else {}
-    for line in lines:
+    seen = int(state.get(SEEN) or 0) + len(lines)
+    newest = next((ln.strip() for ln in reversed(lines) if ln.strip()), str(state.get(NEWEST) or ""))
+    updates.update({SEEN: seen, NEWEST: newest[:300]})
+    pending = state.get(PENDING)
+    if pending:
+        # the failure line of the previous check opened a traceback: its explanation is in these lines, or it
+        # never came (the process died mid-write); either way the probe has failed
+        found = next((ln for ln in lines[:_EXPLAIN_WINDOW] if _EXPLAINS_RE.search(ln)), None)
+        return ProbeResult("log", target, "failed", (found or str(pending)).strip()[:300], updates)
+    for i, line in enumerate(lines):
         if p.fail_pattern and re.search(p.fail_pattern, line):
-            return ProbeResult("log", target, "failed", line.strip()[:300], updates)
+            why = _explaining(lines, i)
+            if why is None:  # a traceback has begun and its exception line is not written yet: one more look
+                updates[PENDING] = line.strip()[:300]
+                return ProbeResult("log", target, "not_yet", f"a failure is being logged: {line.strip()[:200]}",
+                                   updates)
+            return ProbeResult("log", target, "failed", why.strip()[:300], updates)
         if re.search(p.pattern, line):
             return ProbeResult("log", target, "passed", line.strip()[:300], {**updates, MATCHED: line.strip()[:300]})
-    return ProbeResult("log", target, "not_yet", f"no line matching {p.pattern!r} yet ({len(lines)} new lines)",
-                       updates, details={"lines": lines[-5:]})
+    if seen == 0:
+        evidence = f"no line matching {p.pattern!r} yet; nothing logged since the start"
+    else:
+        evidence = f"no line matching {p.pattern!r} yet; {seen} lines since the start, newest: {newest[:160]}"
+    return ProbeResult("log", target, "not_yet", evidence, updates, details={"lines": lines[-5:]})
+
+
+def _explaining(lines: list[str], i: int) -> str | None:
+    """The line that says why, for a failure line that matched at ``lines[i]``: that line when it names an
+    exception with its message; else the first such line among the next few (the exception line that ends a
+    Python traceback); None when ``lines[i]`` opens a traceback whose exception line has not arrived yet;
+    else ``lines[i]`` itself."""
+    if _EXPLAINS_RE.search(lines[i]):
+        return lines[i]
+    found = next((ln for ln in lines[i + 1:i + 1 + _EXPLAIN_WINDOW] if _EXPLAINS_RE.search(ln)), None)
+    if found is not None:
+        return found
+    return None if _TRACEBACK in lines[i] else lines[i]
 
 
 async def _port(host: Host, p: PortProbe) -> ProbeResult:
@@ -213,7 +256,7 @@ async def check_probe(host: Host, spec: dict[str, Any] | Any, *, gate: str | Non
         if isinstance(p, HttpProbe):
             return await _http(host, p)
         if isinstance(p, LogProbe):
-            r = await _log(host, p, invocation if p.unit else None)
+            r = await _log(host, p, invocation if p.unit else None, state)
             if r.state == "passed":
                 r.updates[MATCHED_GATE] = gate
             elif state.get(MATCHED):

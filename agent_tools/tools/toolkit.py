@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -237,6 +238,16 @@ class Toolkit:
         if isinstance(out, ErrorOutcome) and out.kind == "unknown_host" and out.host and "list_hosts" not in \
                 out.message:
             return out.model_copy(update={"message": out.message + self.unknown_host_hint(out.host)})
+        if isinstance(out, Detached) and "restart_service" not in out.next:
+            unit = _restarted_unit(out.command)
+            if unit is not None:
+                # a blocking `systemctl restart` outlived its budget: it goes on (calling restart_service now
+                # would restart the unit a second time); say how to watch it, and the call that fits next time
+                return out.model_copy(update={"next": (
+                    f"job_status(job_id='{out.job_id}', wait_s=60) follows it (systemctl returns once {unit} has "
+                    f"started); service_status(host='{out.host}', unit='{unit}') shows the unit meanwhile; next "
+                    f"time restart_service(host='{out.host}', unit='{unit}') returns at once and judges readiness "
+                    "with probes")})
         return out
 
     # ---------------------------------------------------------------- policy
@@ -334,10 +345,10 @@ class Toolkit:
             result = ErrorOutcome(kind="bad_arguments", retryable=False,
                                   message=f"arguments are not valid JSON ({exc.msg} at {exc.pos}); fix and retry")
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
-                                 for e in exc.errors())
-            result = ErrorOutcome(kind="bad_arguments", retryable=False,
-                                  message=f"invalid arguments for {name}: {problems}; fix and retry")
+            problems = "; ".join(_problem(spec, e) for e in exc.errors())
+            given = raw.get("host")
+            result = ErrorOutcome(host=given if isinstance(given, str) else None, kind="bad_arguments",
+                                  retryable=False, message=f"invalid arguments for {name}: {problems}; fix and retry")
         except AgentToolsError as exc:
             result = _error(exc, raw.get("host") if isinstance(raw.get("host"), str) else None,
                             raw.get("command") if isinstance(raw.get("command"), str) else None)
@@ -496,6 +507,71 @@ def _noted(error: ErrorOutcome, note: str | None) -> ErrorOutcome:
     if note:
         error.message = f"{error.message} ({note})"
     return error
+
+
+_SYSTEMCTL_START_RE = re.compile(r"\bsystemctl\s+(?:--?[\w-]+(?:=\S+)?\s+)*(?:restart|start|try-restart|"
+                                 r"reload-or-restart|try-reload-or-restart)\s+(?:--?[\w-]+(?:=\S+)?\s+)*"
+                                 r"(?P<unit>[A-Za-z0-9][\w:.@\\-]*)")
+
+
+def _restarted_unit(command: str) -> str | None:
+    """The unit a ``systemctl (re)start UNIT`` in ``command`` starts (``sglang`` → ``sglang.service``), else None;
+    ``--no-block`` starts return at once and are not meant."""
+    m = _SYSTEMCTL_START_RE.search(command)
+    if m is None or "--no-block" in command:
+        return None
+    unit = m.group("unit")
+    return unit if "." in unit else unit + ".service"
+
+
+def _problem(spec: ToolSpec, error: Any) -> str:
+    """One validation problem in words, with the nearest valid name for a misspelt argument, probe field or
+    probe kind (difflib, among the names the schema allows at that place)."""
+    loc = tuple(error.get("loc", ()))
+    where = ".".join(str(p) for p in loc) or "arguments"
+    if error.get("type") == "extra_forbidden" and loc:
+        names = _names_at(spec.json_schema(), loc[:-1])
+        close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.5)
+        hint = f"; did you mean {close[0]!r}?" if close else (f" (known: {', '.join(names)})" if names else "")
+        return f"{where}: unknown argument{hint}"
+    if error.get("type") == "union_tag_invalid":
+        ctx = error.get("ctx") or {}
+        tags = [t.strip(" '") for t in str(ctx.get("expected_tags", "")).split(",") if t.strip(" '")]
+        close = difflib.get_close_matches(str(ctx.get("tag", "")), tags, n=1, cutoff=0.5)
+        return (f"{where}: unknown kind {ctx.get('tag')!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+                + f" (kinds: {', '.join(tags)})")
+    if error.get("type") == "missing":
+        return f"{where}: required"
+    return f"{where}: {error.get('msg')}"
+
+
+def _names_at(schema: dict[str, Any], loc: tuple[Any, ...]) -> list[str]:
+    """Property names the (pydantic) JSON schema allows at ``loc`` (list indexes and union tags followed)."""
+    defs = schema.get("$defs", {})
+
+    def resolve(node: dict[str, Any]) -> dict[str, Any]:
+        ref = node.get("$ref")
+        return resolve(defs[ref.rsplit("/", 1)[-1]]) if isinstance(ref, str) and ref.rsplit("/", 1)[-1] in defs \
+            else node
+
+    node = resolve(schema)
+    for part in loc:
+        node = resolve(node)
+        alternatives = [resolve(a) for a in node.get("oneOf", node.get("anyOf", []))]
+        if alternatives:
+            node = next((a for a in alternatives if a.get("properties", {}).get("kind", {}).get("const") == part),
+                        next((a for a in alternatives if a.get("type") != "null"), node))
+            if node.get("properties", {}).get("kind", {}).get("const") == part:
+                continue
+        if isinstance(part, int):
+            node = resolve(node.get("items", {}))
+        else:
+            node = resolve(node.get("properties", {}).get(str(part), {}))
+    node = resolve(node)
+    alternatives = [resolve(a) for a in node.get("oneOf", node.get("anyOf", []))]
+    if alternatives:
+        node = next((a for a in alternatives if a.get("type") != "null"), node)
+    return list(node.get("properties", {}))
 
 
 def _policy_hosts(policy: PolicySet | None) -> list[str]:

@@ -38,8 +38,10 @@ def render_unit(
     extra_args: str = "",
     timeout_start: str | None = None,
 ) -> str:
-    """Fill ``@PYTHON@``/``@SERVER@``/``@PROFILE@``; optionally change the port, flags and start timeout."""
-    text = template.replace("@PYTHON@", python).replace("@SERVER@", server).replace("@PROFILE@", profile)
+    """Fill ``@PYTHON@``/``@SERVER@``/``@PROFILE@``; optionally change the port, flags and start timeout.
+    Lines starting with ``##`` are notes about the template and are left out."""
+    text = "".join(line for line in template.splitlines(keepends=True) if not line.startswith("##"))
+    text = text.replace("@PYTHON@", python).replace("@SERVER@", server).replace("@PROFILE@", profile)
     if port is not None:
         text = text.replace("--port 30000", f"--port {port}")
     if extra_args:
