@@ -23,6 +23,7 @@ import anyio
 import typer
 from pydantic import BaseModel
 from rich.console import Console
+from rich.markup import escape
 from rich.text import Text
 
 from .cli_help import HelpGroup
@@ -49,6 +50,26 @@ SshConfigOpt = Annotated[list[str] | None, typer.Option("--ssh-config", "-F", me
 
 PolicyOpt = Annotated[list[str] | None, typer.Option("--policy", metavar="FILE",
                                                     help="policy file (repeatable; default $AGENT_TOOLS_POLICY)")]
+
+
+_STDOUT_GONE = False
+
+
+def _write_out(text: str) -> None:
+    """Write ``text`` to stdout and flush. When the reader went away (``| head -3``: EPIPE, Python ignores
+    SIGPIPE), the rest is discarded quietly: stdout is pointed at /dev/null (so the interpreter's own flush at
+    exit does not fail either) and the command runs to its end, which it reports on stderr."""
+    global _STDOUT_GONE
+    if _STDOUT_GONE:
+        return
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _STDOUT_GONE = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def _toolkit(ssh_config: list[str] | None, policy: list[str] | None = None) -> Toolkit:
@@ -486,8 +507,8 @@ def demo_hicache(
 
     def emit(line: str) -> None:
         # the walkthrough's lines quote command output from the host: untrusted
-        sys.stdout.write(safe_text(redact(line)) + "\n")
-        sys.stdout.flush()
+        _write_out(safe_text(redact(line)) + "
+")
 
     async def go() -> str:
         if host is not None:
@@ -506,7 +527,46 @@ def demo_hicache(
             return res.result
 
     result = anyio.run(go)
+    if _STDOUT_GONE:
+        err.print(f"stdout was closed early (broken pipe): the rest of the transcript was not shown; the "
+                  f"walkthrough ran to its end: {escape(result)}", highlight=False)
     raise typer.Exit(0 if result in ("verified", "rolled_back") else 1)
+
+
+@demo_app.command("node")
+def demo_node(
+    profile: Annotated[str, typer.Option("--profile", help="default (hicache fits) | small_ram (it does not)")
+                       ] = "default",
+    load_s: Annotated[float, typer.Option("--load-s", help="simulated model load seconds")] = 8.0,
+    as_json: Annotated[bool, typer.Option("--json", help="print the node's facts as one JSON line")] = False,
+) -> None:
+    """Start the embedded simulated GPU node and keep it running until interrupted (Ctrl-C, SIGTERM).
+
+    Prints the host alias, the ``-F`` SSH config naming it, and the state dir to use, so an MCP client can
+    drive it: ``AGENT_TOOLS_STATE_DIR=DIR agent-tools mcp -F CONFIG`` (the node's jobs then stay in its own
+    journal and vanish with it)."""
+    import signal
+
+    from .demo.hicache import run_node
+
+    async def go() -> None:
+        async with run_node(profile, load_s=load_s) as node:
+            mcp_cmd = ["agent-tools", "mcp", "-F", str(node.ssh_config)]
+            facts = {"alias": node.alias, "ssh_config": str(node.ssh_config), "state_dir": str(node.state_dir),
+                     "mcp_command": mcp_cmd, "mcp_env": {"AGENT_TOOLS_STATE_DIR": str(node.state_dir)}}
+            if as_json:
+                _write_out(json.dumps(facts) + "\n")
+            else:
+                _write_out(f"embedded GPU node {node.alias} is running (profile {profile}, model load "
+                           f"{load_s:g} s); Ctrl-C stops it\n"
+                           f"  host alias:  {node.alias}\n  ssh config:  {node.ssh_config}\n"
+                           f"  state dir:   {node.state_dir}\n"
+                           f"  MCP server:  AGENT_TOOLS_STATE_DIR={node.state_dir} {' '.join(mcp_cmd)}\n")
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    break
+
+    anyio.run(go)
 
 
 if __name__ == "__main__":

@@ -62,6 +62,10 @@ def mcp(
     state_dir: Annotated[Path | None, typer.Option(
         "--state-dir", metavar="DIR", help="where the job journal and approvals live (default "
         "$AGENT_TOOLS_STATE_DIR, else ~/.local/state/agent-tools)")] = None,
+    structured_content: Annotated[bool, typer.Option(
+        "--structured-content/--no-structured-content",
+        help="send each result as structuredContent too (the same JSON as the text); off for a client that "
+             "passes both to the model (no outputSchema is declared then)")] = True,
 ) -> None:
     """Serve the tools over MCP: stdio (the agent starts this command) or streamable HTTP at /mcp.
 
@@ -101,7 +105,7 @@ def mcp(
 
     async def serve() -> None:
         async with toolkit:
-            server = build_mcp_server(toolkit)
+            server = build_mcp_server(toolkit, structured_content=structured_content)
             if transport == "stdio":
                 await serve_stdio(server)
                 return

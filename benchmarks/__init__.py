@@ -9,6 +9,6 @@ of medians, and removes every job, server and temp file it made (also on Ctrl-C)
 
 from __future__ import annotations
 
-SCENARIOS = ("run_command", "dispatch", "cli", "detach", "host_states", "fanout", "output", "replay")
+SCENARIOS = ("run_command", "dispatch", "cli", "detach", "host_states", "fanout", "output", "replay", "agent_view")
 
 __all__ = ["SCENARIOS"]

@@ -25,6 +25,7 @@ from agent_tools.jobs.manager import JobRunner
 from agent_tools.outcomes import Detached, Finished
 from agent_tools.tools.toolkit import Toolkit
 
+from .agent_view import agent_view
 from .env import REPO_ROOT, BenchEnv, child_env
 from .stats import CpuMeter, Row, Side, Target, interleave, progress
 
@@ -441,4 +442,5 @@ SCENARIO_FUNCS: dict[str, Callable[[BenchEnv, Params], Awaitable[list[Row]]]] = 
     "fanout": fanout,
     "output": output,
     "replay": replay,
+    "agent_view": agent_view,
 }

@@ -220,7 +220,7 @@ class HicacheOperator(Operator):
         self.port = 30000
 
     def next_call(self) -> tuple[str, dict[str, Any]] | None:
-        from agent_tools.demo.hicache import _port_of, add_hicache_flags
+        from agent_tools.demo.hicache import _port_of, hicache_edit
 
         h = self.host
         if not self.steps:
@@ -229,12 +229,13 @@ class HicacheOperator(Operator):
             name, _, result = self.steps[-1]
             assert result is not None and result.get("outcome") not in ("error", "denied"), result
             if name == "service_status":
-                self.path = result["props"]["FragmentPath"]
+                self.path = result["unit_file"]
                 call = ("read_file", {"host": h, "path": self.path})
             elif name == "read_file":
                 self.port = _port_of(result["text"])
-                call = ("write_file", {"host": h, "path": self.path, "content": add_hicache_flags(result["text"])})
-            elif name == "write_file":
+                old, new = hicache_edit(result["text"])
+                call = ("edit_file", {"host": h, "path": self.path, "old": old, "new": new})
+            elif name == "edit_file":
                 call = ("restart_service", {"host": h, "unit": "sglang.service", "probes": [
                     {"kind": "http", "url": f"http://127.0.0.1:{self.port}/health"}]})
             elif name == "restart_service":
@@ -271,4 +272,4 @@ async def test_scripted_model_completes_the_hicache_restart(state_dir: Path, exa
     assert len(names) <= MAX_TOOL_CALLS, names
     info = operator.steps[-1][2]
     assert names[-1] == "http_get" and info is not None
-    assert json.loads(info["body"])["enable_hierarchical_cache"] is True
+    assert info["data"]["enable_hierarchical_cache"] is True

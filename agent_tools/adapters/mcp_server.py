@@ -10,6 +10,15 @@ same JSON as ``structuredContent``, with ``isError`` set for ``error`` and ``den
 bounding of a very large result (a small ``max_result_chars``) leave a shape the output schema does not allow,
 ``structuredContent`` carries the whole result instead (the text stays bounded) and a warning is logged.
 
+What the model reads, and why the JSON is sent twice: MCP clients hand the model one of the two, not both —
+Claude Code, Codex and opencode give it ``structuredContent`` when there is one; others (kimi-code, Hermes)
+give it the text content and fall back to ``structuredContent`` only when the content is empty; some skip
+``structuredContent`` when a text block repeats it verbatim. So the text is exactly the JSON of
+``structuredContent`` (compact, integral numbers as integers: the text ``JSON.stringify`` gives), never a
+lossy summary that a content-first client would be left with. For a client that passes both to the model
+anyway, ``structured_content=False`` (``agent-tools mcp --no-structured-content``) sends the text alone: one
+copy.
+
 Long calls (``job_status`` with ``wait_s``, a ``run_command`` within its budget, ``wait_for``): while the
 dispatch runs, a progress notification goes out every ``progress_interval_s`` seconds — ``progress`` is the
 seconds elapsed, ``total`` the call's ``wait_s``/``budget_s``/``timeout_s``/``deadline_s`` when it has one —
@@ -120,25 +129,32 @@ class McpToolServer:
     :param toolkit: the tools to serve (its registry is read at every ``tools/list``).
     :param progress_interval_s: seconds between progress notifications during a call (float > 0).
     :param max_result_chars: bound on each result's JSON text (characters).
+    :param structured_content: also send each result as ``structuredContent`` (the same JSON as the text); off
+        for clients that would pass both to the model.
     :param approvals: where elicitation answers are recorded; None: ``toolkit.approvals`` if it exists.
     :param elicitation_timeout_s: seconds to wait for the operator's answer (then the outcome is returned).
     """
 
     def __init__(self, toolkit: Toolkit, *, progress_interval_s: float = 1.0,
                  max_result_chars: int = DEFAULT_MAX_RESULT_CHARS, approvals: ApprovalSink | None = None,
-                 elicitation_timeout_s: float = 600.0) -> None:
+                 elicitation_timeout_s: float = 600.0, structured_content: bool = True) -> None:
         if not progress_interval_s > 0:
             raise ValueError("progress_interval_s must be > 0 seconds")
         self.toolkit = toolkit
         self.progress_interval_s = progress_interval_s
         self.max_result_chars = max_result_chars
+        self.structured_content = structured_content
         self.approvals = approvals
         self.elicitation_timeout_s = elicitation_timeout_s
 
     # ------------------------------------------------------------------ tools/list
     def tools(self) -> list[types.Tool]:
-        """The MCP ``Tool`` of every registered tool, in registration order."""
-        return [types.Tool.model_validate(d) for d in tool_schemas(self.toolkit, "mcp")]
+        """The MCP ``Tool`` of every registered tool, in registration order (without ``outputSchema`` when
+        results go without ``structuredContent``: MCP requires structured results from a tool that declares one)."""
+        declared = tool_schemas(self.toolkit, "mcp")
+        if not self.structured_content:
+            declared = [{k: v for k, v in d.items() if k != "outputSchema"} for d in declared]
+        return [types.Tool.model_validate(d) for d in declared]
 
     def input_schema(self, name: str) -> dict[str, Any] | None:
         """One tool's input schema (None: unknown tool)."""
@@ -217,7 +233,8 @@ class McpToolServer:
                         note="structuredContent carries the whole result; the text stays bounded")
             structured = result
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                    structured_content=structured, is_error=is_error_result(result))
+                                    structured_content=structured if self.structured_content else None,
+                                    is_error=is_error_result(result))
 
     def _conforms(self, name: str, data: dict[str, Any]) -> bool:
         """``data`` is valid against tool ``name``'s output schema (True without one)."""
@@ -298,6 +315,7 @@ def build_mcp_server(
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
     approvals: ApprovalSink | None = None,
     elicitation_timeout_s: float = 600.0,
+    structured_content: bool = True,
 ) -> Server[Any]:
     """An MCP server (SDK low-level :class:`mcp.server.Server`) serving every tool of ``toolkit``.
 
@@ -305,7 +323,8 @@ def build_mcp_server(
     transport. Parameters as :class:`McpToolServer`. The toolkit is not closed by the server.
     """
     handlers = McpToolServer(toolkit, progress_interval_s=progress_interval_s, max_result_chars=max_result_chars,
-                             approvals=approvals, elicitation_timeout_s=elicitation_timeout_s)
+                             approvals=approvals, elicitation_timeout_s=elicitation_timeout_s,
+                             structured_content=structured_content)
     return Server(name, version=__version__, instructions=INSTRUCTIONS,
                   get_tool_input_schema=handlers.input_schema,
                   on_list_tools=handlers.list_tools, on_call_tool=handlers.call_tool)

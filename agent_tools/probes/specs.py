@@ -96,7 +96,7 @@ class HttpProbe(_Spec):
     model_config = _variant("a GET from the host answers expect_status")
 
     kind: Literal["http"] = "http"
-    url: str = Field(description="http:// URL as seen from the host, e.g. http://127.0.0.1:30000/health")
+    url: str = Field(description="URL as seen from the host: http://127.0.0.1:PORT/PATH")
     expect_status: int = Field(default=200, ge=100, le=599, description="HTTP status that passes")
     body_regex: str | None = Field(default=None, description="regex the body must match")
     timeout_s: float = Field(default=5.0, gt=0, description="seconds per request")

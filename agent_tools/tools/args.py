@@ -16,7 +16,7 @@ __all__ = ["EditFileArgs", "HostArgs", "HttpGetArgs", "JobCancelArgs", "JobOutpu
            "ListHostsArgs", "ListJobsArgs", "ReadFileArgs", "RestartServiceArgs", "RestoreFileArgs", "RunCommandArgs",
            "ServiceStatusArgs", "WaitForArgs", "WriteFileArgs"]
 
-HOST = "host alias (see list_hosts)"
+HOST = "host alias"
 APPROVAL = "id from a needs_approval outcome, once approved"
 
 
@@ -28,8 +28,8 @@ class RunCommandArgs(_Args):
     host: str = Field(description=HOST)
     command: str = Field(description="shell command line; stdin is /dev/null, no terminal, pagers off")
     budget_s: float | None = Field(default=None, gt=0, le=3600,
-                                   description="seconds to wait before it becomes a detached job (default: the "
-                                               "host policy's, else 15)")
+                                   description="seconds before it becomes a detached job (default: the policy's, "
+                                               "else 15)")
     on_timeout: Literal["detach", "kill"] | None = Field(
         default=None, description="when the budget runs out (default detach: it keeps running as a job)")
     cwd: str | None = Field(default=None, description="working directory on the host")
@@ -68,14 +68,13 @@ class ListHostsArgs(_Args):
 class RestartServiceArgs(_Args):
     host: str = Field(description=HOST)
     unit: str = Field(description="systemd unit, e.g. sglang.service")
-    daemon_reload: bool = Field(default=True, description="systemctl daemon-reload first (needed after editing "
-                                                          "a unit file)")
+    daemon_reload: bool = Field(default=True, description="daemon-reload first (after editing a unit file)")
     probes: list[ProbeSpec] = Field(default_factory=list,
                                     description="probes besides the unit's state, counted only against the new "
                                                 "process (e.g. health URL, ready line); a systemd_unit probe of "
                                                 "the unit sets its settle_s")
     deadline_s: float | None = Field(default=None, gt=0, description="seconds until it counts as failed "
-                                                                      "(default: the unit's TimeoutStartSec + 30)")
+                                                                      "(default: TimeoutStartSec + 30)")
     approval_id: str | None = Field(default=None, description=APPROVAL)
 
 
@@ -83,8 +82,8 @@ class ServiceStatusArgs(_Args):
     host: str = Field(description=HOST)
     unit: str = Field(description="systemd unit")
     journal_lines: int = Field(default=10, ge=0, le=200, description="newest journal lines to include")
-    grep: str | None = Field(default=None, description="only journal lines matching this case-insensitive "
-                                                       "extended regex (grep -iE), newest last")
+    grep: str | None = Field(default=None, description="only journal lines matching this regex "
+                                                       "(grep -iE)")
 
 
 class ReadFileArgs(_Args):
@@ -129,6 +128,6 @@ class WaitForArgs(_Args):
 
 class HttpGetArgs(_Args):
     host: str = Field(description=HOST)
-    url: str = Field(description="http:// URL as seen from the host, e.g. http://127.0.0.1:30000/get_server_info")
+    url: str = Field(description="URL as seen from the host: http://127.0.0.1:PORT/PATH")
     fields: list[str] | None = Field(default=None, description="JSON body: keep only these top-level keys")
     timeout_s: float = Field(default=10.0, gt=0, le=300, description="seconds the request may take")

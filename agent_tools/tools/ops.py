@@ -114,10 +114,13 @@ class FileRestored(ResultModel):
 
 
 class GpuMemory(ResultModel):
+    """``nvidia-smi`` memory per GPU and in all, in MiB (free = total - used, given for the sum only)."""
+
     host: str
-    gpus: list[dict[str, int]] = Field(description="per GPU: index, used_mib, total_mib, free_mib")
+    gpus: list[dict[str, int]] = Field(description="per GPU: index, used_mib, total_mib")
     total_mib: int
     used_mib: int
+    free_mib: int = 0
 
 
 class HostMemory(ResultModel):
@@ -487,8 +490,9 @@ async def gpu_memory(tk: Toolkit, host: str) -> GpuMemory:
     gpus = parse_nvidia_smi(res.stdout.decode("utf-8", "replace"))
     if res.exit_status != 0:
         raise BadArguments(f"nvidia-smi failed on {host}: {res.stderr.decode('utf-8', 'replace').strip()[:300]}")
-    return GpuMemory(host=host, gpus=gpus, total_mib=sum(g["total_mib"] for g in gpus),
-                     used_mib=sum(g["used_mib"] for g in gpus))
+    total, used = sum(g["total_mib"] for g in gpus), sum(g["used_mib"] for g in gpus)
+    return GpuMemory(host=host, gpus=[{k: g[k] for k in ("index", "used_mib", "total_mib")} for g in gpus],
+                     total_mib=total, used_mib=used, free_mib=total - used)
 
 
 async def host_memory(tk: Toolkit, host: str) -> HostMemory:
