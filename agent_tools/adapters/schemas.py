@@ -283,12 +283,20 @@ def _shorten_middle(text: str, keep: int, resume: Callable[[str], str] | None = 
     if len(text) <= keep:
         return text, ""
     head = keep // 4
-    tail = keep - head
-    removed = text[head:len(text) - tail]
+    start = len(text) - (keep - head)
+    # cut at line ends where that loses little, so the model reads no half line
+    nl = text.rfind("\n", 0, head)
+    if nl >= head // 2:
+        head = nl + 1
+    nl = text.find("\n", start)
+    if 0 <= nl < start + (len(text) - start) // 2:
+        start = nl + 1
+    removed = text[head:start]
     marker = _MARKER.format(n=len(removed))
     if resume is not None:
         marker = marker.replace("] …", f"; {resume(text[:head])}] …")
-    return text[:head] + marker + text[len(text) - tail:], removed
+    sep = "" if text[:head].endswith("\n") or not head else "\n"
+    return text[:head] + sep + marker.lstrip("\n") + text[start:], removed
 
 
 def _water_level(lengths: list[int], budget: int) -> int:

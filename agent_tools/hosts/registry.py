@@ -44,6 +44,7 @@ class HostRegistry:
             self._hosts = dict(hosts)
         else:
             self._hosts = {h.name: h for h in hosts}
+        self._given = set(self._hosts)  # the hosts given (not the ones made on lookup: a typo is not a host)
         self._ssh_config = [str(p) for p in ssh_config] if ssh_config is not None else None
         self._settings_for = settings_for
         self._remembered: dict[str, Host] = {}  # hosts reached through the config a job was started with
@@ -51,6 +52,7 @@ class HostRegistry:
     def add(self, host: Host) -> None:
         """Register ``host`` under ``host.name`` (replacing any host of that name)."""
         self._hosts[host.name] = host
+        self._given.add(host.name)
 
     def get(self, alias: str) -> Host:
         """The host for ``alias``, creating it on first use.
@@ -124,14 +126,14 @@ class HostRegistry:
         return list(self._ssh_config) if self._ssh_config is not None else default_config_paths()
 
     def known(self) -> dict[str, str]:
-        """Every alias this registry can name without guessing, with where it comes from: ``local``, the hosts
-        given at construction (``registered``) and the aliases of the SSH config files' ``Host`` lines
-        (``ssh_config``; :func:`~agent_tools.hosts.sshconfig.config_hosts`)."""
+        """Every alias this registry can name without guessing, with where it comes from: ``local``, the aliases
+        of the SSH config files' ``Host`` lines (``ssh_config``; :func:`~agent_tools.hosts.sshconfig.config_hosts`)
+        and the hosts given at construction or with :meth:`add` (``registered``); not aliases only looked up."""
         found: dict[str, str] = {"local": "local"}
-        for alias in self._hosts:
-            found.setdefault(alias, "registered")
         for entry in config_hosts(self.config_paths):
             found.setdefault(entry.alias, "ssh_config")
+        for alias in sorted(self._given):
+            found.setdefault(alias, "registered")
         return found
 
     def in_ssh_config(self, alias: str) -> bool:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 import anyio
+import h11
 from pydantic import Field
 
 from ..errors import AgentToolsError, BadArguments, ConnectionRefused, TargetTimeout, TargetUnreachable
@@ -567,7 +568,7 @@ async def http_get(tk: Toolkit, host: str, url: str, fields: list[str] | None = 
     except TimeoutError as exc:
         raise TargetTimeout(host, f"GET {url} from {host}: no answer within {timeout_s:g} s"
                             + await _port_owner(tk, h, host, port)) from exc
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, h11.ProtocolError) as exc:  # reset, closed without an answer, not HTTP
         raise TargetUnreachable(host, f"GET {url} from {host} failed: {type(exc).__name__}: {exc}") from exc
     data: Any = None
     text = ""
@@ -601,9 +602,11 @@ async def _port_owner(tk: Toolkit, h: Host, host: str, port: int) -> str:
         with anyio.move_on_after(5):
             props = await unit_props(h, unit, "ActiveState,SubState,Result")
             active, sub = props.get("ActiveState", "?"), props.get("SubState", "?")
-            if active in ("activating", "reloading") or (active == "active" and rec.readiness == "pending"):
-                return (f"; {unit} is {active}/{sub}: still starting (job {rec.job_id} follows it: "
+            if rec.readiness == "pending":
+                return (f"; {unit} is {active}/{sub}: a restart is under way (job {rec.job_id} follows it: "
                         f"job_status(job_id='{rec.job_id}', wait_s=60))")
+            if active in ("activating", "reloading"):
+                return f"; {unit} is {active}/{sub}: still starting"
             if active == "active":
                 return f"; {unit} is {active}/{sub} but its port {port} refuses connections"
             return (f"; {unit} is {active}/{sub} (result {props.get('Result', '?')}): service_status(host='{host}', "

@@ -352,6 +352,12 @@ class Toolkit:
         except AgentToolsError as exc:
             result = _error(exc, raw.get("host") if isinstance(raw.get("host"), str) else None,
                             raw.get("command") if isinstance(raw.get("command"), str) else None)
+        except Exception as exc:  # a bug must reach the model as an outcome it can report, not as a traceback
+            log.exception("tool.internal_error", tool=name)
+            result = ErrorOutcome(host=raw.get("host") if isinstance(raw.get("host"), str) else None,
+                                  kind="internal", retryable=False,
+                                  message=f"{name} failed inside agent_tools ({type(exc).__name__}: {exc}); this is "
+                                          "a bug: report it, and try another way meanwhile")
         data = result_view(self._explained(result))
         host = data.get("host") or (raw.get("host") if isinstance(raw.get("host"), str) else None)
         extra: list[str] = []
