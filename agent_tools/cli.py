@@ -389,7 +389,7 @@ def jobs(
         first = command.split("\n", 1)[0]
         cut = first[:70] + (f" … ({len(command)} chars)" if len(first) > 70 or len(first) < len(command) else "")
         table.add_row(_shown(j["job_id"]), _shown(j["host"]), _shown(j["state"]),
-                      "" if j["exit_status"] is None else _shown(j["exit_status"]), _shown(cut))
+                      "" if j.get("exit_status") is None else _shown(j["exit_status"]), _shown(cut))
     out.print(table)
     if d.get("note"):
         _say(("note: ", "dim"), _shown(d["note"], "dim"))
@@ -507,8 +507,7 @@ def demo_hicache(
 
     def emit(line: str) -> None:
         # the walkthrough's lines quote command output from the host: untrusted
-        _write_out(safe_text(redact(line)) + "
-")
+        _write_out(safe_text(redact(line)) + "\n")
 
     async def go() -> str:
         if host is not None:
