@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -31,6 +33,7 @@ from .cli_import import import_app
 from .cli_mcp import mcp
 from .display import plain, safe_text
 from .logs import configure_logging
+from .outcomes import result_view
 from .redact import redact, redact_argv, redact_obj
 from .tools.toolkit import Toolkit
 
@@ -120,7 +123,7 @@ def _run(fn: Callable[[], Awaitable[T]], label: str | None = None) -> T:
 
 
 def _emit(result: BaseModel | dict[str, Any], as_json: bool) -> dict[str, Any]:
-    data = result if isinstance(result, dict) else result.model_dump(mode="json")
+    data = result if isinstance(result, dict) else result_view(result)
     data = dict(redact_obj(data))
     if as_json:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")  # ensure_ascii: control characters come out escaped
@@ -141,7 +144,7 @@ def _render(d: dict[str, Any]) -> None:
             if text:
                 _block(text)
         if d.get("next"):
-            _say(("next: ", "dim"), _shown(d["next"], "dim"))
+            _say(("next: ", "dim"), _shown(cli_hint(d["next"]), "dim"))
         return
     if kind is None:
         # JSON: strings quoted and escaped by the encoder (ensure_ascii: bidi, C1 and zero-width characters too)
@@ -164,7 +167,37 @@ def _render(d: dict[str, Any]) -> None:
         if text:
             _block(text)
     if d.get("next"):
-        _say(("next: ", "dim"), _shown(d["next"], "dim"))
+        _say(("next: ", "dim"), _shown(cli_hint(d["next"]), "dim"))
+
+
+#: a tool call written in a hint (``job_status(job_id='j_x', wait_s=60)``) and its keyword arguments
+_CALL_RE = re.compile(r"\b(job_status|job_output|job_cancel|list_jobs)\(([^()]*)\)")
+_KWARG_RE = re.compile(r"(\w+)=(?:'([^']*)'|([\w.\-]+))")
+_APPROVAL_RE = re.compile(r"call again with the same arguments and approval_id='([\w-]+)'")
+
+
+def cli_hint(text: str) -> str:
+    """A ``next`` hint as this CLI's commands: the tool calls the tools write for an agent
+    (``job_status(job_id='j_x', wait_s=60)``, ``job_output``, ``job_cancel``, ``list_jobs``; "call again with
+    approval_id='a_x'") become ``agent-tools status j_x --wait 60``, ``output``, ``cancel``, ``jobs`` and
+    ``--approve a_x``. Calls of tools that have no CLI command stay as they are.
+
+    (A stopgap at the CLI layer: once hints are structured where they are made, this renders them instead of
+    rewriting their text.)"""
+    def command(m: re.Match[str]) -> str:
+        args = {k: a if a else b for k, a, b in _KWARG_RE.findall(m.group(2))}
+        job = shlex.quote(args.get("job_id", "JOB_ID"))
+        if m.group(1) == "job_status":
+            return f"agent-tools status {job}" + (f" --wait {args['wait_s']}" if "wait_s" in args else "")
+        if m.group(1) == "job_output":
+            return (f"agent-tools output {job}" + (f" --offset {args['offset']}" if "offset" in args else "")
+                    + (f" --stream {shlex.quote(args['stream'])}" if "stream" in args else ""))
+        if m.group(1) == "job_cancel":
+            return f"agent-tools cancel {job}" + (f" --grace {args['grace_s']}" if "grace_s" in args else "")
+        return "agent-tools jobs" + (f" {shlex.quote(args['host'])}" if "host" in args else "")
+
+    text = _APPROVAL_RE.sub(lambda m: f"run the same command again with --approve {m.group(1)}", text)
+    return _CALL_RE.sub(command, text)
 
 
 _SHELL_SYNTAX = frozenset(";|&<>$`()\n")
@@ -463,7 +496,7 @@ def policy_explain(
     colour = {"allow": "green", "ask": "magenta", "deny": "red"}[d.decision]
     _say((d.decision, f"bold {colour}"), " (rule ", _shown(d.rule_id), ") — ", _shown(d.reason))
     _say(f"budget {d.budget_s:g} s, on_timeout {d.on_timeout}, detach "
-         f"{'immediately' if d.detach_immediately else 'on budget'}, deadline {d.deadline_from or d.deadline_s}")
+         f"{'immediately' if d.detach_immediately else 'on budget'}, {_deadline_words(d)}")
     for c in d.commands:
         argv = " ".join(redact_argv(c.argv)) if c.argv else "(" + redact(getattr(c, "text", "") or "") + ")"
         parts: list[str | tuple[str, str] | Text] = [f"  {c.decision:5} ", _shown(f"{c.rule_id or '-':24}"), " ",
@@ -474,6 +507,20 @@ def policy_explain(
     for p in d.probes:
         _say("  probe ", _shown(json.dumps(p)))
     _say(("policy files: ", "dim"), _shown(", ".join(d.policy_files), "dim"))
+
+
+def _deadline_words(d: Any) -> str:
+    """A decision's deadlines in words (never ``None``): the probes' deadline, and the hard one if any."""
+    if d.deadline_from == "unit_timeout":
+        words = "deadline: the unit's TimeoutStartSec + 30 s" + (
+            f" (else {d.deadline_s:g} s)" if d.deadline_s is not None else "")
+    elif d.deadline_s is not None:
+        words = f"deadline {d.deadline_s:g} s"
+    else:
+        words = "no deadline"
+    if getattr(d, "hard_deadline_s", None) is not None:
+        words += f", killed after {d.hard_deadline_s:g} s (hard deadline)"
+    return words
 
 
 def _shipped_policies() -> list[Path]:

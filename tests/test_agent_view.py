@@ -512,3 +512,36 @@ def test_demo_json_into_head_stops_quietly_and_finishes(tmp_path: Path) -> None:
                             "exit ${PIPESTATUS[0]}", shell=True, env=env, capture_output=True, text=True,
                             timeout=300, check=False, executable="/bin/bash")
     assert status.returncode == 0, status.stderr  # was 1, silently
+
+
+# ---------------------------------------------------------------------------------------------- 13
+def cli(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "AGENT_TOOLS_STATE_DIR": str(tmp_path / "state"),
+           "COLUMNS": "250"}
+    return subprocess.run([sys.executable, "-m", "agent_tools.cli", *args], env=env, capture_output=True,
+                          text=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
+
+
+def test_cli_hints_are_cli_commands(tmp_path: Path) -> None:
+    res = cli("run", "local", "--budget", "0.5", "--", "sleep", "3", tmp_path=tmp_path)
+    job = re.search(r"job (j_\w+)", res.stdout)
+    assert res.returncode == 0 and job, res.stdout + res.stderr
+    assert f"next: agent-tools status {job.group(1)} --wait 60 to follow it; agent-tools cancel {job.group(1)} " \
+           "to stop it" in res.stdout, res.stdout
+    assert "job_status(" not in res.stdout and "job_id=" not in res.stdout
+    done = cli("status", job.group(1), "--wait", "10", tmp_path=tmp_path)
+    assert f"agent-tools output {job.group(1)} --offset 0" in done.stdout, done.stdout
+
+
+def test_policy_explain_never_prints_none_and_check_names_the_unknown_key(tmp_path: Path) -> None:
+    plain_cmd = cli("policy", "explain", "gpu-node-1", "--", "uptime", tmp_path=tmp_path)
+    assert plain_cmd.returncode == 0 and "None" not in plain_cmd.stdout, plain_cmd.stdout
+    assert "no deadline" in plain_cmd.stdout
+    restart = cli("policy", "explain", "gpu-node-1", "--", "systemctl", "restart", "sglang", tmp_path=tmp_path)
+    assert "deadline: the unit's TimeoutStartSec + 30 s" in restart.stdout and "None" not in restart.stdout, \
+        restart.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nhosts: [gpu-*]\nrules:\n  - id: up\n    match: uptime\n    decison: allow\n")
+    res = cli("policy", "check", str(bad), tmp_path=tmp_path)
+    assert res.returncode == 1, res.stdout
+    assert f"{bad}:6: rules.0.decison: unknown key 'decison'; did you mean 'decision'" in res.stdout, res.stdout

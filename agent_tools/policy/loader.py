@@ -8,6 +8,7 @@ written (so ``[init, 0]``, ``[kill, -9, -1]`` and ``[~]`` are words, not numbers
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -131,16 +132,27 @@ def load_policy_file(path: str | Path) -> PolicyDocument:
 
 
 def _from_validation(exc: ValidationError, path: str, lines: dict[Loc, int]) -> PolicyFileError:
+    """The first problem, worded for the file: a misspelt key (``decison:``) is reported as that unknown key,
+    with the required key it most likely meant, not as the missing required key alone (pydantic reports the
+    missing key first, and the one the author typed would never be named)."""
     errors = exc.errors(include_url=False)
-    first = errors[0]
+    unknown = [e for e in errors if e["type"] == "extra_forbidden"]
+    first = unknown[0] if unknown else errors[0]
     loc: Loc = tuple(first["loc"])
     message = first["msg"]
+    shown = 1
     if first["type"] == "extra_forbidden":
         message = f"unknown key {loc[-1]!r}"
+        missing = [str(e["loc"][-1]) for e in errors if e["type"] == "missing" and tuple(e["loc"][:-1]) == loc[:-1]]
+        close = difflib.get_close_matches(str(loc[-1]), missing, n=1, cutoff=0.6)
+        if close:
+            message += f"; did you mean {close[0]!r} (a required key that is missing)?"
+            shown = 2
     elif first["type"] == "missing":
         message = f"missing required key {loc[-1]!r}"
-    if len(errors) > 1:
-        message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+    if len(errors) > shown:
+        more = len(errors) - shown
+        message += f" (and {more} more problem{'s' if more > 1 else ''})"
     return PolicyFileError(path, _line_of(lines, loc), _dotted(loc) or None, message)
 
 
