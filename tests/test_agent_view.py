@@ -258,8 +258,7 @@ def test_probes_have_one_schema_variant_per_kind_with_every_field_described(form
         assert http["expect_status"]["default"] == 200 and http["timeout_s"]["default"] == 5
         assert "seconds" in http["timeout_s"]["description"]
         log = variants[kinds.index("log")]["properties"]
-        assert {"unit", "path", "pattern", "fail_pattern", "offset"} == set(log) - {"kind"}
-        assert "cursor" not in log  # set by the tools, not by a model
+        assert {"unit", "path", "pattern", "fail_pattern"} == set(log) - {"kind"}  # cursor/offset: set by the tools
         assert "MiB" in variants[kinds.index("gpu_memory")]["properties"]["min_used_mib"]["description"]
 
 

@@ -44,3 +44,23 @@ def test_quick_run_command_json() -> None:
     assert row["ratio_of_medians"] > 0
     assert row["target"] == "<= 1.15x"
     assert row["status"] in ("met", "MISSED")
+
+
+def test_agent_view_meets_its_goals() -> None:
+    """Issue 14's measured goal, through the official MCP client over stdio against `agent-tools demo node`: at
+    most 9 calls from the question to verified hicache, at most 2,000 result tokens, none over 600, tools/list at
+    most 3,000 (tokens counted with tiktoken cl100k_base, installed with the test extra)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    res = subprocess.run([sys.executable, "-m", "benchmarks", "--only", "agent_view", "--json"], cwd=REPO_ROOT,
+                         env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr[-3000:]
+    data = json.loads(res.stdout)
+    notes = "\n".join(data["notes"])
+    assert "tokens tiktoken cl100k_base" in notes and "outcome verified" in notes, notes
+    rows = {row["name"]: row for row in data["rows"]}
+    assert list(rows) == ["agent_view_calls", "agent_view_tokens", "agent_view_max_result", "agent_view_tools_list"]
+    assert any(line.startswith("agent_view call 1: list_hosts: ") for line in notes.splitlines()), notes
+    for row in rows.values():
+        assert row["status"] == "met", (row, notes)
+    assert rows["agent_view_calls"]["a"]["max"] <= 9 and rows["agent_view_tokens"]["a"]["max"] <= 2000

@@ -115,7 +115,8 @@ class LogProbe(_Spec):
     fail_pattern: str | None = Field(default=None, description="regex of a line that means failure")
     cursor: SkipJsonSchema[str | None] = Field(default=None, description="journal cursor to start after (set by "
                                                                          "the tools)")
-    offset: int = Field(default=0, ge=0, description="path: byte offset to start at")
+    offset: SkipJsonSchema[int] = Field(default=0, ge=0, description="path: byte offset to start at (0: the whole "
+                                                                     "file; moved on by the tools as they read)")
 
 
 class PortProbe(_Spec):
