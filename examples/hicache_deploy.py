@@ -18,7 +18,7 @@ import sys
 import anyio
 
 from agent_tools import Toolkit
-from agent_tools.demo.hicache import embedded_node, run_walkthrough
+from agent_tools.demo.hicache import run_node, run_walkthrough
 from agent_tools.logs import configure_logging
 
 
@@ -34,8 +34,9 @@ async def main(argv: list[str]) -> int:
         async with Toolkit() as tk:
             res = await run_walkthrough(tk, args.host, json_lines=args.json)
     else:
-        async with embedded_node(args.profile, load_s=args.load_s) as (alias, registry):
-            res = await run_walkthrough(Toolkit(registry), alias, json_lines=args.json)
+        async with run_node(args.profile, load_s=args.load_s) as node:  # its jobs stay in its own journal
+            res = await run_walkthrough(Toolkit(node.registry, journal=node.journal), node.alias,
+                                        json_lines=args.json)
     print(f"RESULT: {res.result} — {res.summary}")
     return 0 if res.result in ("verified", "rolled_back") else 1
 
