@@ -176,14 +176,28 @@ _KWARG_RE = re.compile(r"(\w+)=(?:'([^']*)'|([\w.\-]+))")
 _APPROVAL_RE = re.compile(r"call again with the same arguments and approval_id='([\w-]+)'")
 
 
-def cli_hint(text: str) -> str:
-    """A ``next`` hint as this CLI's commands: the tool calls the tools write for an agent
-    (``job_status(job_id='j_x', wait_s=60)``, ``job_output``, ``job_cancel``, ``list_jobs``; "call again with
-    approval_id='a_x'") become ``agent-tools status j_x --wait 60``, ``output``, ``cancel``, ``jobs`` and
-    ``--approve a_x``. Calls of tools that have no CLI command stay as they are.
+def _cli_next(tk: Toolkit, d: dict[str, Any]) -> dict[str, Any]:
+    """``d`` with its ``next`` as CLI commands, for a person at this CLI. A job's result (``detached``, a job
+    status) takes it from the same decision the agent's text came from (:func:`agent_tools.jobs.hints.guide`
+    of the journal row, rendered in the ``cli`` style); other results keep their text (:func:`cli_hint`)."""
+    job_id = d.get("job_id")
+    if not d.get("next") or not isinstance(job_id, str) or d.get("outcome") not in (None, "detached"):
+        return d
+    from .jobs.hints import guide
+    from .jobs.manager import facts_of
 
-    (A stopgap at the CLI layer: once hints are structured where they are made, this renders them instead of
-    rewriting their text.)"""
+    try:
+        rec = tk.journal.get(job_id)
+    except Exception:  # a job the journal does not know: the agent's text, translated
+        return d
+    return dict(d, next=guide(facts_of(rec, state=str(d.get("state") or "running"))).next_text("cli"))
+
+
+def cli_hint(text: str) -> str:
+    """A ``next`` text that no structured hint made (an approval's, a tool's own) as this CLI's commands: the tool
+    calls written for an agent (``job_status(job_id='j_x', wait_s=60)``, ``job_output``, ``job_cancel``,
+    ``list_jobs``; "call again with approval_id='a_x'") become ``agent-tools status j_x --wait 60``, ``output``,
+    ``cancel``, ``jobs`` and ``--approve a_x``. Calls of tools that have no CLI command stay as they are."""
     def command(m: re.Match[str]) -> str:
         args = {k: a if a else b for k, a, b in _KWARG_RE.findall(m.group(2))}
         job = shlex.quote(args.get("job_id", "JOB_ID"))
@@ -332,7 +346,7 @@ def run(
                 else:
                     tk.approvals.reject(d["approval_id"], by=os.environ.get("USER", "cli"))  # type: ignore[union-attr]
                     d = dict(d, next="not approved; nothing ran")
-            return d
+            return d if as_json else _cli_next(tk, d)
 
     d = _run(go, None if as_json or sys.stdin.isatty() else f"{host}: {cmd[:60]}")
     _emit(d, as_json)
@@ -349,7 +363,8 @@ def status(
     """State of a job and the output it wrote since the last status call."""
     async def go() -> dict[str, Any]:
         async with _toolkit(ssh_config) as tk:
-            return await tk.dispatch("job_status", {"job_id": job_id, "wait_s": wait})
+            d = await tk.dispatch("job_status", {"job_id": job_id, "wait_s": wait})
+            return d if as_json else _cli_next(tk, d)
 
     d = _run(go, None if as_json or wait <= 0 else f"waiting on {job_id}")
     _emit(d, as_json)

@@ -245,8 +245,8 @@ def test_probes_have_one_schema_variant_per_kind_with_every_field_described(form
         inner = t.get("function", t)
         return inner.get("inputSchema") or inner.get("parameters") or inner["input_schema"]  # type: ignore[no-any-return]
 
-    for tool, kinds in (("restart_service", ["http", "log", "port", "gpu_memory", "host_memory"]),
-                        ("wait_for", ["systemd_unit", "http", "log", "port", "gpu_memory", "host_memory"])):
+    kinds = ["systemd_unit", "http", "log", "port", "gpu_memory", "host_memory"]
+    for tool in ("restart_service", "wait_for"):
         variants = params(tool)["properties"]["probes"]["items"]["anyOf"]
         assert [v["properties"]["kind"]["const"] for v in variants] == kinds
         for v in variants:
@@ -525,8 +525,9 @@ def test_cli_hints_are_cli_commands(tmp_path: Path) -> None:
     res = cli("run", "local", "--budget", "0.5", "--", "sleep", "3", tmp_path=tmp_path)
     job = re.search(r"job (j_\w+)", res.stdout)
     assert res.returncode == 0 and job, res.stdout + res.stderr
-    assert f"next: agent-tools status {job.group(1)} --wait 60 to follow it; agent-tools cancel {job.group(1)} " \
-           "to stop it" in res.stdout, res.stdout
+    j = job.group(1)
+    assert f"next: agent-tools status {j} --wait 60 to keep following; agent-tools cancel {j} to stop it" \
+           in res.stdout, res.stdout
     assert "job_status(" not in res.stdout and "job_id=" not in res.stdout
     done = cli("status", job.group(1), "--wait", "10", tmp_path=tmp_path)
     assert f"agent-tools output {job.group(1)} --offset 0" in done.stdout, done.stdout

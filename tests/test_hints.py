@@ -97,3 +97,23 @@ def test_render_tool_style() -> None:
                              "job_output(job_id='j_x', stream='stderr')")
     with pytest.raises(ValueError, match="unknown rendering style"):
         render(calls, "yaml")
+
+
+def test_render_cli_style() -> None:
+    """Issue 14: the same next calls as ``agent-tools`` command lines, for the CLI (a tool it has no command for
+    keeps its call)."""
+    calls = [NextCall("job_status", {"job_id": "j_x", "wait_s": 60.0}, "to keep following"),
+             NextCall("job_output", {"job_id": "j_x", "offset": 1536, "stream": "stderr"}, "reads on"),
+             NextCall("job_cancel", {"job_id": "j_x"}), NextCall("list_jobs", {"host": "gpu 1"}),
+             NextCall("service_status", {"host": "gpu-1", "unit": "sglang.service"}, "shows the unit"),
+             NextCall("restart_service", {"host": "gpu-1", "unit": "sglang.service"}), NextCall(None, note="done")]
+    assert render(calls, "cli") == (
+        "agent-tools status j_x --wait 60 to keep following; agent-tools output j_x --offset 1536 --stream stderr "
+        "reads on; agent-tools cancel j_x; agent-tools jobs 'gpu 1'; agent-tools run gpu-1 -- systemctl status "
+        "sglang.service shows the unit; restart_service(host='gpu-1', unit='sglang.service'); done")
+
+
+def test_a_running_job_without_probes_is_followed_or_stopped() -> None:
+    """Issue 14 (item 8): no job_output hint next to job_status, which brings the new output itself."""
+    g = guide(JobFacts(job_id="j_x", host="h", state="running"))
+    assert [c.tool for c in g.next] == ["job_status", "job_cancel"], g.next

@@ -22,11 +22,13 @@ The next calls are data (:class:`NextCall`: tool, arguments, a short note) rende
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["ExitClass", "Guidance", "JobFacts", "NextCall", "exit_class", "follow_wait_s", "guide", "render"]
+__all__ = ["ExitClass", "Guidance", "JobFacts", "NextCall", "cli_command", "exit_class", "follow_wait_s", "guide",
+           "render"]
 
 ExitClass = Literal["none", "zero", "nonzero"]
 
@@ -178,8 +180,8 @@ def guide(f: JobFacts) -> Guidance:
         return Guidance(summary, why or "ready", nexts + inspect[:1], True)
     # no probes
     if f.state == "running":
-        return Guidance(summary, state_why, (follow, NextCall("job_output", dict(jid), "pages the full output"),
-                                             cancel), False)
+        # (not job_output: job_status brings the new output, and a shortened view says where job_output reads on)
+        return Guidance(summary, state_why, (follow, cancel), False)
     return Guidance(summary, state_why, (NextCall(None, note="done"),
                                          NextCall("job_output", {**jid, "offset": 0}, "pages the full output")),
                     True)
@@ -198,14 +200,52 @@ def _tool_call(call: NextCall) -> str:
     return f"{text} {call.note}" if call.note else text
 
 
-#: renderings of a :class:`NextCall` by style name
-STYLES: dict[str, Callable[[NextCall], str]] = {"tool": _tool_call}
+def cli_command(call: NextCall) -> str | None:
+    """``call`` as an ``agent-tools`` command line (shell-quoted), or None when the CLI has no command for its
+    tool: ``job_status`` → ``agent-tools status JOB [--wait S]``, ``job_output`` → ``agent-tools output JOB
+    [--offset N] [--stream S]``, ``job_cancel`` → ``agent-tools cancel JOB``, ``list_jobs`` → ``agent-tools jobs
+    [HOST]``, ``service_status`` → ``agent-tools run HOST -- systemctl status UNIT``."""
+    a = call.args
+    q = shlex.quote
+
+    def opt(flag: str, key: str) -> str:
+        if key not in a:
+            return ""
+        value = a[key]
+        return f" {flag} {q(f'{value:g}' if isinstance(value, float) else str(value))}"
+
+    if call.tool == "job_status":
+        return f"agent-tools status {q(str(a.get('job_id', 'JOB_ID')))}" + opt("--wait", "wait_s")
+    if call.tool == "job_output":
+        return f"agent-tools output {q(str(a.get('job_id', 'JOB_ID')))}" + opt("--offset", "offset") + \
+            opt("--stream", "stream")
+    if call.tool == "job_cancel":
+        return f"agent-tools cancel {q(str(a.get('job_id', 'JOB_ID')))}" + opt("--grace", "grace_s")
+    if call.tool == "list_jobs":
+        return "agent-tools jobs" + (f" {q(str(a['host']))}" if "host" in a else "")
+    if call.tool == "service_status" and "host" in a and "unit" in a:
+        return f"agent-tools run {q(str(a['host']))} -- systemctl status {q(str(a['unit']))}"
+    return None
+
+
+def _cli_call(call: NextCall) -> str:
+    if call.tool is None:
+        return call.note
+    command = cli_command(call)
+    if command is None:
+        return _tool_call(call)  # a tool the CLI has no command for: its call, as an agent would make it
+    return f"{command} {call.note}" if call.note else command
+
+
+#: renderings of a :class:`NextCall` by style name: ``tool`` for agents, ``cli`` for people at the CLI
+STYLES: dict[str, Callable[[NextCall], str]] = {"tool": _tool_call, "cli": _cli_call}
 
 
 def render(calls: Sequence[NextCall], style: str = "tool") -> str:
     """The next calls as one line of text: ``job_status(job_id='j_…', wait_s=60) to keep following; ...``.
 
-    :param style: ``tool`` (tool-call syntax, for agents); other styles are registered in :data:`STYLES`.
+    :param style: ``tool`` (tool-call syntax, for agents), ``cli`` (``agent-tools`` command lines:
+        :func:`cli_command`); the styles are registered in :data:`STYLES`.
     :raises ValueError: unknown style.
     """
     try:

@@ -277,8 +277,10 @@ async def check_probes(host: Host, specs: list[dict[str, Any]]) -> list[ProbeRes
     (concurrently; each at most one round trip), which count only against the units' new processes.
 
     While any unit probe does not see its unit active in a new invocation, the other probes are not checked:
-    they read ``not_yet`` (the old process may still answer while it stops). A log probe of a unit's journal
-    counts only that unit's current invocation's lines, and a line it saw under other invocations is dropped.
+    they read ``not_yet`` (the old process may still answer while it stops) — except a log probe of a unit
+    that is in its new invocation already (``activating``): it reads that invocation's lines only, so it shows
+    the load's progress, or the line that explains a failure. A log probe of a unit's journal counts only that
+    unit's current invocation's lines, and a line it saw under other invocations is dropped.
     Without unit probes every probe is checked at once.
 
     :returns: one :class:`ProbeResult` per spec, in order.
@@ -306,14 +308,24 @@ async def check_probes(host: Host, specs: list[dict[str, Any]]) -> list[ProbeRes
     others = [i for i in range(len(specs)) if i not in units]
     if waiting:
         w = waiting[0]
+        # a log probe of a unit that is in its new invocation already (activating: a Type=notify server loading
+        # its model) reads that invocation's lines only, so they cannot be the old process's: it is checked, and
+        # shows the load's progress (or the line that says why it failed) while the unit probe waits
+        fresh = {unit for unit, inv in invocations.items()
+                 if inv and inv != next((s.get("not_invocation") for s in specs
+                                         if s.get("kind") == "systemd_unit" and s.get("unit") == unit), None)}
+        checked = [i for i in others if specs[i].get("kind") == "log" and specs[i].get("unit") in fresh]
         for i in others:
+            if i in checked:
+                continue
             spec = specs[i]
             results[i] = ProbeResult(
                 str(spec.get("kind")), _target(spec), "not_yet",
                 f"not checked yet: it counts only once {w.target} is active in its new invocation (now {w.evidence})",
                 {MATCHED: ""} if spec.get(MATCHED) else {})
     else:
-        async with anyio.create_task_group() as tg:
-            for i in others:
-                tg.start_soon(one, i, gate, invocations.get(str(specs[i].get("unit") or "")))
+        checked = others
+    async with anyio.create_task_group() as tg:
+        for i in checked:
+            tg.start_soon(one, i, gate, invocations.get(str(specs[i].get("unit") or "")))
     return [r for r in results if r is not None]
