@@ -75,8 +75,8 @@ class SystemdUnitProbe(_Spec):
         default=None, description="InvocationID before the restart: the unit must be in a different invocation "
                                   "to pass (set by the tools)")
     settle_s: float | None = Field(default=None, ge=0, le=3600,
-                                   description="seconds it must stay active in its new invocation (default: 3 for "
-                                               "Type=simple/exec/forking/oneshot/idle, 0 for notify/dbus)")
+                                   description="seconds active before it passes (default 3; 0 for Type=notify, "
+                                               "dbus)")
     before_condition_us: SkipJsonSchema[int | None] = Field(
         default=None, ge=0, description="ConditionTimestampMonotonic (microseconds) before the restart (set by the "
                                         "tools): a start attempt after it that made no new invocation fails the "
@@ -96,7 +96,7 @@ class HttpProbe(_Spec):
     model_config = _variant("a GET from the host answers expect_status")
 
     kind: Literal["http"] = "http"
-    url: str = Field(description="URL as seen from the host: http://127.0.0.1:PORT/PATH")
+    url: str = Field(description="http://HOST:PORT/PATH as seen from the host")
     expect_status: int = Field(default=200, ge=100, le=599, description="HTTP status that passes")
     body_regex: str | None = Field(default=None, description="regex the body must match")
     timeout_s: float = Field(default=5.0, gt=0, description="seconds per request")

@@ -70,9 +70,8 @@ class RestartServiceArgs(_Args):
     unit: str = Field(description="systemd unit, e.g. sglang.service")
     daemon_reload: bool = Field(default=True, description="daemon-reload first (after editing a unit file)")
     probes: list[ProbeSpec] = Field(default_factory=list,
-                                    description="probes besides the unit's state, counted only against the new "
-                                                "process (e.g. health URL, ready line); a systemd_unit probe of "
-                                                "the unit sets its settle_s")
+                                    description="probes of the new process besides the unit's state (e.g. "
+                                                "health URL, ready line); systemd_unit of the unit: its settle_s")
     deadline_s: float | None = Field(default=None, gt=0, description="seconds until it counts as failed "
                                                                       "(default: TimeoutStartSec + 30)")
     approval_id: str | None = Field(default=None, description=APPROVAL)
@@ -128,6 +127,6 @@ class WaitForArgs(_Args):
 
 class HttpGetArgs(_Args):
     host: str = Field(description=HOST)
-    url: str = Field(description="URL as seen from the host: http://127.0.0.1:PORT/PATH")
+    url: str = Field(description="http://HOST:PORT/PATH as seen from the host")
     fields: list[str] | None = Field(default=None, description="JSON body: keep only these top-level keys")
     timeout_s: float = Field(default=10.0, gt=0, le=300, description="seconds the request may take")

@@ -106,11 +106,11 @@ class ToolSpec:
 
 RUN_COMMAND_DESC = (
     "Run a shell command on a host within a time budget. Outcomes: finished (exit status, output head+tail), "
-    "detached (still running at the budget: it goes on as a job to follow with job_status), killed, needs_input "
-    "(wanted a password or a terminal), needs_approval, denied, error (kind start_unconfirmed: it may be running: "
-    "follow its job_id, do not rerun). Restart units with restart_service.")
-JOB_STATUS_DESC = ("A job's state (running|exited|killed|lost|not_started), readiness if it has probes (pending|"
-                   "ready|failed|deadline_exceeded) and new output; wait_s long-polls for a change.")
+    "detached (still running at the budget: a job to follow with job_status), killed, needs_input (wanted a "
+    "password or a terminal), needs_approval, denied, error (start_unconfirmed: it may be running; follow its "
+    "job_id, do not rerun). Restart units with restart_service.")
+JOB_STATUS_DESC = ("A job's state (running|exited|killed|lost|not_started), readiness with probes (pending|ready|"
+                   "failed|deadline_exceeded) and new output; wait_s long-polls for a change.")
 JOB_OUTPUT_DESC = "Page a job's output by byte offset; every byte is kept on the host."
 JOB_CANCEL_DESC = "Stop a job: TERM to its whole process tree, KILL after grace_s, then check nothing is left."
 LIST_JOBS_DESC = ("Known jobs, newest first, with their last known state (unconfirmed: the start was sent, not "
@@ -118,9 +118,8 @@ LIST_JOBS_DESC = ("Known jobs, newest first, with their last known state (unconf
 LIST_HOSTS_DESC = ("Hosts to use: 'local' and the SSH config and policy aliases, with running jobs; check=true "
                    "tries each.")
 RESTART_SERVICE_DESC = (
-    "Restart a systemd unit without blocking; returns a detached job whose probes judge readiness (the unit "
-    "active in a new invocation, plus yours), deadline the unit's TimeoutStartSec + 30 s. Follow it with "
-    "job_status(job_id, wait_s).")
+    "Restart a systemd unit without blocking: a detached job whose probes judge readiness (the unit active in a "
+    "new invocation, plus yours) by the unit's TimeoutStartSec + 30 s. Follow with job_status(job_id, wait_s).")
 SERVICE_STATUS_DESC = "A systemd unit's state, unit file and newest journal lines (grep filters them)."
 READ_FILE_DESC = "Read a file on a host (bounded; next_offset says where to read on)."
 WRITE_FILE_DESC = "Replace a file's whole content atomically (mode kept), with a backup; returns diff and backup_id."
