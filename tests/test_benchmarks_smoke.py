@@ -59,8 +59,9 @@ def test_agent_view_meets_its_goals() -> None:
     notes = "\n".join(data["notes"])
     assert "tokens tiktoken cl100k_base" in notes and "outcome verified" in notes, notes
     rows = {row["name"]: row for row in data["rows"]}
-    assert list(rows) == ["agent_view_calls", "agent_view_tokens", "agent_view_max_result", "agent_view_tools_list"]
+    assert list(rows) == ["agent_view_calls", "agent_view_tokens", "agent_view_max_result", "agent_view_tools_list",
+                          "agent_view_tools_list_sent"]
     assert any(line.startswith("agent_view call 1: list_hosts: ") for line in notes.splitlines()), notes
-    for row in rows.values():
-        assert row["status"] == "met", (row, notes)
+    for name, row in rows.items():
+        assert row["status"] == ("report" if name == "agent_view_tools_list_sent" else "met"), (row, notes)
     assert rows["agent_view_calls"]["a"]["max"] <= 9 and rows["agent_view_tokens"]["a"]["max"] <= 2000

@@ -2,9 +2,10 @@
 in the same invocation.
 
 The race this guards (seen in the hicache demo): SGLang prints its ready line, the unit becomes ``active`` a
-moment later. The log probe counts only once the unit is active in its new invocation (the old process may
-still be writing while it stops), so its first read finds the line, moves the cursor past it and passes; the
-next polls read only the lines after the cursor and must still count the ready line, or readiness never comes.
+moment later. The log probe is read once the unit is in its new invocation (``activating`` counts: only that
+invocation's lines are read, never the old process's), so a read finds the line, moves the cursor past it and
+passes; the next polls read only the lines after the cursor and must still count the ready line, or readiness
+never comes.
 A new invocation (systemd restarted the unit after a crash) drops the line: it was the dead process's.
 """
 
@@ -39,10 +40,16 @@ async def test_a_log_line_seen_once_stays_seen_after_the_cursor_moves_on() -> No
     host = FunctionHost(handler)
     specs = [{"kind": "systemd_unit", "unit": "sglang.service", "not_invocation": "old"},
              {"kind": "log", "unit": "sglang.service", "pattern": "fired up and ready", "cursor": "c0"}]
-    first = await check_probes(host, specs)
-    assert [r.state for r in first] == ["not_yet", "not_yet"]  # activating: the log is not read yet
-    assert "not checked yet" in first[1].evidence
+    invocation["id"] = "old"  # the restart has not begun: the log is not read (its lines would be the old process's)
+    early = await check_probes(host, specs)
+    assert [r.state for r in early] == ["not_yet", "not_yet"] and "not checked yet" in early[1].evidence
     assert not any(c.startswith("journalctl") for c in host.calls)
+    invocation["id"] = "new"
+    host.calls.clear()
+    first = await check_probes(host, specs)
+    # activating in its new invocation: the log is read (that invocation's lines only: the load's progress), and
+    # the ready line, printed a moment before the unit turns active, is seen
+    assert [r.state for r in first] == ["not_yet", "passed"], first
     specs = advance(specs, first)
     second = await check_probes(host, specs)
     assert [r.state for r in second] == ["passed", "passed"], second  # the line came before the unit was active

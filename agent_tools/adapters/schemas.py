@@ -86,7 +86,7 @@ _NUMBER_KEYS = ("default", "minimum", "maximum", "exclusiveMinimum", "exclusiveM
 
 
 # ---------------------------------------------------------------------------------------------- schemas
-def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+def clean_schema(schema: dict[str, Any], *, nulls: bool = False) -> dict[str, Any]:
     """A self-contained copy of a pydantic JSON Schema that every runtime accepts.
 
     Local references (``{"$ref": "#/$defs/Name"}``) are replaced by the definition they name (sibling
@@ -97,10 +97,11 @@ def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
     ``$defs``) is dropped and ``oneOf`` becomes ``anyOf`` (the variants differ in a ``const`` anyway); a
     ``type`` next to a ``const`` is dropped (the constant says it), and so is ``minimum: 0`` ("not negative"
     goes without saying for sizes and seconds; the arguments model still enforces it, and a negative value gets
-    a ``bad_arguments`` error). The
-    root is an object schema (``"type": "object"`` and ``"properties"``).
+    a ``bad_arguments`` error). The root is an object schema (``"type": "object"`` and ``"properties"``).
 
     :param schema: the schema as :meth:`pydantic.BaseModel.model_json_schema` returns it (not modified).
+    :param nulls: keep ``anyOf: [T, null]`` of optional fields as they are (an output schema: a result may hold
+        an explicit ``null``; an argument is simply left out).
     :returns: a new dict.
     :raises ValueError: a ``$ref`` that is not local or names a missing definition, or a recursive model
         (it cannot be inlined; give the tool flat arguments).
@@ -125,7 +126,7 @@ def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
             siblings = walk({k: v for k, v in node.items() if k != "$ref"}, stack)
             return {**target, **siblings}
         out: dict[str, Any] = {}
-        if node.get("default", 0) is None and _nullable(node.get("anyOf")):
+        if not nulls and node.get("default", 0) is None and _nullable(node.get("anyOf")):
             # `x: T | None = None`: the model may leave it out; "T or null, default null" says the same in more
             # tokens (dispatch still accepts an explicit null)
             rest = [alt for alt in node["anyOf"] if alt != {"type": "null"}]
@@ -197,7 +198,7 @@ def output_schema(result_type: Any) -> dict[str, Any]:
 def _output_schema(result_type: Any) -> dict[str, Any]:
     members = list(dict.fromkeys([*_members(result_type), ErrorOutcome]))
     union: Any = members[0] if len(members) == 1 else typing.Union[tuple(members)]  # noqa: UP007
-    schema = clean_schema(TypeAdapter(union).json_schema(mode="serialization"))
+    schema = clean_schema(TypeAdapter(union).json_schema(mode="serialization"), nulls=True)
     for variant in schema.get("anyOf") or schema.get("oneOf") or [schema]:
         variant.setdefault("properties", {})["adapter_note"] = dict(ADAPTER_NOTE_SCHEMA)
     return schema

@@ -321,7 +321,7 @@ async def check_probes(host: Host, specs: list[dict[str, Any]]) -> list[ProbeRes
             spec = specs[i]
             results[i] = ProbeResult(
                 str(spec.get("kind")), _target(spec), "not_yet",
-                f"not checked yet: it counts only once {w.target} is active in its new invocation (now {w.evidence})",
+                f"not checked yet: it counts only once {w.target} is active in its new invocation",
                 {MATCHED: ""} if spec.get(MATCHED) else {})
     else:
         checked = others

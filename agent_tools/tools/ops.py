@@ -323,7 +323,7 @@ async def restart_service(tk: Toolkit, host: str, unit: str, daemon_reload: bool
     return Detached(host=host, command=cmd, job_id=out.job_id, elapsed_s=out.duration_s, budget_s=30.0,
                     deadline_s=deadline_s,
                     why=f"restart of {unit} enqueued; the probes judge readiness (the unit allows {allows} to "
-                        f"start): {status.why}",
+                        "start)",  # (not status.why: it repeats the probes' evidence, which is right below)
                     probes=status.probes, stdout=out.stdout, stderr=out.stderr, next=status.next)
 
 
