@@ -62,7 +62,7 @@ class ListJobsArgs(_Args):
 
 
 class ListHostsArgs(_Args):
-    check: bool = Field(default=False, description="connect to each host now to tell whether it is reachable")
+    check: bool = Field(default=False, description="connect to each host now: is it reachable?")
 
 
 class RestartServiceArgs(_Args):
@@ -103,7 +103,7 @@ class WriteFileArgs(_Args):
 class EditFileArgs(_Args):
     host: str = Field(description=HOST)
     path: str = Field(description="absolute path on the host")
-    old: str = Field(min_length=1, description="exact text to replace; must occur exactly once in the file")
+    old: str = Field(min_length=1, description="exact text to replace (must occur exactly once)")
     new: str = Field(description="the text to put in its place")
     backup: bool = Field(default=True, description="keep a backup (restore_file undoes the edit)")
     approval_id: str | None = Field(default=None, description=APPROVAL)

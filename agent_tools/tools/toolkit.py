@@ -113,23 +113,23 @@ JOB_STATUS_DESC = ("A job's state (running|exited|killed|lost|not_started), read
                    "failed|deadline_exceeded) and new output; wait_s long-polls for a change.")
 JOB_OUTPUT_DESC = "Page a job's output by byte offset; every byte is kept on the host."
 JOB_CANCEL_DESC = "Stop a job: TERM to its whole process tree, KILL after grace_s, then check nothing is left."
-LIST_JOBS_DESC = ("Known jobs, newest first, with their last known state (unconfirmed: the start was sent, not "
-                  "confirmed); with host, looked at again there.")
+LIST_JOBS_DESC = ("Known jobs, newest first, with their last known state (unconfirmed: start not confirmed); "
+                  "with host, looked at again there.")
 LIST_HOSTS_DESC = ("Hosts to use: 'local' and the SSH config and policy aliases, with running jobs; check=true "
                    "tries each.")
 RESTART_SERVICE_DESC = (
     "Restart a systemd unit without blocking: a detached job whose probes judge readiness (the unit active in a "
     "new invocation, plus yours) by the unit's TimeoutStartSec + 30 s. Follow with job_status(job_id, wait_s).")
 SERVICE_STATUS_DESC = "A systemd unit's state, unit file and newest journal lines (grep filters them)."
-READ_FILE_DESC = "Read a file on a host (bounded; next_offset says where to read on)."
+READ_FILE_DESC = "Read a file on a host (bounded; next_offset to read on)."
 WRITE_FILE_DESC = "Replace a file's whole content atomically (mode kept), with a backup; returns diff and backup_id."
 EDIT_FILE_DESC = ("Replace the one occurrence of old in a file with new, atomically, with a backup; returns diff "
                   "and backup_id.")
-RESTORE_FILE_DESC = "Put a file back from a backup_id of write_file/edit_file (atomically); returns the diff."
+RESTORE_FILE_DESC = "Put a file back from a backup_id of write_file/edit_file; returns the diff."
 GPU_MEMORY_DESC = "Per-GPU memory used/total/free in MiB (nvidia-smi)."
 HOST_MEMORY_DESC = "Host memory total/used/available in bytes and GiB (free -b)."
 HTTP_GET_DESC = "HTTP GET as seen from the host (reaches its 127.0.0.1 services): status and body (JSON parsed)."
-WAIT_FOR_DESC = "Wait until every probe passes on a host, one fails for good, or deadline_s passes."
+WAIT_FOR_DESC = "Wait until every probe passes, one fails for good, or deadline_s passes."
 
 
 class Toolkit:
