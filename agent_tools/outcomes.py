@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .output import OutputView
 
 __all__ = [
+    "SHOWN",
     "Denied",
     "Detached",
     "ErrorOutcome",
@@ -60,6 +61,13 @@ class ResultModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+
+class _Shown:
+    """``Annotated[T, SHOWN]``: :func:`result_view` keeps the field even at its default (a receipt such as
+    ``survivors: []``, or advice that is the same every time)."""
+
+
+SHOWN = _Shown()
 
 
 class ProbeReport(ResultModel):
@@ -131,7 +139,8 @@ class Killed(ResultModel):
     signal: str = Field(description="the strongest signal that was needed (TERM or KILL)")
     by: Literal["budget", "deadline", "cancel"]
     reason: str
-    survivors: list[int] = Field(default_factory=list, description="pids of the job still alive (should be [])")
+    survivors: Annotated[list[int], SHOWN] = Field(default_factory=list,
+                                                  description="pids of the job still alive (should be [])")
     duration_s: float
     exit_status: int | None = None
     stdout: OutputView = Field(default_factory=OutputView)
@@ -161,7 +170,7 @@ class Denied(ResultModel):
     command: str
     rule_id: str | None = None
     reason: str
-    next: str = "do not retry this command; choose a different approach or ask the operator"
+    next: Annotated[str, SHOWN] = "do not retry this command; choose a different approach or ask the operator"
 
 
 class ErrorOutcome(ResultModel):
@@ -229,7 +238,8 @@ class JobCancelResult(ResultModel):
     state: Literal["killed", "exited", "lost", "not_started"]
     signalled: list[int] = Field(default_factory=list, description="pids that were sent a signal")
     escalated: list[int] = Field(default_factory=list, description="pids that needed KILL after the grace")
-    survivors: list[int] = Field(default_factory=list, description="pids still alive afterwards (want [])")
+    survivors: Annotated[list[int], SHOWN] = Field(default_factory=list,
+                                                  description="pids still alive afterwards (want [])")
     message: str
 
 
@@ -255,8 +265,9 @@ class JobList(ResultModel):
 def result_view(result: BaseModel) -> dict[str, Any]:
     """The model-facing JSON of a tool result (what every adapter sends and the CLI's ``--json`` prints).
 
-    Rules, applied to nested models too: the discriminator (``outcome``: a one-value ``Literal``) is always
-    kept; any other field whose value equals its default is left out (``None``, ``""``,
+    Rules, applied to nested models too: the discriminator (``outcome``: a one-value ``Literal``) and fields
+    marked :data:`SHOWN` (``survivors``, ``denied``'s advice) are always kept; any other field whose value
+    equals its default is left out (``None``, ``""``,
     ``[]``, an empty :class:`~agent_tools.output.OutputView`, ``readiness="none"``); a required field is always
     kept, ``None`` included (``exit_status: null`` means "died by a signal"); an output view holding its whole
     stream is ``{"text": ...}`` (its byte counts appear only when bytes were left out); a float with an integral
@@ -300,8 +311,10 @@ def _view(model: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:
 
 
 def _is_tag(info: Any) -> bool:
-    """A discriminator such as ``outcome: Literal["finished"] = "finished"``: always shown."""
-    return get_origin(info.annotation) is Literal and len(get_args(info.annotation)) == 1
+    """A discriminator such as ``outcome: Literal["finished"] = "finished"``, or a field marked ``SHOWN``: always
+    shown."""
+    return (get_origin(info.annotation) is Literal and len(get_args(info.annotation)) == 1) or any(
+        m is SHOWN for m in info.metadata)
 
 
 def _view_value(value: Any, dumped: Any) -> Any:

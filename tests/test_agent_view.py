@@ -229,6 +229,16 @@ async def test_a_detached_result_without_output_is_short(state_dir: Path) -> Non
         assert fin["stdout"] == {"text": "hi\n"} and "stderr" not in fin and "signal" not in fin, text
         _, st = await model.read("job_status", {"job_id": out["job_id"], "wait_s": 10})
         assert "new_stdout" not in st and "readiness" not in st and st["exit_status"] == 0, st
+        # receipts and advice stay even at their defaults: no survivors, and what to do after a denial
+        _, killed = await model.read("run_command", {"host": "local", "command": "sleep 30", "budget_s": 0.5,
+                                                     "on_timeout": "kill"})
+        assert killed["outcome"] == "killed" and killed["survivors"] == [], killed
+    from agent_tools.tools.factory import load_policies
+
+    guarded = Toolkit(policy=load_policies([REPO / "policies" / "default.yaml"]))
+    async with guarded, model_for(guarded) as model:
+        _, denied = await model.read("run_command", {"host": "local", "command": "rm -rf / --no-preserve-root"})
+        assert denied["outcome"] == "denied" and denied["next"].startswith("do not retry"), denied
     async with model_for(Toolkit(), structured_content=False) as model:
         result = await model.client.call_tool("run_command", {"host": "local", "command": "echo one", "budget_s": 10})
         assert result.structured_content is None  # for a client that would pass both: one copy
