@@ -46,7 +46,7 @@ def _pytest(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_readme_example_records_then_replays_in_a_users_project(project: Path) -> None:
-    missing = _pytest(project)
+    missing = _pytest(project, "-rN")  # no short summary: its line's length follows the terminal's width
     assert missing.returncode == 1
     assert missing.stdout.count("record it first") == 1, missing.stdout  # the hint, once
     assert "During handling of the above exception" not in missing.stdout
