@@ -14,7 +14,7 @@ import typer
 
 from .cli_help import HelpGroup
 from .display import safe_text
-from .importers import ShellCall, import_calls, parse_claude_code, parse_codex, parse_opencode
+from .importers import ShellCall, ShellCalls, import_calls, parse_claude_code, parse_codex, parse_opencode
 from .redact import redact
 
 __all__ = ["import_app"]
@@ -47,8 +47,12 @@ def _run(calls: list[ShellCall], runtime: str, source: Path, out_dir: Path, name
     w(f"{len(calls)} shell call(s) read from {source}: {len(calls) - len(skipped)} imported, {len(skipped)} not\n")
     for c in skipped:
         w(f"  not imported: call {c.index} `{_short(c.command)}` — {c.skip_reason}\n")
+    saw = calls.describe() if isinstance(calls, ShellCalls) else ""
+    if saw:
+        w(f"  also seen: {saw}\n")
     for step in result.results:
-        what = step["outcome"] or f"{step['state']} / readiness {step['readiness']}"
+        what = step["outcome"] or (step["state"] if step["tool"] == "job_cancel" else
+                                   f"{step['state']} / readiness {step['readiness']}")
         extra = f" after {step['polls']} job_status call(s)" if step.get("polls") else ""
         w(f"  call {step['call']}: {step['tool']} -> {what}{extra}\n")
     w(f"wrote {result.cassette_path} (synthesised from the transcript)\n")

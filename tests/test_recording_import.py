@@ -183,7 +183,8 @@ def test_opencode_export_shell_metadata_timeouts_null_exits_and_placeholders() -
     aborted = calls["tail -f /var/log/vllm/access.log"]
     assert aborted.interrupted and aborted.output == "GET /v1/models 200\n"
     assert calls["grep -c ERROR /var/log/vllm/server.log"].exit_status == 1
-    assert (calls["sudo rm -rf /var/lib/vllm/cache"].skip_reason or "").startswith("refused: 'The user rejected")
+    assert (calls["sudo rm -rf /var/lib/vllm/cache"].skip_reason or "").startswith(
+        "refused by the user: 'The user rejected")
     assert "state 'running'" in (calls["vllm bench serve --dataset sharegpt"].skip_reason or "")
 
 
@@ -338,3 +339,129 @@ def test_skip_reasons_quoting_a_secret_are_redacted_everywhere(tmp_path: Path) -
     assert "not imported: call 2" in res.output and "denied by a permission rule" in res.output
     written = [p.read_text() for p in (tmp_path / "out").rglob("*") if p.is_file()]
     assert written and not any("sk-live-0123456789abcdef" in t for t in [res.output, *written])
+
+
+# ------------------------------------------------------------------------------- issue 15: material from outside
+# Fixture files in the shapes of real public transcripts (each names its source in the importer's docstring):
+# Codex 0.152 code mode and a pre-envelope 2025 rollout (tenequm/pond's adapter fixtures), Claude Code 2.1.x
+# refusals, reinterpreted exits and resumed sessions, opencode's aborted parts and permission errors.
+CODEX_0_152 = SAMPLES / "codex_rollout_0_152_code_mode.jsonl"
+CODEX_BARE = SAMPLES / "codex_rollout_2025_no_envelope.jsonl"
+CODEX_ABORTED = SAMPLES / "codex_rollout_aborted_and_exit_124.jsonl"
+CC_2_1 = SAMPLES / "claude_code_2_1_refusals_and_reinterpreted_exits.jsonl"
+CC_QUOTING = SAMPLES / "claude_code_2_1_output_quoting_markers.jsonl"
+CC_RESUMED = SAMPLES / "claude_code_2_1_resumed_session_long_build.jsonl"
+OC_ABORTED = SAMPLES / "opencode_export_aborted_and_rules.json"
+
+
+def _outcomes(calls: list[ShellCall]) -> list[str]:
+    return [c.how_it_ended() if c.ran else f"skip: {c.skip_reason}" for c in calls]
+
+
+def test_codex_code_mode_commands_are_the_shell_calls(tmp_path: Path) -> None:
+    calls = parse_codex(CODEX_0_152)
+    assert [(c.command, c.exit_status) for c in calls] == [
+        ("systemctl cat app.service | head -3", 0), ("cat /etc/app/missing.conf", 1),
+        ("python3 -m pytest -q tests/unit", 0), ('sh -c "exit 2"', 2)]  # one script ran two; apply_patch ran none
+    assert calls[1].output == "cat: /etc/app/missing.conf: No such file or directory\n"
+    assert round(calls[2].duration_s or 0, 2) == 2.38 and not calls.describe()
+    res = CliRunner().invoke(import_app, ["codex", str(CODEX_0_152), "--out-dir", str(tmp_path), "--name", "cm"])
+    assert res.exit_code == 0 and "4 imported, 0 not" in res.output, res.output
+    _run_generated(tmp_path / "test_transcript_cm.py", tmp_path / "run")
+
+
+def test_codex_rollout_written_before_the_envelope() -> None:
+    calls = parse_codex(CODEX_BARE)
+    assert [(c.command, c.exit_status, c.output.splitlines()[0]) for c in calls] == [
+        ("systemctl is-active worker.service", 3, "failed"),
+        ("journalctl -u worker.service -n 2 --no-pager -o cat", 0, "Failed to start worker.service.")]
+
+
+def test_a_transcript_whose_calls_cannot_be_read_says_what_it_saw(tmp_path: Path) -> None:
+    scripts_only = tmp_path / "rollout-scripts-only.jsonl"  # code-mode scripts without their CommandExecution items
+    scripts_only.write_text("".join(ln for ln in CODEX_0_152.read_text().splitlines(keepends=True)
+                                    if '"item_completed"' not in ln))
+    res = CliRunner().invoke(import_app, ["codex", str(scripts_only), "--out-dir", str(tmp_path)])
+    assert res.exit_code == 1
+    assert "3 code-mode custom_tool_call 'exec' script(s) naming a shell tool" in res.output, res.output
+    assert "has no shell calls" not in res.output
+    empty = tmp_path / "rollout-other.jsonl"
+    empty.write_text('{"timestamp": "2026-01-01T00:00:00Z", "type": "response_item", "payload": {"type": "message"}}\n'
+                     "not json\n")
+    res = CliRunner().invoke(import_app, ["codex", str(empty), "--out-dir", str(tmp_path)])
+    assert res.exit_code == 1 and "1 line(s) that are not JSON" in res.output, res.output
+
+
+def test_codex_interrupted_call_ran_and_a_commands_own_exit_124_is_its_status() -> None:
+    restart, own, killed, by_duration, echo = parse_codex(CODEX_ABORTED)
+    assert restart.ran and restart.interrupted and round(restart.duration_s or 0) == 300  # "aborted" after 5 min
+    assert (own.timed_out, own.exit_status) == (False, 124)  # `timeout 5` exited 124 after 5 s of a 60 s timeout
+    assert killed.timed_out and killed.timeout_s == 10  # default 10 s, lasted 10 s
+    assert by_duration.timed_out and by_duration.timeout_s == 30  # exec_command_end only: 30 s of timeout_ms 30000
+    assert echo.exit_status == 0
+
+
+def test_claude_code_2_1_refusals_are_not_failures_and_reinterpreted_exits_are_1() -> None:
+    calls = parse_claude_code(CC_2_1)
+    assert _outcomes(calls)[:4] == ["exit 2", "exit 1", "exit 1", "exit 0"]  # grep no match / diff differ: 1
+    reasons = {c.command: c.skip_reason or "" for c in calls if not c.ran}
+    assert reasons["cat ~/.ssh/id_rsa | head -5"].startswith("denied by the auto mode classifier")
+    assert reasons["gcloud compute instances reset node-0199"].startswith(
+        "blocked: the auto mode classifier was unavailable")
+    assert reasons["ls -la /srv/app/subdir/"].startswith("rejected by the tool (no such path)")
+    assert reasons["npm run lint"].startswith("the tool answered with an error and no exit status")
+    stopped = reasons["git commit -am 'rung D' && git push origin main"]
+    assert "refused by the user, or interrupted by the user while it ran" in stopped and "cannot tell" in stopped
+    assert len(reasons) == 5 and calls[-1].exit_status == 0
+
+
+def test_claude_code_markers_quoted_in_a_commands_output_are_output() -> None:
+    calls = parse_claude_code(CC_QUOTING)
+    assert _outcomes(calls) == ["exit 0", "exit 0", "exit 0", "exit 1", "exit 1", "exit 2"]
+    assert calls[0].output == "Command running in background with ID: b2f8b9" and not calls[0].background
+    assert "Command timed out after 30s" in calls[1].output and not calls[1].timed_out
+    assert calls[2].output == "Exit code 5\nfrom the nightly job"
+    assert calls[3].output == "docs/a.md:3:The user doesn't want to proceed with this tool use."
+
+
+def test_claude_code_resumed_session_and_a_long_failure_replay_as_they_ran(tmp_path: Path) -> None:
+    calls = parse_claude_code(CC_RESUMED)
+    assert [c.index for c in calls] == [1, 2, 3] and [c.command for c in calls] == [
+        "npm run build", "echo once", "git status --short"]  # the repeated tool_use is the same call
+    res = import_calls(calls, runtime="claude-code", source=CC_RESUMED, out_dir=tmp_path, name="r")
+    build_run, build_follow = res.results[0], res.results[1]
+    assert build_run["outcome"] == "detached"  # 40 s > the 15 s budget
+    assert (build_follow["tool"], build_follow["state"], build_follow["exit_status"]) == ("job_status", "exited", 1)
+    assert [r["exit_status"] for r in res.results[2:]] == [0, 0]
+    source = res.test_path.read_text()
+    assert 'assert steps[1]["exit_status"] == 1' in source and "== 127" not in source
+    _run_generated(res.test_path, tmp_path / "run")
+
+
+def test_opencode_aborted_running_call_and_permission_errors() -> None:
+    calls = parse_opencode(OC_ABORTED)
+    restart = calls[0]  # "Tool execution aborted" + metadata.interrupted: it ran for 5 minutes, then was stopped
+    assert restart.ran and restart.interrupted and round(restart.duration_s or 0) == 300
+    reasons = [c.skip_reason or "" for c in calls if not c.ran]
+    assert reasons[0].startswith("aborted before it returned") and "may never have started" in reasons[0]
+    assert reasons[1].startswith("denied by a permission rule: 'The user has specified a rule")
+    assert reasons[2].startswith("refused by the user: 'The user rejected permission")
+    quoting, npm_ci = calls[5], calls[6]
+    assert (quoting.timed_out, quoting.exit_status) == (False, 0) and "<shell_metadata>" in quoting.output
+    assert npm_ci.timed_out and npm_ci.timeout_s == 5 and npm_ci.output == "added 812 packages"
+
+
+@pytest.mark.parametrize(("runtime", "path", "call", "stopped_at_s"), [
+    ("opencode", OC_ABORTED, 1, 300.0), ("codex", CODEX_ABORTED, 1, 300.001)])
+def test_a_call_stopped_while_it_ran_replays_as_a_job_cancelled_then(
+        runtime: str, path: Path, call: int, stopped_at_s: float, tmp_path: Path) -> None:
+    res = import_calls(parse_opencode(path) if runtime == "opencode" else parse_codex(path), runtime=runtime,
+                       source=path, out_dir=tmp_path, name="s")
+    steps = [(p["tool"], p.get("call", p.get("follow", p.get("cancel")))) for p in res.plan]
+    assert steps[:3] == [("run_command", call), ("job_status", call), ("job_cancel", call)]
+    assert res.plan[2]["at_s"] == stopped_at_s
+    assert [(r["tool"], r["outcome"] or r["state"]) for r in res.results[:3]] == [
+        ("run_command", "detached"), ("job_status", "running"), ("job_cancel", "killed")]
+    cassette = Cassette.load(res.cassette_path)
+    assert cassette.header["inferred"][0]["cancelled_at_s"] == stopped_at_s
+    _run_generated(res.test_path, tmp_path / "run")

@@ -3,7 +3,7 @@
 ::
 
     parse_claude_code(path) / parse_opencode(path) / parse_codex(path)
-                                                    -> [ShellCall]   the shell calls and what the old tool saw
+                                 -> ShellCalls     the shell calls, what the old tool saw, what else was seen
     import_calls(calls, runtime=..., source=..., out_dir=...)       synthesise the cassette, write the test
 
 What is inferred from a transcript (and why the cassette is *synthesised*, not recorded) is described in
@@ -13,7 +13,7 @@ What is inferred from a transcript (and why the cassette is *synthesised*, not r
 from .claude_code import parse_claude_code
 from .codex import parse_codex
 from .generate import ImportResult, import_calls, make_plan
-from .model import ShellCall
+from .model import ShellCall, ShellCalls
 from .opencode import parse_opencode
 from .plan import replay_plan, run_plan
 from .synth import Timeline, TranscriptHost, infer_timeline
@@ -21,6 +21,7 @@ from .synth import Timeline, TranscriptHost, infer_timeline
 __all__ = [
     "ImportResult",
     "ShellCall",
+    "ShellCalls",
     "Timeline",
     "TranscriptHost",
     "import_calls",

@@ -1,30 +1,55 @@
 """Claude Code session transcripts (``~/.claude/projects/<slug>/<sessionId>.jsonl``): the Bash calls.
 
-Facts used (no official spec; checked against public parsers, see /work/shared/TRANSCRIPTS.md): one JSON
-object per line; ``assistant`` lines carry ``tool_use`` blocks ``{id, name: "Bash", input: {command,
-timeout? (ms), run_in_background?}}``; a later ``user`` line carries the ``tool_result`` block
-``{tool_use_id, content, is_error?}`` and often a ``toolUseResult`` sidecar ``{stdout, stderr, interrupted,
-backgroundTaskId?, ...}`` (or a plain string ``"Error: ..."`` on errors). There is no exit-code field:
+Facts used (no official spec; checked against public parsers and readings of Claude Code's sources, see
+/work/shared/TRANSCRIPTS.md): one JSON object per line, each ``user``/``assistant`` line carrying the
+``version`` of Claude Code that wrote it; ``assistant`` lines carry ``tool_use`` blocks ``{id, name: "Bash",
+input: {command, timeout? (ms), run_in_background?}}``; a later ``user`` line carries the ``tool_result``
+block ``{tool_use_id, content, is_error?}`` and often a ``toolUseResult`` sidecar ``{stdout, stderr,
+interrupted, backgroundTaskId?, returnCodeInterpretation?, ...}`` (or a plain string such as ``"Error: ..."``
+or ``"User rejected tool use"``). There is no exit-code field. The tool's own framing is read by position and
+structure only — never by searching the command's output, which may quote any of these texts:
 
-* later versions start a failed command's content with ``Exit code N``; exit 0 is implied;
-* **1.0.x** reports a failed command as ``is_error: true`` with the raw output as content and no ``Exit code``
-  line (the sidecar reads ``"Error: <output>"``): such a call ran and failed, and is imported with exit
-  status 1 (the transcript says only that it was non-zero);
-* a **refusal** is also an ``is_error`` result, for a command that never ran: the user's "The user doesn't
-  want to proceed with this tool use...", ``[Request interrupted by user for tool use]``, a
-  ``<tool_use_error>...</tool_use_error>`` (the tool rejected the call), or a permission text ("Permission to
-  use Bash with command ... has been denied.", "Claude requested permissions to use Bash, but you haven't
-  granted it yet.", "This Bash command contains multiple operations. The following parts require
-  approval: ...", "PreToolUse:Bash hook error: ..."). Those calls are not imported;
-  :attr:`ShellCall.skip_reason` quotes the text. (``[Request interrupted by user for tool use]`` with the
-  sidecar's ``interrupted: true`` is a command the user stopped while it ran: imported as interrupted);
+* a command that ran and failed: ``is_error: true`` and the content's **first line** is ``Exit code N``
+  (Claude Code's ``ShellError`` text: ``Exit code N``, then ``[Request interrupted by user for tool use]`` when
+  the user stopped it, then stderr and stdout); the exit status is N;
+* **1.0.x** (``version`` below 2) reported a failure as ``is_error: true`` with the raw output and no ``Exit
+  code`` line (the sidecar reads ``"Error: <output>"``): such a call ran and failed and is imported with exit
+  status 1 (the transcript says only that it was non-zero). From 2.0 on, an ``is_error`` result without the
+  ``Exit code`` line never came from the command: the tool refused or rejected the call and nothing ran;
+* an ``is_error`` result is a **refusal** (nothing ran; :data:`REFUSAL_PATTERNS`, each anchored at the start of
+  the content) when it starts with the user's "The user doesn't want to proceed with this tool use..." /
+  "...take this action right now", ``<tool_use_error>`` (the tool rejected the call, e.g. a ``Path "..." does
+  not exist`` check), "Permission to use Bash ... has been denied" (a rule, don't-ask mode), "Permission for
+  this action was denied by the Claude Code auto mode classifier" / "Permission for this action has been
+  denied. Reason:", "<model> is temporarily unavailable, so auto mode cannot determine the safety of Bash"
+  (the classifier could not be asked: blocked), "Auto mode could not evaluate this action", "Claude
+  requested permissions to use Bash, but you haven't granted it yet", a multi-operation approval request, a
+  PreToolUse hook's block, ``cd to '...' was blocked`` or ``Path "..." does not exist`` (utils/messages.ts;
+  commandSemantics and the path checks of the Bash tool);
+* the user's rejection text with the sidecar ``"User rejected tool use"`` is written both when the user
+  declined a permission prompt and when the user stopped a command that was **running** (public session
+  evidence: a Bash that had run 2 min 14 s recorded this way): from 2.0 on the transcript cannot tell the two
+  apart, so such a call is not imported and its reason says exactly that;
+* a command stopped by the user while it ran: the sidecar's ``interrupted: true`` (content
+  ``[Request interrupted by user for tool use]``): imported as interrupted;
+* a non-zero exit Claude Code does not count as an error (grep, rg, find, diff, test, ``[`` — the base command
+  of the last pipeline segment — exiting 1): ``is_error`` false, and the sidecar's
+  ``returnCodeInterpretation`` names it ("No matches found", "Files differ", "Condition is false", "Some
+  directories were inaccessible"); Claude Code sets that field only for exit status 1 (commandSemantics.ts),
+  so such a call is imported with exit status 1;
+* a result with ``is_error`` false exited 0 (a leading ``Exit code N`` is then the command's own output);
 * empty output reads ``(Bash completed with no output)`` (or ``Tool ran without output or errors``);
-* a timeout reads ``Command timed out after 2m 0s`` (older ``2m 0.0s``), usually with ``Exit code 143``;
-* a background command answers ``Command running in background with ID: <id>`` (or "... was moved to the
-  background (ID: <id>)"); its end shows in a later ``BashOutput {bash_id}`` / ``TaskOutput {task_id}``
-  result (``<status>completed</status>``, ``<exit_code>N</exit_code>``, ``<stdout>``/``<output>``), a
-  ``KillShell {shell_id}`` / ``TaskStop {task_id}``, or a ``<task-notification>`` user message
-  (``<tool-use-id>``, ``<task-id>``, ``<status>``, "... (exit code N)").
+* a timeout: an ``is_error`` result whose first or last line (after the ``Exit code`` line) is ``Command timed
+  out after 2m 0s`` (older ``2m 0.0s``; usually with ``Exit code 143``);
+* a background command: the sidecar's ``backgroundTaskId`` (the content then reads ``Command running in
+  background with ID: <id>`` or "... was moved to the background (ID: <id>)"); only without a sidecar object
+  is that notice read from the content, and then only as the content's first line of a ``run_in_background``
+  call or as the "moved to the background" notice. Its end shows in a later ``BashOutput {bash_id}`` /
+  ``TaskOutput {task_id}`` result (``<status>completed</status>``, ``<exit_code>N</exit_code>``,
+  ``<stdout>``/``<output>``), a ``KillShell {shell_id}`` / ``TaskStop {task_id}``, or a
+  ``<task-notification>`` user message (``<tool-use-id>``, ``<task-id>``, ``<status>``, "... (exit code N)");
+* a resumed session repeats earlier lines: a ``tool_use`` id seen again, and a second result for a call that
+  has one, are the same call (the first is kept).
 
 Durations come from the lines' ``timestamp``. Unknown line types and fields are skipped.
 """
@@ -37,27 +62,40 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .model import ShellCall, parse_iso
+from .model import ShellCall, ShellCalls, parse_iso
 
-__all__ = ["REFUSAL_PATTERNS", "parse_claude_code"]
+__all__ = ["REFUSAL_PATTERNS", "parse_claude_code", "refusal_of"]
 
-_EXIT_RE = re.compile(r"^Exit code (-?\d+)\s*\n?")
-_TIMEOUT_RE = re.compile(r"\n?Command timed out after (?:(\d+)m\s*)?([\d.]+)s\.?\s*", re.IGNORECASE)
+_EXIT_RE = re.compile(r"^Exit code (-?\d+)[ \t]*(?:\n|$)")
+_INTERRUPT_LINE = "[Request interrupted by user for tool use]"
+_TIMEOUT_LINE_RE = re.compile(r"^Command timed out after (?:(\d+)m\s*)?([\d.]+)s\.?$", re.IGNORECASE)
 _NO_OUTPUT = ("(Bash completed with no output)", "Tool ran without output or errors")
-# the tool's own answer for a background command (its first line; a command's output may quote these words)
-_BG_RE = re.compile(r"^\s*(?:Command running in background with ID:\s*([\w-]+)|Command [^\n]*moved to the "
-                    r"background \(ID:\s*([\w-]+)\))[^\n]*")
+# the tool's own answer for a background command (read from the content only when there is no sidecar object)
+_BG_RUNNING_RE = re.compile(r"^Command running in background with ID:\s*([\w-]+)[^\n]*\n?")
+_BG_MOVED_RE = re.compile(r"^Command [^\n]*moved to the background \(ID:\s*([\w-]+)\)[^\n]*\n?")
 _TAG_RE = r"<{0}>\n?(.*?)\n?</{0}>"
+#: the user's rejection text (utils/messages.ts REJECT_MESSAGE / CANCEL_MESSAGE), at the start of the content
+_USER_REJECTED_RE = re.compile(r"^The user doesn't want to (?:proceed with this tool use|take this action)")
+#: ``returnCodeInterpretation`` values, set by Claude Code only for exit status 1 (commandSemantics.ts)
+_EXIT_1_INTERPRETATIONS = ("No matches found", "Files differ", "Condition is false",
+                           "Some directories were inaccessible")
 
-#: texts of ``is_error`` results for commands that never ran (permission refusals and tool errors)
+#: texts of ``is_error`` results for commands that never ran, each anchored at the start of the content
 REFUSAL_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("refused by the user", re.compile(r"The user doesn't want to (?:proceed|take this action)", re.I)),
+    ("refused by the user", _USER_REJECTED_RE),
     ("interrupted before it ran", re.compile(r"^\[Request interrupted by user", re.I)),
-    ("rejected by the tool", re.compile(r"<tool_use_error>", re.I)),
-    ("denied by a permission rule", re.compile(r"Permission to use \w+ (?:with command .* )?has been denied",
+    ("rejected by the tool", re.compile(r"^<tool_use_error>", re.I)),
+    ("rejected by the tool (no such path)", re.compile(r"^Path \"[^\"\n]*\" does not exist")),
+    ("denied by a permission rule", re.compile(r"^Permission to use \w+ (?:with command .* )?has been denied",
                                                re.I | re.S)),
-    ("not permitted (no permission granted)", re.compile(r"requested permissions to use \w+, but you haven't "
-                                                         r"granted it", re.I)),
+    ("denied by the auto mode classifier", re.compile(
+        r"^Permission for this action (?:was denied by the Claude Code auto mode classifier|has been denied\. "
+        r"Reason:)|^Auto mode could not evaluate this action", re.I)),
+    ("blocked: the auto mode classifier was unavailable", re.compile(
+        r"^\S+ is temporarily unavailable(?: \([^)\n]*\))?, so auto mode cannot determine the safety of", re.I)),
+    ("denied (subagent permission)", re.compile(r"^Permission for this tool use was denied", re.I)),
+    ("not permitted (no permission granted)", re.compile(r"^Claude requested permissions to use \w+, but you "
+                                                         r"haven't granted it", re.I)),
     ("needed approval", re.compile(r"^This \w+ command contains multiple operations\. The following parts require "
                                    r"approval|^Classifier '.*' requires approval", re.I)),
     ("blocked by a hook", re.compile(r"^PreToolUse:\w+ hook (?:error|returned blocking error)", re.I)),
@@ -88,13 +126,35 @@ def _int(value: Any) -> int | None:
     return None
 
 
+def _major(version: Any) -> int | None:
+    """The major version of a line's ``version`` (``"2.1.259"`` → 2), or None."""
+    m = re.match(r"\s*(\d+)\.", version) if isinstance(version, str) else None
+    return int(m.group(1)) if m else None
+
+
+def _quote(text: str) -> str:
+    return repr(" ".join(re.sub(r"</?tool_use_error>", "", text).split())[:160])
+
+
 def refusal_of(text: str) -> str | None:
-    """``"<what>: <the text>"`` when ``text`` (an ``is_error`` result) is a refusal, else None."""
+    """``"<what>: <the text>"`` when ``text`` (an ``is_error`` result) starts as a refusal, else None."""
     stripped = text.strip()
     for what, pattern in REFUSAL_PATTERNS:
-        if pattern.search(stripped):
-            quoted = re.sub(r"</?tool_use_error>", "", stripped)
-            return f"{what}: {' '.join(quoted.split())[:160]!r}"
+        if pattern.match(stripped):
+            return f"{what}: {_quote(stripped)}"
+    return None
+
+
+def _timeout_line(text: str) -> tuple[str, float] | None:
+    """``(text without it, seconds)`` when the first or last line of ``text`` is the tool's timeout notice."""
+    lines = text.split("\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    for i in ((0, len(lines) - 1) if lines else ()):
+        m = _TIMEOUT_LINE_RE.match(lines[i].strip())
+        if m:
+            rest = lines[:i] + lines[i + 1:]
+            return "\n".join(rest), int(m.group(1) or 0) * 60 + float(m.group(2))
     return None
 
 
@@ -104,88 +164,132 @@ class _Session:
     def __init__(self) -> None:
         self.calls: dict[str, ShellCall] = {}
         self.order: list[str] = []
+        self.answered: set[str] = set()  # tool_use ids whose result was read (a repeated result is the same)
+        self.background_asked: set[str] = set()  # tool_use ids of run_in_background calls
         self.by_background_id: dict[str, ShellCall] = {}
         self.followups: dict[str, tuple[str, str]] = {}  # follow-up tool_use id -> (kind, background id)
         self.chunks: dict[int, list[str]] = {}  # background call index -> output chunks seen by follow-ups
+        self.repeated = 0  # tool_use blocks seen again (resumed sessions)
 
     def tool_use(self, block: dict[str, Any], ts: float | None) -> None:
         name = block.get("name")
         inp = block.get("input") if isinstance(block.get("input"), dict) else {}
         assert isinstance(inp, dict)
         tid = str(block.get("id", f"call{len(self.order) + 1}"))
+        if tid in self.calls or tid in self.followups:
+            self.repeated += 1
+            return
         if name == "Bash":
+            command = str(inp.get("command", ""))
+            if not command:
+                return
             timeout_ms = inp.get("timeout")
-            call = ShellCall(index=len(self.order) + 1, call_id=tid, command=str(inp.get("command", "")),
+            call = ShellCall(index=len(self.order) + 1, call_id=tid, command=command,
                              started_at=ts, timeout_s=float(timeout_ms) / 1000
                              if isinstance(timeout_ms, int | float) and not isinstance(timeout_ms, bool) else 120.0)
             call.skip("no result in the transcript (the session ended before the call returned)")
             self.calls[tid] = call
             self.order.append(tid)
+            if inp.get("run_in_background") is True:
+                self.background_asked.add(tid)
         elif name in ("BashOutput", "TaskOutput"):
             self.followups[tid] = ("output", str(inp.get("bash_id") or inp.get("task_id") or ""))
         elif name in ("KillShell", "KillBash", "TaskStop"):
             self.followups[tid] = ("kill", str(inp.get("shell_id") or inp.get("bash_id") or inp.get("task_id") or ""))
 
-    def tool_result(self, block: dict[str, Any], sidecar: Any, ts: float | None) -> None:
+    def tool_result(self, block: dict[str, Any], sidecar: Any, ts: float | None, version: int | None) -> None:
         tid = str(block.get("tool_use_id"))
         call = self.calls.get(tid)
         if call is not None:
-            self._result(call, block, sidecar, ts)
+            if tid not in self.answered:
+                self.answered.add(tid)
+                self._result(call, block, sidecar, ts, version)
             return
         follow = self.followups.get(tid)
         if follow is not None:
             self._followup(follow, block, sidecar, ts)
 
-    def _result(self, call: ShellCall, block: dict[str, Any], sidecar: Any, ts: float | None) -> None:
+    def _result(self, call: ShellCall, block: dict[str, Any], sidecar: Any, ts: float | None,
+                version: int | None) -> None:
         text = _content_text(block.get("content"))
         call.ran, call.skip_reason, call.ended_at = True, None, ts
         is_error = bool(block.get("is_error"))
         side = sidecar if isinstance(sidecar, dict) else {}
+        stopped = side.get("interrupted") is True
+        exit_status: int | None = None
         if is_error:
-            refused = refusal_of(text)
-            if refused is not None and not side.get("interrupted"):  # interrupted while running: it ran
-                call.output = text
-                call.skip(refused)
+            m = _EXIT_RE.match(text)
+            if m:  # ShellError: the command ran; its exit status comes first
+                exit_status = int(m.group(1))
+                text = text[m.end():]
+                if text.startswith(_INTERRUPT_LINE):
+                    stopped, text = True, text[len(_INTERRUPT_LINE):].lstrip("\n")
+            elif stopped:
+                text = text[len(_INTERRUPT_LINE):].lstrip("\n") if text.startswith(_INTERRUPT_LINE) else text
+            elif not self._not_run(call, text, sidecar, version):
+                # 1.0.x: a failed command, raw output, no "Exit code N" line: non-zero, not said which
+                exit_status = 1
+            if not call.ran:
                 return
-        m = _EXIT_RE.match(text)
-        exit_status = int(m.group(1)) if m else None
-        if m:
-            text = text[m.end():]
-        t = _TIMEOUT_RE.search(text)
-        bg = _BG_RE.match(text)
-        bg_id = str(side.get("backgroundTaskId") or (bg and (bg.group(1) or bg.group(2))) or "")
-        if t:
-            call.timed_out = True
-            call.timeout_s = int(t.group(1) or 0) * 60 + float(t.group(2))
-            text = text[:t.start()] + text[t.end():]
-            exit_status = None  # killed by the tool, not an exit of the command
-        elif bg_id:
+            t = _timeout_line(text)
+            if t is not None:
+                text, call.timeout_s = t
+                call.timed_out, exit_status = True, None  # killed by the tool, not an exit of the command
+        else:
+            exit_status = 0
+            interpretation = side.get("returnCodeInterpretation")
+            if isinstance(interpretation, str) and interpretation.strip():
+                n = re.search(r"exit(?:ed with)? code (-?\d+)", interpretation)
+                exit_status = int(n.group(1)) if n else 1  # set for exit 1 only (see the module docstring)
+        bg_id = str(side.get("backgroundTaskId") or "")
+        if not side and not call.timed_out:  # no sidecar object: the notice is read from the content
+            bg = _BG_MOVED_RE.match(text) or (_BG_RUNNING_RE.match(text) if call.call_id in self.background_asked
+                                               else None)
+            if bg:
+                bg_id, text = bg.group(1), text[bg.end():]
+        if bg_id and not call.timed_out:
             call.background = True
             self.by_background_id[bg_id] = call
             exit_status = None
-            text = text[bg.end():].lstrip("\n") if bg else text
-        elif side.get("interrupted"):
+        elif stopped:
             call.interrupted = True
             exit_status = None
-            text = re.sub(r"\n?\[Request interrupted by user[^\]]*\]\s*$", "", text)
-        elif is_error and exit_status is None:
-            exit_status = 1  # 1.0.x: a failed command, raw output, no "Exit code N" line: non-zero, not said which
-        elif exit_status is None:
-            exit_status = 0
-        if "stdout" in side or "stderr" in side:
+        if "stdout" in side or "stderr" in side:  # the command's own output, without the tool's framing
             out = str(side.get("stdout") or "")
             err = str(side.get("stderr") or "")
             text = out + ("\n" if out and err and not out.endswith("\n") else "") + err
-            t2 = _TIMEOUT_RE.search(text)
-            if t2:
-                text = text[:t2.start()] + text[t2.end():]
-            if call.background:
-                b2 = _BG_RE.match(text)
-                text = text[b2.end():].lstrip("\n") if b2 else text
+            if call.timed_out:
+                t2 = _timeout_line(text)
+                text = t2[0] if t2 is not None else text
+        elif call.background:
+            text = ""
         if text.strip() in _NO_OUTPUT:
             text = ""
         call.output = text
         call.exit_status = exit_status
+
+    def _not_run(self, call: ShellCall, text: str, sidecar: Any, version: int | None) -> bool:
+        """For an ``is_error`` result without an ``Exit code`` line: mark ``call`` not imported and say why when
+        the command did not run (or the transcript cannot tell); False for a 1.0.x failure."""
+        rejected = sidecar == "User rejected tool use" or bool(_USER_REJECTED_RE.match(text.strip()))
+        if rejected and version is not None and version >= 2:
+            call.output = text
+            call.skip("refused by the user, or interrupted by the user while it ran: Claude Code records both as the "
+                      "user's rejection ('User rejected tool use'), so the transcript cannot tell which: "
+                      f"{_quote(text)}")
+            return True
+        refused = refusal_of(text)
+        if refused is not None:
+            call.output = text
+            call.skip(refused)
+            return True
+        if version is not None and version >= 2:
+            call.output = text
+            call.skip("the tool answered with an error and no exit status (Claude Code 2.x starts the result of "
+                      f"every command that ran and failed with `Exit code N`), so the command did not run: "
+                      f"{_quote(text)}")
+            return True
+        return False
 
     def _followup(self, follow: tuple[str, str], block: dict[str, Any], sidecar: Any, ts: float | None) -> None:
         kind, bg_id = follow
@@ -224,22 +328,32 @@ class _Session:
                                                                 (1 if status == "failed" else 0))
 
 
-def parse_claude_code(path: str | os.PathLike[str]) -> list[ShellCall]:
+def parse_claude_code(path: str | os.PathLike[str]) -> ShellCalls:
     """The Bash calls of a Claude Code session file, in call order, including those not imported (``ran``
     False, with :attr:`~ShellCall.skip_reason`).
 
-    :raises OSError: the file cannot be read. Malformed lines and unknown line types are skipped.
+    Each result is read with the rules of the Claude Code version that wrote its line (``version``; a line
+    without one gets the 1.0.x rules).
+
+    :raises OSError: the file cannot be read. Malformed lines and unknown line types are skipped (and counted in
+        :attr:`ShellCalls.seen`).
     """
     session = _Session()
+    seen = ShellCalls()
     for raw in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
+        if not raw.strip():
+            continue
+        seen.lines += 1
         try:
             line = json.loads(raw)
         except json.JSONDecodeError:
+            seen.note("line(s) that are not JSON")
             continue
         if not isinstance(line, dict) or not isinstance(line.get("message"), dict):
             continue
         content = line["message"].get("content")
         ts = parse_iso(line.get("timestamp"))
+        version = _major(line.get("version"))
         if line.get("type") == "user" and isinstance(content, str):
             session.notification(content, ts)
             continue
@@ -251,7 +365,11 @@ def parse_claude_code(path: str | os.PathLike[str]) -> list[ShellCall]:
             if line.get("type") == "assistant" and block.get("type") == "tool_use":
                 session.tool_use(block, ts)
             elif line.get("type") == "user" and block.get("type") == "tool_result":
-                session.tool_result(block, line.get("toolUseResult"), ts)
+                session.tool_result(block, line.get("toolUseResult"), ts, version)
             elif line.get("type") == "user" and block.get("type") == "text":
                 session.notification(str(block.get("text", "")), ts)
-    return [session.calls[c] for c in session.order if session.calls[c].command]
+    seen.extend(session.calls[c] for c in session.order)
+    if session.repeated:
+        seen.note("tool_use block(s) repeated (a resumed session carries earlier lines; read once)",
+                  session.repeated)
+    return seen

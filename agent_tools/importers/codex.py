@@ -3,6 +3,9 @@
 Facts used (no official spec; checked against Codex's sources and public readers, see
 /work/shared/TRANSCRIPTS.md). One JSON object per line, ``{timestamp, type, payload}`` with ``type`` in
 ``session_meta``, ``turn_context``, ``response_item``, ``event_msg``, ``compacted`` (others are skipped).
+Rollouts written before that envelope (mid-2025, e.g. the 2025-09-13 rollout in tenequm/pond's adapter
+fixtures) hold the response items themselves, one per line (``{"type": "function_call", ...}``), after a first
+line ``{id, timestamp, instructions?, git?}`` — the only timestamp of such a file.
 
 Calls are ``response_item`` payloads:
 
@@ -11,7 +14,14 @@ Calls are ``response_item`` payloads:
   workdir?, timeout_ms?}``, ``exec_command`` ``{cmd, workdir?, yield_time_ms?}`` (unified exec: a command still
   running after ``yield_time_ms`` keeps running as a session the model polls with ``write_stdin {session_id,
   chars}``);
-* ``local_shell_call`` ``{call_id, status, action: {type: "exec", command: argv, timeout_ms?}}``.
+* ``local_shell_call`` ``{call_id, status, action: {type: "exec", command: argv, timeout_ms?}}``;
+* **code mode** (0.147 on; the 0.152.0 rollout of tenequm/pond's fixtures): the model writes a script,
+  ``custom_tool_call {name: "exec", input: "const r = await tools.exec_command({cmd: ...}); ..."}``, answered by
+  ``custom_tool_call_output`` ("Script completed / Wall time / Output:" and JSON chunks). A script may run
+  several commands or none (``tools.apply_patch``); each command it ran is an ``event_msg`` ``item_completed``
+  whose ``item`` is ``{type: "CommandExecution", id, process_id, command: argv, status, aggregated_output,
+  exit_code, duration {secs, nanos}}`` (with ``started_at_ms``/``completed_at_ms`` beside it): each such item is
+  one shell call. A script that mentions a shell tool but ran no item is counted in :attr:`ShellCalls.seen`.
 
 An argv ``["bash", "-lc", CMD]`` (any ``sh``/``bash``/``zsh`` with ``-c``/``-lc``) is the command line CMD.
 
@@ -24,11 +34,19 @@ Results, matched by ``call_id``:
   a JSON string ``{"output": ..., "metadata": {"exit_code", "duration_seconds"}}``; free text ``Exit code: N /
   Wall time: S seconds / [Total output lines: N /] Output: ...``; for ``exec_command`` ``Chunk ID / Wall time /
   Process exited with code N`` (or ``Process running with session ID N``) ``/ Original token count / Output:
-  ...``; or an object / list of ``{type: "input_text", text}``.
+  ...``; or an object / list of ``{type: "input_text", text}``; or ``"aborted"``: the turn was interrupted
+  while the call was in flight (codex-rs' interrupt test: the history gets an ``"aborted"`` output for the
+  running tool call) — imported as stopped by the user at that time (a call still waiting for approval would
+  read the same: the rollout does not keep the approval request in every release).
 
-A timeout is exit status 124 with "command timed out after N milliseconds" before the output. A refusal
-(the user declined the approval: "exec command rejected by user"; the reviewer: "This action was rejected
-due to unacceptable risk"; ``exec_command_end`` status ``declined``) never ran and is not imported.
+A timeout: the shell tools kill a command at its ``timeout_ms`` (default 10 000 ms,
+``DEFAULT_EXEC_COMMAND_TIMEOUT_MS``) with exit status 124, and the model's output starts "command timed out
+after N milliseconds" (``build_content_with_timeout``). Exit status 124 alone is also what ``timeout(1)``
+returns, so it counts as the tool's timeout only with that note or when the call lasted (about) its
+``timeout_ms``; a unified exec session is never killed at its yield time, so there only the note counts. A
+refusal (the user declined the approval: "exec command rejected by user"; the reviewer: "This action was
+rejected due to unacceptable risk"; ``exec_command_end`` / ``CommandExecution`` status ``declined``) never ran
+and is not imported.
 """
 
 from __future__ import annotations
@@ -40,7 +58,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from .model import ShellCall, parse_iso
+from .model import ShellCall, ShellCalls, parse_iso
 
 __all__ = ["parse_codex", "unwrap_argv"]
 
@@ -53,6 +71,14 @@ _REFUSED_RE = re.compile(r"^(?:exec command rejected by user|This action was rej
 _HEADER_RE = re.compile(r"^(?:Chunk ID|Wall time|Total output lines|Original token count|Exit code|Process exited "
                         r"with code|Process running with session ID)\b")
 TIMEOUT_EXIT = 124
+#: the shell tools' timeout when a call names none (codex-rs exec.rs ``DEFAULT_EXEC_COMMAND_TIMEOUT_MS``)
+DEFAULT_TIMEOUT_S = 10.0
+#: a call whose run lasted at least this share of its timeout_ms was ended by that timeout
+_TIMEOUT_SHARE = 0.95
+#: response item types (also the lines of rollouts written before the {timestamp, type, payload} envelope)
+_ITEM_TYPES = frozenset({"message", "reasoning", "function_call", "function_call_output", "local_shell_call",
+                         "local_shell_call_output", "custom_tool_call", "custom_tool_call_output", "web_search_call"})
+_SHELL_TOOL_RE = re.compile(r"\b(?:exec_command|shell_command|shell|local_shell)\b")
 
 
 def unwrap_argv(argv: list[Any]) -> str:
@@ -125,18 +151,37 @@ def _parse_output(output: Any) -> tuple[str, int | None, float | None, str | Non
     return text, None, None, (r.group(1) if r else None)
 
 
+def _duration(d: Any) -> float | None:
+    """Seconds of a ``{secs, nanos}`` duration, or None."""
+    if not isinstance(d, dict):
+        return None
+    try:
+        return float(d.get("secs", 0)) + float(d.get("nanos", 0)) / 1e9
+    except (TypeError, ValueError):
+        return None
+
+
+def _code(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 class _Rollout:
-    def __init__(self) -> None:
+    def __init__(self, seen: ShellCalls) -> None:
+        self.seen = seen
         self.calls: dict[str, ShellCall] = {}
         self.order: list[str] = []
         self.ended: set[str] = set()  # call ids settled by exec_command_end
         self.sessions: dict[str, ShellCall] = {}  # unified exec session id -> call
         self.polls: dict[str, ShellCall] = {}  # write_stdin call id -> the call it polls
         self.kinds: dict[str, str] = {}  # call id -> tool (shell, shell_command, exec_command, local_shell_call)
+        self.processes: set[str] = set()  # process ids of calls settled by exec_command_end
+        self.scripts: dict[str, int] = {}  # open code-mode script call id -> commands it ran so far
+        self.script_shells: dict[str, bool] = {}  # script call id -> its source names a shell tool
+        self.unread_scripts = 0  # scripts that name a shell tool but ran no command the rollout shows
 
-    def new_call(self, kind: str, call_id: str, command: str, ts: float | None, timeout_ms: Any) -> None:
+    def new_call(self, kind: str, call_id: str, command: str, ts: float | None, timeout_ms: Any) -> ShellCall | None:
         if not command or call_id in self.calls:
-            return
+            return None
         self.kinds[call_id] = kind
         call = ShellCall(index=len(self.order) + 1, call_id=call_id, command=command, started_at=ts,
                          timeout_s=float(timeout_ms) / 1000 if isinstance(timeout_ms, int | float)
@@ -144,6 +189,7 @@ class _Rollout:
         call.skip("no result in the transcript (the session ended before the call returned)")
         self.calls[call_id] = call
         self.order.append(call_id)
+        return call
 
     def response_item(self, p: dict[str, Any], ts: float | None) -> None:
         kind = p.get("type")
@@ -160,11 +206,25 @@ class _Rollout:
                 target = self.sessions.get(str(args.get("session_id")))
                 if target is not None:
                     self.polls[call_id] = target
+            elif isinstance(name, str) and name in ("shell", "shell_command", "exec_command", "local_shell"):
+                self.seen.note(f"{name} function_call(s) with arguments of an unknown shape")
         elif kind == "local_shell_call":
             action = p.get("action") if isinstance(p.get("action"), dict) else {}
             assert isinstance(action, dict)
             if isinstance(action.get("command"), list):
                 self.new_call("local_shell_call", call_id, unwrap_argv(action["command"]), ts, action.get("timeout_ms"))
+            else:
+                self.seen.note("local_shell_call item(s) of an unknown shape")
+        elif kind == "custom_tool_call":
+            name = str(p.get("name") or "")
+            if name == "exec":  # code mode: the commands it runs arrive as CommandExecution items
+                self.scripts[call_id] = 0
+                self.script_shells[call_id] = bool(_SHELL_TOOL_RE.search(str(p.get("input") or "")))
+            elif _SHELL_TOOL_RE.fullmatch(name):
+                self.seen.note(f"custom_tool_call {name!r} item(s) of an unknown shape")
+        elif kind == "custom_tool_call_output" and call_id in self.scripts:
+            if self.scripts.pop(call_id) == 0 and self.script_shells.pop(call_id, False):
+                self.unread_scripts += 1
         elif kind in ("function_call_output", "local_shell_call_output", "custom_tool_call_output"):
             if call_id in self.polls:
                 self._poll(self.polls[call_id], p.get("output"), ts)
@@ -180,24 +240,37 @@ class _Rollout:
             return
         call.ended_at = (call.started_at + duration if call.started_at is not None and duration is not None
                          else ts)
+        if text.strip() == "aborted" and code is None and running is None:
+            # the turn was interrupted while the call was in flight: it ran, and was stopped then
+            call.interrupted, call.output, call.exit_status = True, "", None
+            return
         if running is not None:
             call.background = True
             self.sessions[running] = call
             call.output, call.exit_status = text, None
             return
-        self._settle(call, text, code)
+        self._settle(call, text, code, duration)
 
-    def _settle(self, call: ShellCall, text: str, code: int | None) -> None:
+    def _settle(self, call: ShellCall, text: str, code: int | None, duration: float | None) -> None:
         t = _TIMEOUT_RE.match(text)
         if t:
             text = text[t.end():]
             call.timeout_s = int(t.group(1)) / 1000
-        # the shell tools kill a command at its timeout_ms (exit 124, the note before the output); a unified
-        # exec session is never killed at its yield time, so there only the note counts
-        if t or (code == TIMEOUT_EXIT and self.kinds.get(call.call_id) != "exec_command"):
+        # the shell tools kill a command at its timeout_ms (exit 124, the note before the output); exit 124 alone is
+        # also timeout(1)'s own status: only a run that lasted the tool's timeout was ended by it. A unified exec
+        # session is never killed at its yield time, so there only the note counts.
+        limit = call.timeout_s if call.timeout_s is not None else DEFAULT_TIMEOUT_S
+        if duration is None:
+            duration = call.duration_s
+        by_tool = code == TIMEOUT_EXIT and self.kinds.get(call.call_id) not in ("exec_command", "code_mode") and (
+            duration is None or duration >= _TIMEOUT_SHARE * limit)
+        if t or by_tool:
             call.timed_out, call.exit_status = True, None
+            if call.timeout_s is None:
+                call.timeout_s = limit
         elif code is None:
-            call.skip("no exit status in the transcript's result")
+            call.skip("no exit status in the transcript's result (neither the output nor an exec_command_end "
+                      "event gives one)")
         else:
             call.exit_status = code
         call.output = text
@@ -212,46 +285,101 @@ class _Rollout:
         call = self.calls.get(str(p.get("call_id") or ""))
         if call is None:
             return
+        if p.get("process_id") is not None:
+            self.processes.add(str(p["process_id"]))
         status = str(p.get("status") or "")
         out = p.get("aggregated_output")
         if not isinstance(out, str):
             out = str(p.get("stdout") or "") + str(p.get("stderr") or "")
-        code = p.get("exit_code")
-        code = code if isinstance(code, int) and not isinstance(code, bool) else None
+        code = _code(p.get("exit_code"))
         self.ended.add(call.call_id)
         call.ran, call.skip_reason = True, None
         if status == "declined" or _REFUSED_RE.match(out.strip()):
             call.output = out
             call.skip(f"refused: {(out.strip() or 'declined')[:160]!r}")
             return
-        d = p.get("duration") if isinstance(p.get("duration"), dict) else None
-        duration = (float(d.get("secs", 0)) + float(d.get("nanos", 0)) / 1e9) if d else None
+        duration = _duration(p.get("duration"))
         end = (call.started_at + duration) if call.started_at is not None and duration is not None else ts
         if call.background:  # a unified exec session that outlived its first answer: now it ended
             call.finished_at, call.final_exit_status, call.final_output = end, code, out
             return
         call.ended_at = end
-        self._settle(call, out, code)
+        self._settle(call, out, code, duration)
+
+    def item_completed(self, p: dict[str, Any], ts: float | None) -> None:
+        """Code mode: a ``CommandExecution`` item is one command a script ran (see the module docstring)."""
+        item = p.get("item") if isinstance(p.get("item"), dict) else None
+        if item is None or item.get("type") != "CommandExecution":
+            return
+        process = str(item.get("process_id") or "")
+        if process and process in self.processes:
+            return  # the same process as a call settled by exec_command_end
+        argv, item_id = item.get("command"), str(item.get("id") or f"item{len(self.order) + 1}")
+        command = unwrap_argv(argv) if isinstance(argv, list) else str(argv or "")
+        duration = _duration(item.get("duration"))
+        end_ms = p.get("completed_at_ms")
+        end = float(end_ms) / 1000 if isinstance(end_ms, int | float) and not isinstance(end_ms, bool) else ts
+        start_ms = p.get("started_at_ms")
+        start = (end - duration if end is not None and duration is not None else
+                 float(start_ms) / 1000 if isinstance(start_ms, int | float) and not isinstance(start_ms, bool) else ts)
+        call = self.new_call("code_mode", item_id, command, start, None)
+        if call is None:
+            if command:
+                self.seen.note("CommandExecution item(s) repeated (read once)")
+            else:
+                self.seen.note("CommandExecution item(s) without a command")
+            return
+        for script in self.scripts:
+            self.scripts[script] += 1
+        if process:
+            self.processes.add(process)
+        out = item.get("aggregated_output")
+        if not isinstance(out, str):
+            out = str(item.get("stdout") or "") + str(item.get("stderr") or "")
+        call.ran, call.skip_reason, call.ended_at = True, None, end
+        if str(item.get("status") or "") == "declined":
+            call.output = out
+            call.skip(f"refused: {(out.strip() or 'declined')[:160]!r}")
+            return
+        self._settle(call, out, _code(item.get("exit_code")), duration)
 
 
-def parse_codex(path: str | os.PathLike[str]) -> list[ShellCall]:
+def parse_codex(path: str | os.PathLike[str]) -> ShellCalls:
     """The shell calls of a Codex rollout file, in call order, including the ones not imported (``ran`` False,
     with a ``skip_reason``).
 
-    :raises OSError: the file cannot be read. Malformed lines, unknown line types and unknown tools are skipped.
+    :raises OSError: the file cannot be read. Malformed lines, unknown line types and unknown tools are skipped;
+        what was seen of them that might have held shell calls is counted in :attr:`ShellCalls.seen`.
     """
-    rollout = _Rollout()
+    seen = ShellCalls()
+    rollout = _Rollout(seen)
     for raw in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
+        if not raw.strip():
+            continue
+        seen.lines += 1
         try:
             line = json.loads(raw)
         except json.JSONDecodeError:
+            seen.note("line(s) that are not JSON")
             continue
-        if not isinstance(line, dict) or not isinstance(line.get("payload"), dict):
+        if not isinstance(line, dict):
             continue
         ts = parse_iso(line.get("timestamp"))
-        payload = line["payload"]
+        payload = line.get("payload")
+        if not isinstance(payload, dict):
+            if line.get("type") in _ITEM_TYPES:  # a rollout from before the {timestamp, type, payload} envelope:
+                rollout.response_item(line, ts)  # its items carry no time (durations come from their outputs)
+            continue
         if line.get("type") == "response_item":
             rollout.response_item(payload, ts)
         elif line.get("type") == "event_msg" and payload.get("type") == "exec_command_end":
             rollout.exec_end(payload, ts)
-    return [rollout.calls[c] for c in rollout.order]
+        elif line.get("type") == "event_msg" and payload.get("type") == "item_completed":
+            rollout.item_completed(payload, ts)
+    unread = rollout.unread_scripts + sum(1 for c, n in rollout.scripts.items() if n == 0
+                                           and rollout.script_shells.get(c))
+    if unread:
+        seen.note("code-mode custom_tool_call 'exec' script(s) naming a shell tool whose commands the rollout does "
+                  "not show (no CommandExecution item)", unread)
+    seen.extend(rollout.calls[c] for c in rollout.order)
+    return seen

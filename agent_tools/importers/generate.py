@@ -24,7 +24,7 @@ from ..recording.record import Recorder, RecordingHost, RecordingToolkit
 from ..recording.vclock import run_virtual
 from ..redact import redact
 from ..tools.toolkit import DEFAULT_BUDGET_S
-from .model import ShellCall
+from .model import ShellCall, ShellCalls
 from .plan import run_plan
 from .synth import Timeline, TranscriptHost, infer_timeline
 
@@ -34,27 +34,50 @@ HOST = "local"
 
 
 def make_plan(timeline: Timeline, *, budget_s: float = DEFAULT_BUDGET_S, host: str = HOST) -> list[dict[str, Any]]:
-    """The plan of tool calls for ``timeline`` (see :mod:`agent_tools.importers.plan`)."""
+    """The plan of tool calls for ``timeline`` (see :mod:`agent_tools.importers.plan`).
+
+    Every call that ran gets a ``run_command`` step at its time offset. Then: a call that finished but ran
+    longer than ``budget_s`` (agent_tools detaches it) is followed with ``job_status`` to its end, so its exit
+    status is checked; a call the user stopped is followed until then and cancelled with ``job_cancel`` at the
+    time the transcript shows it stopped; a call the old tool left running (timeout, background) is followed
+    until it settles or the agent's next call is due.
+    """
     superseded = {i for t in timeline.timed_out.values() for i in t.superseded if t.end_s is not None
                   and timeline.start_s[i] <= t.end_s}
     kept = [c for c in timeline.calls if c.index not in superseded]
     plan: list[dict[str, Any]] = []
     for k, c in enumerate(kept):
-        step: dict[str, Any] = {"tool": "run_command", "call": c.index, "at_s": round(timeline.start_s[c.index], 3),
+        start = timeline.start_s[c.index]
+        step: dict[str, Any] = {"tool": "run_command", "call": c.index, "at_s": round(start, 3),
                                 "arguments": {"host": host, "command": c.command, "budget_s": budget_s}}
+        nxt = timeline.start_s[kept[k + 1].index] if k + 1 < len(kept) else None
         info = timeline.timed_out.get(c.index)
         if info is None:
-            step["was"] = f"exit {c.exit_status} after {timeline.duration_s[c.index]:.1f} s"
+            duration = timeline.duration_s[c.index]
+            step["was"] = f"exit {c.exit_status} after {duration:.1f} s"
             plan.append(step)
+            if duration > budget_s:  # detached by agent_tools: follow it to its end, where its exit status shows
+                until = start + duration + 120.0
+                plan.append({"tool": "job_status", "follow": c.index, "wait_s": 60.0,
+                             "until_s": round(until if nxt is None else min(until, max(nxt, start + duration)), 3),
+                             "was": f"it ran {duration:.0f} s, longer than the {budget_s:g} s budget: followed to its "
+                                    f"exit {c.exit_status}"})
             continue
         step["was"] = c.how_it_ended()
+        plan.append(step)
+        if info.cancel_at_s is not None:  # the user stopped it: cancel the job then
+            if info.cancel_at_s > start + budget_s:
+                plan.append({"tool": "job_status", "follow": c.index, "wait_s": 60.0,
+                             "until_s": round(info.cancel_at_s, 3), "was": "followed until the user stopped it"})
+            plan.append({"tool": "job_cancel", "cancel": c.index, "at_s": round(info.cancel_at_s, 3),
+                         "was": info.evidence})
+            continue
         until = (info.end_s if info.end_s is not None else timeline.end_s) + 120.0
         if info.url:
             step["probes"] = [{"kind": "http", "url": info.url}]
             step["deadline_s"] = max(900.0, round(until, 0))
-        if k + 1 < len(kept):  # follow it only until the agent's next call, which keeps its own time
-            until = min(until, timeline.start_s[kept[k + 1].index])
-        plan.append(step)
+        if nxt is not None:  # follow it only until the agent's next call, which keeps its own time
+            until = min(until, nxt)
         plan.append({"tool": "job_status", "follow": c.index, "wait_s": 60.0, "until_s": round(until, 3),
                      "was": (f"replaces checks {', '.join(map(str, info.superseded))}: {info.evidence}"
                              if info.superseded else info.evidence)})
@@ -94,6 +117,7 @@ def import_calls(calls: list[ShellCall], *, runtime: str, source: str | os.PathL
     """
     src = Path(source)
     name = name or _name(src)
+    seen = calls if isinstance(calls, ShellCalls) else None
     # the one seam for transcripts: their commands and outputs are redacted before anything is inferred, run,
     # recorded or written (cassette, generated test, the plan in it)
     calls = [dataclasses.replace(c, command=redact(c.command), output=redact(c.output),
@@ -102,9 +126,7 @@ def import_calls(calls: list[ShellCall], *, runtime: str, source: str | os.PathL
              for c in calls]
     timeline = infer_timeline(calls)
     if not timeline.calls:
-        why = "; ".join(f"call {c.index}: {c.skip_reason}" for c in calls[:10] if c.skip_reason)
-        raise ValueError(f"{src}: no shell call that can be imported" + (f" ({why})" if why else
-                                                                          " (the transcript has no shell calls)"))
+        raise ValueError(f"{src}: no shell call that can be imported ({_nothing_to_import(calls, seen)})")
     plan = make_plan(timeline)
     host = TranscriptHost(timeline, HOST)
     skipped = [{"call": c.index, "command": c.command, "why": c.skip_reason} for c in calls if not c.ran]
@@ -134,6 +156,20 @@ def import_calls(calls: list[ShellCall], *, runtime: str, source: str | os.PathL
     return ImportResult(cassette_path, test_path, plan, results)
 
 
+def _nothing_to_import(calls: list[ShellCall], seen: ShellCalls | None) -> str:
+    """Why nothing can be imported, from what the importer read and saw (never a bare "no shell calls")."""
+    why = "; ".join(f"call {c.index}: {c.skip_reason}" for c in calls[:10] if c.skip_reason)
+    if len(calls) > 10:
+        why += f"; ... and {len(calls) - 10} more"
+    saw = seen.describe() if seen is not None else ""
+    if why:
+        return why + (f"; also seen: {saw}" if saw else "")
+    if saw:
+        return f"no shell call could be read: the transcript holds {saw}"
+    lines = f" among its {seen.lines} line(s)" if seen is not None else ""
+    return f"no shell tool call of a known shape{lines}"
+
+
 def _test_source(name: str, runtime: str, source: str, plan: list[dict[str, Any]], results: list[dict[str, Any]],
                  calls: list[ShellCall]) -> str:
     by_index = {c.index: c for c in calls}
@@ -147,6 +183,9 @@ def _test_source(name: str, runtime: str, source: str, plan: list[dict[str, Any]
                               f"{res['exit_status']!r}")
             else:
                 checks.append(f"    assert steps[{i}][\"outcome\"] == {res['outcome']!r}")
+        elif step["tool"] == "job_cancel":
+            checks.append(f"    # then cancel call {step['cancel']}'s job — {_short(step['was'], 70)}")
+            checks.append(f"    assert steps[{i}][\"state\"] == {res['state']!r}")
         else:
             checks.append(f"    # then follow call {step['follow']}'s job with job_status — {_short(step['was'], 60)}")
             checks.append(f"    assert steps[{i}][\"state\"] == {res['state']!r} and steps[{i}][\"readiness\"] == "

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 
-__all__ = ["ShellCall", "parse_iso"]
+__all__ = ["ShellCall", "ShellCalls", "parse_iso"]
 
 
 @dataclass
@@ -92,3 +93,26 @@ def parse_iso(value: object) -> float | None:
         return datetime.fromisoformat(re.sub(r"Z$", "+00:00", value)).timestamp()
     except ValueError:
         return None
+
+
+class ShellCalls(list[ShellCall]):
+    """The shell calls an importer read (a list of :class:`ShellCall`), and what else it saw in the transcript.
+
+    :attr lines: non-empty lines (or records) read.
+    :attr seen: notable things the importer saw but could not read as shell calls, by what they are, with their
+        counts (e.g. ``{"custom_tool_call 'exec' item(s) of an unknown shape": 4}``), so that a transcript whose
+        calls cannot be read says what it holds instead of "no shell calls".
+    """
+
+    def __init__(self, calls: list[ShellCall] | None = None) -> None:
+        super().__init__(calls or [])
+        self.lines = 0
+        self.seen: Counter[str] = Counter()
+
+    def note(self, what: str, n: int = 1) -> None:
+        """Count ``n`` more of ``what`` (a plural-ready noun phrase, shown to people)."""
+        self.seen[what] += n
+
+    def describe(self) -> str:
+        """What the transcript holds besides the calls, for people (empty when nothing was noted)."""
+        return "; ".join(f"{n} {what}" for what, n in self.seen.items())

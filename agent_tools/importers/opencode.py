@@ -13,12 +13,20 @@ Where a session is (see /work/shared/TRANSCRIPTS.md; checked against opencode's 
 A tool part is ``{type: "tool", tool: "bash", callID, state}``; ``state.status`` is ``completed`` (``input
 {command, timeout? ms}``, ``output``, ``metadata {exit, output, truncated?, outputPath?}``, ``time {start, end}``
 in epoch ms), ``error`` (``error`` text: the tool failed or permission was refused; nothing ran to a result),
-``pending`` or ``running`` (no result). What the output holds besides the command's own text:
+``pending`` or ``running`` (no result). An ``error`` state is read by its text (opencode's own messages,
+session/processor.ts and permission/): "Tool execution aborted" with ``metadata.interrupted: true`` is a call
+that was **running** when the session was aborted (the user stopped it; it ran: imported as interrupted at
+``time.end``; without that flag it may still have been pending: not imported); "The user rejected permission
+to use this specific tool call" (RejectedError / CorrectedError) is the user's refusal and "The user has
+specified a rule which prevents you from using this specific tool call" (DeniedError) a permission rule's: both
+ran nothing. What a completed output holds besides the command's own text, read by position only (the command's
+own output may quote any of it):
 
-* a timeout is not an error state: opencode appends a ``<shell_metadata>`` block (older builds
-  ``<bash_metadata>``) saying "shell tool terminated command after exceeding timeout N ms" (older "bash tool
-  ..."), and the oldest builds append ``(Command timed out after N ms)``; a user abort reads "User aborted the
-  command" in the same block (oldest: ``(Command was aborted)``). ``metadata.exit`` is then null;
+* a timeout is not an error state: opencode appends (at the very end of the output, after a blank line) a
+  ``<shell_metadata>`` block (older builds ``<bash_metadata>``) saying "shell tool terminated command after
+  exceeding timeout N ms" (older "bash tool ..."), and the oldest builds end the output with ``(Command timed
+  out after N ms)``; a user abort reads "User aborted the command" in the same block (oldest: ``(Command was
+  aborted)``). Only that trailing block counts; ``metadata.exit`` is then null;
 * ``metadata.exit`` null without such a note means no exit status was recorded (Node's ``exitCode`` is null
   for a process ended by a signal): not 0. Such a call is not imported (its reason says so);
 * an empty output reads ``(no output)``; a cut one starts with ``...output truncated...`` and "Full output saved
@@ -36,20 +44,28 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from .model import ShellCall
+from .model import ShellCall, ShellCalls
 
 __all__ = ["OpencodeSession", "find_sessions", "parse_opencode", "parse_opencode_messages"]
 
-# opencode appends "\n\n<shell_metadata>\n...\n</shell_metadata>" (older: bash_metadata; oldest: "\n\n(...)")
-_META_RE = re.compile(r"(?:\n\n)?<(shell|bash)_metadata>(.*?)</\1_metadata>\s*", re.DOTALL)
+# opencode appends "\n\n<shell_metadata>\n...\n</shell_metadata>" at the end (older: bash_metadata; oldest: "\n\n(...)")
+_META_RE = re.compile(r"(?:\n\n)?<(shell|bash)_metadata>\n?((?:(?!</?(?:shell|bash)_metadata>).)*)</\1_metadata>\s*\Z",
+                      re.DOTALL)
 _TIMEOUT_NOTE_RE = re.compile(r"terminated command after exceeding timeout (\d+) ?ms", re.IGNORECASE)
-_OLD_TIMEOUT_RE = re.compile(r"(?:\n\n)?\(Command timed out after (\d+) ?ms\)\s*")
-_OLD_ABORT_RE = re.compile(r"(?:\n\n)?\(Command was aborted\)\s*")
-_OLD_TRUNCATED_RE = re.compile(r"(?:\n\n)?\(Output was truncated due to length limit\)\s*")
+_OLD_TIMEOUT_RE = re.compile(r"(?:\n\n)?\(Command timed out after (\d+) ?ms\)\s*\Z")
+_OLD_ABORT_RE = re.compile(r"(?:\n\n)?\(Command was aborted\)\s*\Z")
+_OLD_TRUNCATED_RE = re.compile(r"(?:\n\n)?\(Output was truncated due to length limit\)\s*\Z")
 _TRUNCATED_RE = re.compile(r"^\.\.\.output truncated\.\.\.\s*\n(?:\s*Full output saved to: [^\n]*\n)?\s*")
 _NO_OUTPUT = "(no output)"
-_REFUSAL_RE = re.compile(r"rejected permission|permission (?:was )?denied|specifically restricted access|"
-                         r"not allowed to (?:be )?execute", re.IGNORECASE)
+#: error texts of calls that ran nothing: (what, pattern), matched at the start of the error
+_REFUSALS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("refused by the user", re.compile(r"^(?:Error: )?The user rejected permission", re.IGNORECASE)),
+    ("denied by a permission rule", re.compile(r"^(?:Error: )?The user has specified a rule which prevents you",
+                                               re.IGNORECASE)),
+    ("refused", re.compile(r"^(?:Error: )?(?:The user has specifically restricted access|.*permission (?:was )?"
+                           r"denied|.*not allowed to (?:be )?execute)", re.IGNORECASE)),
+)
+_ABORTED = "Tool execution aborted"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
@@ -87,18 +103,33 @@ def _call_from_part(part: dict[str, Any], index: int) -> ShellCall | None:
     if status == "completed":
         _completed(call, state)
     elif status == "error":
-        error = " ".join(str(state.get("error", "")).split())
-        what = "refused" if _REFUSAL_RE.search(error) else "the tool failed before a result"
-        call.output = error
-        call.skip(f"{what}: {error[:160]!r}")
+        _error(call, state)
     else:
         call.skip(f"no result in the transcript (state {status!r} when the session was saved)")
     return call
 
 
+def _error(call: ShellCall, state: dict[str, Any]) -> None:
+    error = " ".join(str(state.get("error", "")).split())
+    meta = _dict(state.get("metadata"))
+    if error.startswith(_ABORTED) and meta.get("interrupted") is True:  # it was running: it ran, then stopped
+        call.interrupted = True
+        out = str(meta.get("output") or "")
+        call.output = "" if out.strip() == _NO_OUTPUT else out
+        return
+    call.output = error
+    if error.startswith(_ABORTED):
+        call.skip(f"aborted before it returned, and the part does not say it was running (no metadata.interrupted): "
+                  f"it may never have started: {error[:160]!r}")
+        return
+    what = next((w for w, pattern in _REFUSALS if pattern.match(error)), "the tool failed before a result")
+    call.skip(f"{what}: {error[:160]!r}")
+
+
 def _completed(call: ShellCall, state: dict[str, Any]) -> None:
     out = str(state.get("output", ""))
-    for meta in list(_META_RE.finditer(out))[::-1]:
+    meta = _META_RE.search(out)  # only the block that ends the output is opencode's
+    if meta:
         note = meta.group(2)
         t = _TIMEOUT_NOTE_RE.search(note)
         if t:
@@ -106,7 +137,7 @@ def _completed(call: ShellCall, state: dict[str, Any]) -> None:
             call.timeout_s = int(t.group(1)) / 1000
         if re.search(r"User aborted the command", note, re.IGNORECASE):
             call.interrupted = True
-        out = out[:meta.start()] + out[meta.end():]
+        out = out[:meta.start()]
     old = _OLD_TIMEOUT_RE.search(out)
     if old:
         call.timed_out = True
@@ -130,17 +161,26 @@ def _completed(call: ShellCall, state: dict[str, Any]) -> None:
                   "ended by a signal; 0 would be a guess")
 
 
-def parse_opencode_messages(messages: list[dict[str, Any]]) -> list[ShellCall]:
+def parse_opencode_messages(messages: list[dict[str, Any]]) -> ShellCalls:
     """The bash calls of ``[{info, parts}]`` messages (the shape of an export), in order, including the ones
-    not imported (``ran`` False with a ``skip_reason``)."""
-    calls: list[ShellCall] = []
+    not imported (``ran`` False with a ``skip_reason``). A part whose ``callID`` was seen already is the same call
+    (the first is kept)."""
+    calls = ShellCalls()
+    ids: set[str] = set()
     for msg in messages:
         parts = msg.get("parts", []) if isinstance(msg, dict) else []
         for part in parts if isinstance(parts, list) else []:
-            if isinstance(part, dict):
-                call = _call_from_part(part, len(calls) + 1)
-                if call is not None:
-                    calls.append(call)
+            if not isinstance(part, dict):
+                continue
+            calls.lines += 1
+            call = _call_from_part(part, len(calls) + 1)
+            if call is None:
+                continue
+            if call.call_id and call.call_id in ids:
+                calls.note("bash part(s) repeated (read once)")
+                continue
+            ids.add(call.call_id)
+            calls.append(call)
     return calls
 
 
@@ -278,7 +318,7 @@ def _database(p: Path) -> Path | None:
         return None
 
 
-def parse_opencode(path: str | os.PathLike[str], *, session: str | None = None) -> list[ShellCall]:
+def parse_opencode(path: str | os.PathLike[str], *, session: str | None = None) -> ShellCalls:
     """The bash calls of an opencode session, in order, including the ones not imported (``ran`` False, with
     a ``skip_reason``).
 

@@ -10,6 +10,8 @@ A plan is a list of JSON-ready steps, in transcript order, each at its original 
   ``ready``/``failed``/``deadline_exceeded``, or a final state without probes) or the loop clock passes ``U``
   seconds from the start (an import sets ``U`` no later than the next call's time, so every later call keeps
   the time offset it had in the transcript).
+* ``{"tool": "job_cancel", "cancel": N, "at_s": S}`` — cancel call N's job at offset S (the user stopped the
+  call then, per the transcript).
 
 Each step's result is summarised as ``{"call", "tool", "outcome", "state", "readiness", "exit_status",
 "polls"}`` (absent fields None), which generated tests assert on.
@@ -32,7 +34,8 @@ _SETTLED = ("ready", "failed", "deadline_exceeded")
 
 
 def _summary(step: dict[str, Any], result: dict[str, Any], polls: int | None = None) -> dict[str, Any]:
-    return {"call": step.get("call", step.get("follow")), "tool": step["tool"], "outcome": result.get("outcome"),
+    return {"call": step.get("call", step.get("follow", step.get("cancel"))), "tool": step["tool"],
+            "outcome": result.get("outcome"),
             "state": result.get("state"), "readiness": result.get("readiness"),
             "exit_status": result.get("exit_status"), "job_id": result.get("job_id"), "polls": polls,
             "result": result}
@@ -76,6 +79,12 @@ async def run_plan(tk: Toolkit, plan: list[dict[str, Any]], *, origin: float | N
                 if settled or result.get("outcome") == "error" or anyio.current_time() >= until:
                     break
             out.append(_summary(step, result, polls))
+        elif step["tool"] == "job_cancel":
+            job_id = jobs.get(int(step["cancel"]))
+            if job_id is None:
+                out.append(_summary(step, {"outcome": "error", "message": "no job to cancel"}))
+                continue
+            out.append(_summary(step, await tk.dispatch("job_cancel", {"job_id": job_id})))
         else:
             raise ValueError(f"unknown plan step tool {step['tool']!r}")
     return out

@@ -12,11 +12,15 @@ Inference, made explicit:
 * A call that finished ran for the time between the call and its result in the transcript (an upper bound:
   it includes the runtime's overhead), printed its output and exited with its status (0 when the runtime
   implies it).
+* A call the user stopped while it ran (Claude Code ``interrupted``, opencode "User aborted the command" /
+  "Tool execution aborted", a Codex ``"aborted"`` output) ran until then: it is a job that agent_tools
+  cancels (``job_cancel``) at the time the transcript shows it stopped (:attr:`TimedOutCall.cancel_at_s`; when
+  that is sooner than the budget, as soon as ``run_command`` returns). Later checks are not read for it.
 * A call the old tool killed at its timeout (e.g. ``systemctl restart`` of a model server, 15 s), or that the
-  user interrupted, or that the old tool left running in the background, is taken to have kept running on
-  the host, as a durable job does. When the transcript itself later shows it end (a background job's status,
-  a session poll: :attr:`ShellCall.finished_at`), that is its end and exit status. Otherwise its end is read
-  from the **later checks** in the transcript: the first later check that shows the service ready
+  old tool left running in the background, is taken to have kept running on the host, as a durable job does.
+  When the transcript itself later shows it end (a background job's status, a session poll:
+  :attr:`ShellCall.finished_at`), that is its end and exit status. Otherwise its end is read from the **later
+  checks** in the transcript: the first later check that shows the service ready
   (``systemctl is-active``/``status`` saying active, a successful ``curl``/``wget``, a log line such as
   SGLang's "The server is fired up and ready to roll!") ends it with status 0 at that check's time; a check
   showing a failure ends it with status 1. With no such evidence it is still running at the end of the
@@ -87,6 +91,7 @@ class TimedOutCall:
     evidence: str  # the call that showed it, for people
     url: str | None  # an HTTP URL its checks polled (the readiness probe)
     superseded: list[int] = field(default_factory=list)  # indexes of checks replaced by following the job
+    cancel_at_s: float | None = None  # the user stopped it then (seconds from the start): replayed as job_cancel
 
 
 @dataclass
@@ -132,6 +137,13 @@ def infer_timeline(calls: list[ShellCall]) -> Timeline:
         if not c.left_running:
             continue
         info = TimedOutCall(c, None, None, "no later check in the transcript shows it finish", None)
+        if c.interrupted and c.finished_at is None:
+            stop = max((c.ended_at - t0) if c.ended_at is not None else start[c.index], start[c.index])
+            info.cancel_at_s = stop
+            info.evidence = (f"the user stopped it at {stop:.0f} s, {stop - start[c.index]:.0f} s after it started: "
+                             "replayed as job_cancel then")
+            timed[c.index] = info
+            continue
         if c.finished_at is not None:
             # the runtime itself saw it end (a background job's status, a session poll): that is the end
             info.end_s = max(c.finished_at - t0, start[c.index])
@@ -362,5 +374,6 @@ class TranscriptHost:
     def describe(self) -> list[dict[str, Any]]:
         """The inferred facts about timed-out calls, for cassette headers and people."""
         return [{"call": i, "command": t.call.command, "ends_at_s": t.end_s, "exit_status": t.exit_status,
-                 "evidence": t.evidence, "probe_url": t.url, "superseded_calls": t.superseded}
+                 "evidence": t.evidence, "probe_url": t.url, "superseded_calls": t.superseded,
+                 **({"cancelled_at_s": round(t.cancel_at_s, 3)} if t.cancel_at_s is not None else {})}
                 for i, t in self.timeline.timed_out.items()]
