@@ -10,6 +10,7 @@ and chained with ``from exc``; nothing above ``hosts/`` catches asyncssh types.
     ├── BadArguments                the caller's arguments are wrong: fix them and call again
     ├── HostError                   something about reaching or using a host (field ``host``)
     │   ├── UnknownHost             no such alias (not ``local``, not in the SSH config or policy)
+    │   ├── SshConfigError          the SSH client config (or a file it names) cannot be used: fix it
     │   ├── HostUnreachable         connect refused / timed out / DNS failed within the connect deadline
     │   ├── AuthenticationFailed    the host refused every credential offered
     │   ├── HostKeyError            host key unknown or changed (strict known_hosts)
@@ -48,6 +49,7 @@ __all__ = [
     "PolicyError",
     "PolicyFileError",
     "ReplayError",
+    "SshConfigError",
     "TargetTimeout",
     "TargetUnreachable",
     "UnknownHost",
@@ -93,6 +95,14 @@ class UnknownHost(HostError):
     """No host is known under this alias."""
 
     kind = "unknown_host"
+
+
+class SshConfigError(HostError):
+    """The OpenSSH client config cannot be used for this host: a config file or a file it names (a key, a
+    certificate, a known_hosts file) cannot be read, or a line is malformed. Nothing was sent to the host; fix
+    the file or the config (the message names it) — retrying the same call does not help."""
+
+    kind = "ssh_config"
 
 
 class HostUnreachable(HostError):

@@ -26,15 +26,18 @@ Facts this module respects (checked at the sources):
   (``connect_timeout_s``).
 * asyncssh reports ``exit_status=None`` when the channel closed without an exit status (connection dropped):
   that is :class:`~agent_tools.errors.ConnectionLost`, never success.
-* asyncssh reads OpenSSH client config files (``HostName``, ``Port``, ``User``, ``IdentityFile``,
-  ``UserKnownHostsFile``, ``ConnectTimeout``, ...) and always checks host keys against known_hosts; an
-  unknown key is refused unless this host's ``known_hosts_mode`` is ``accept-new``.
+* OpenSSH client config files (``HostName``, ``Port``, ``User``, ``IdentityFile``, ``UserKnownHostsFile``,
+  ``ProxyJump``, ``Match``, ...) are parsed by asyncssh and applied as ssh(1) applies them
+  (:mod:`agent_tools.hosts.ssh_config`: ``Match final``, missing key files skipped, ProxyJump hops resolved
+  alike); host keys are always checked against known_hosts; an unknown key is refused unless this host's
+  ``known_hosts_mode`` is ``accept-new``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import socket
 import struct
@@ -56,9 +59,12 @@ from ..errors import (
     HostError,
     HostKeyError,
     HostUnreachable,
+    SshConfigError,
     UnknownHost,
 )
 from .base import ExecResult, HostProcess
+from .ssh_config import ResolvedHost
+from .ssh_config import resolve as resolve_config
 
 __all__ = ["SshHost", "SshSettings"]
 
@@ -165,8 +171,9 @@ class SshSettings:
         self.warm_sessions = warm_sessions
 
     def connect_kwargs(self) -> dict[str, Any]:
+        """asyncssh keyword arguments set by these settings (the config files are applied by
+        :mod:`agent_tools.hosts.ssh_config`, not here)."""
         kw: dict[str, Any] = {
-            "config": self.config_paths,
             "keepalive_interval": self.keepalive_interval_s,
             "keepalive_count_max": self.keepalive_count_max,
             "connect_timeout": self.connect_timeout_s,
@@ -175,8 +182,6 @@ class SshSettings:
             kw["port"] = self.port
         if self.username is not None:
             kw["username"] = self.username
-        if self.client_keys is not None:
-            kw["client_keys"] = self.client_keys
         if self.known_hosts is not None:
             kw["known_hosts"] = self.known_hosts
         return kw
@@ -214,6 +219,9 @@ def _translate(alias: str, exc: BaseException, during: str) -> HostError:
     if isinstance(exc, socket.gaierror) and exc.errno in _NO_SUCH_NAME:
         # getaddrinfo(3): the name does not exist (not a temporary DNS failure, EAI_AGAIN): retrying won't help
         return UnknownHost(alias, f"{alias}: unknown host: the name does not resolve ({exc.strerror or exc})")
+    if isinstance(exc, OSError) and exc.filename:  # a local file (a key, a known_hosts file): not the network
+        return SshConfigError(alias, f"{alias}: cannot use {exc.filename} ({exc.strerror or exc}), named by the SSH "
+                                     "config or settings: fix the file or the config")
     if isinstance(exc, OSError):
         return HostUnreachable(alias, f"{alias}: cannot connect ({exc.strerror or exc})")
     if isinstance(exc, asyncssh.Error):
@@ -552,32 +560,77 @@ class SshHost:
             log.warning("ssh.connection_unanswered", host=self.name, error=str(exc))
 
     async def _connect(self) -> asyncssh.SSHClientConnection:
+        """One connection as ssh(1) would make it: the config resolved by :mod:`.ssh_config` (``Match final``,
+        missing key files skipped), its ``ProxyJump`` hops connected first (each resolved the same way)."""
         s = self.settings
         target = s.hostname or s.alias
         log.debug("ssh.connect", host=self.name, target=target)
-        kw = dict(s.connect_kwargs(), client_factory=lambda: _Client(self))
+        resolved: ResolvedHost | None = None
         try:
             with anyio.fail_after(s.connect_timeout_s):
+                resolved = await self._resolve(target, user=s.username, port=s.port)
                 try:
-                    return await asyncssh.connect(target, **kw)
+                    return await self._open(target, resolved)
                 except asyncssh.HostKeyNotVerifiable:
                     if s.known_hosts_mode != "accept-new":
                         raise
-                    if not await self._accept_new_key(target):
+                    if not await self._accept_new_key(resolved):
                         raise
-                    return await asyncssh.connect(target, **kw)
+                    return await self._open(target, resolved)
         except TimeoutError as exc:
             raise HostUnreachable(self.name, f"{self.name}: no SSH connection within "
                                              f"{s.connect_timeout_s:g} s (connect deadline)") from exc
+        except asyncssh.PermissionDenied as exc:
+            if resolved is not None and resolved.missing_files:
+                raise AuthenticationFailed(self.name, f"{self.name}: authentication failed ({exc.reason}); the SSH "
+                                                      "config names key files that do not exist (skipped, as ssh "
+                                                      f"does): {', '.join(resolved.missing_files)}") from exc
+            raise _translate(self.name, exc, "connect") from exc
         except (asyncssh.Error, OSError) as exc:
             raise _translate(self.name, exc, "connect") from exc
 
-    async def _accept_new_key(self, target: str) -> bool:
+    async def _resolve(self, target: str, *, user: str | None = None, port: int | None = None) -> ResolvedHost:
+        """The config for ``target`` as ssh(1) reads it (a worker thread: files, ``Match exec``)."""
+        s = self.settings
+        try:
+            resolved = await anyio.to_thread.run_sync(
+                functools.partial(resolve_config, target, s.config_paths, user=user, port=port))
+        except (OSError, ValueError) as exc:
+            where = f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename else ""
+            raise SshConfigError(self.name, f"{self.name}: the SSH config cannot be read{where}: "
+                                            f"{getattr(exc, 'strerror', None) or exc}") from exc
+        if resolved.missing_files:
+            log.info("ssh.identity_files_missing", host=self.name, target=target, skipped=resolved.missing_files)
+        return resolved
+
+    async def _open(self, target: str, resolved: ResolvedHost) -> asyncssh.SSHClientConnection:
+        """Connect to ``target`` with ``resolved``, through its ProxyJump hops (opened here, first hop first; each
+        hop closes with the connection tunnelled through it, as in asyncssh's own ProxyJump path)."""
+        s = self.settings
+        tunnel: asyncssh.SSHClientConnection | None = None
+        try:
+            for hop in resolved.jumps:
+                via = await self._resolve(hop.host, user=hop.user, port=hop.port)
+                conn = await asyncssh.connect(hop.host, **via.connect_kwargs(), tunnel=tunnel or (),
+                                              connect_timeout=s.connect_timeout_s)
+                conn.set_tunnel(tunnel)
+                tunnel = conn
+            kw = dict(s.connect_kwargs(), **resolved.connect_kwargs(), client_factory=lambda: _Client(self))
+            if s.client_keys is not None:  # explicit keys in the settings win over the config's
+                kw["client_keys"] = s.client_keys
+            conn = await asyncssh.connect(target, **kw, tunnel=tunnel or ())
+        except BaseException:
+            if tunnel is not None:
+                tunnel.close()
+            raise
+        conn.set_tunnel(tunnel)
+        return conn
+
+    async def _accept_new_key(self, resolved: ResolvedHost) -> bool:
         """accept-new: add the server's key when the known_hosts file has no entry for the host at all."""
         s = self.settings
-        opts = asyncssh.SSHClientConnectionOptions(config=s.config_paths, host=target)
-        host = str(s.hostname or opts.host or target)
-        port = int(s.port or opts.port or 22)
+        host = resolved.hostname
+        port = int(s.port or resolved.port or 22)
         path = await anyio.to_thread.run_sync(_expand, s.known_hosts or "~/.ssh/known_hosts")
         text = await anyio.to_thread.run_sync(_read_or_empty, path)
         if text:
