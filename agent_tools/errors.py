@@ -11,6 +11,7 @@ and chained with ``from exc``; nothing above ``hosts/`` catches asyncssh types.
     ├── HostError                   something about reaching or using a host (field ``host``)
     │   ├── UnknownHost             no such alias (not ``local``, not in the SSH config or policy)
     │   ├── SshConfigError          the SSH client config (or a file it names) cannot be used: fix it
+    │   ├── HostChanged             the alias now reaches another machine than the job's (field ``job_id``)
     │   ├── HostUnreachable         connect refused / timed out / DNS failed within the connect deadline
     │   ├── AuthenticationFailed    the host refused every credential offered
     │   ├── HostKeyError            host key unknown or changed (strict known_hosts)
@@ -40,6 +41,7 @@ __all__ = [
     "ConnectionRefused",
     "ExecUnconfirmed",
     "HostBusy",
+    "HostChanged",
     "HostError",
     "HostKeyError",
     "HostUnreachable",
@@ -103,6 +105,21 @@ class SshConfigError(HostError):
     the file or the config (the message names it) — retrying the same call does not help."""
 
     kind = "ssh_config"
+
+
+class HostChanged(HostError):
+    """The alias now reaches another machine than the one a job was started on (its host key differs from the
+    one recorded at launch: the SSH config points elsewhere now). What that machine shows says nothing about the
+    job, so nothing is concluded or recorded.
+
+    :param job_id: the job asked about.
+    """
+
+    kind = "host_changed"
+
+    def __init__(self, host: str, message: str, *, job_id: str) -> None:
+        super().__init__(host, message)
+        self.job_id = job_id
 
 
 class HostUnreachable(HostError):

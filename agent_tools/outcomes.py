@@ -181,7 +181,8 @@ class ErrorOutcome(ResultModel):
     host: str | None = None
     command: str | None = None
     kind: str = Field(description="unreachable | auth | host_key | unknown_host | ssh_config (the SSH config or a "
-                                  "file it names cannot be used: fix it) | bad_arguments | "
+                                  "file it names cannot be used: fix it) | host_changed (the alias now reaches another "
+                                  "machine than the job's: nothing is known of the job there) | bad_arguments | "
                                   "connection_lost | channel_open_failed | busy | start_unconfirmed (the command "
                                   "may be running: follow job_id with job_status, do not rerun) | launch | "
                                   "connection_refused | timeout | target_unreachable | job_not_found | journal | "

@@ -89,8 +89,8 @@ async def _agent_tools(config: Path, alias: str) -> str:
 async def test_same_machine_same_user_as_ssh(cfg: Path, alias: str, systemd_hosts: HostPool) -> None:
     truth = _ssh(cfg, alias)
     assert await _agent_tools(cfg, alias) == truth
-    expected = {"missing-first": ("at-h1", "root"), "cert-missing": ("at-h1", "root"), "final-agent": ("at-h2", "agent"),
-                "final-root": ("at-h2", "root"), "via-hop": ("at-h2", "root")}[alias]
+    expected = {"missing-first": ("at-h1", "root"), "cert-missing": ("at-h1", "root"),
+                "final-agent": ("at-h2", "agent"), "final-root": ("at-h2", "root"), "via-hop": ("at-h2", "root")}[alias]
     assert tuple(truth.split()[:2]) == expected  # the config means what the test says it means
     if alias == "via-hop":  # reached through the hop: at-h2 sees the connection come from at-h1
         assert truth.split()[2] == systemd_hosts.address(1)

@@ -4,12 +4,17 @@ A job started with ``agent-tools run -F cfg gpu1 -- ...`` must stay followable b
 without ``-F cfg``: the alias ``gpu1`` may exist only in ``cfg``. The job's journal row keeps, in its
 ``meta["connection"]`` (JSON; journals written before simply lack it)::
 
-    {"via": "ssh", "alias": "gpu1", "ssh_config": ["/abs/path/cfg", ...], "digest": "<sha256 hex>"}
+    {"via": "ssh", "alias": "gpu1", "ssh_config": ["/abs/path/cfg", ...], "digest": "<sha256 hex>",
+     "host_key": "SHA256:..."}
 
 ``ssh_config`` are the OpenSSH client config files the host was reached through (absolute: a later process may
 run elsewhere); ``digest`` covers their bytes and the files they ``Include`` (ssh_config(5): a relative
 ``Include`` of a user config is taken under ``~/.ssh``; globs allowed), so a later change of the config is
-noticed and said (:func:`config_changed`). Local and other hosts remember nothing (``None``).
+noticed and said (:func:`config_changed`). ``host_key`` is the fingerprint of the host key the launch's
+connection authenticated (recorded once the launch reached the host; absent in journals written before): the
+machine's identity. A later process that reaches the alias and finds another host key is talking to another
+machine (the config now points elsewhere): what it sees there says nothing about the job
+(:func:`check_same_machine`). Local and other hosts remember nothing (``None``).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["config_changed", "config_digest", "connection_info"]
+__all__ = ["check_same_machine", "config_changed", "config_digest", "connection_info", "host_identity"]
 
 _INCLUDE_RE = re.compile(r"^\s*Include\s*(?:=\s*|\s)(.+?)\s*$", re.IGNORECASE)
 _MAX_INCLUDE_DEPTH = 16  # OpenSSH's own READCONF_MAX_DEPTH
@@ -75,20 +80,61 @@ def config_digest(paths: Sequence[str | os.PathLike[str]]) -> str:
     return h.hexdigest()
 
 
-def connection_info(host: Any) -> dict[str, Any] | None:
-    """What to remember of how ``host`` was reached (see the module docstring), or None (not an SSH host).
-
-    Wrappers that hold the real host as ``inner`` (recording, fakes) are looked through.
-    """
+def _ssh_host(host: Any) -> Any:
+    """The :class:`~agent_tools.hosts.ssh.SshHost` behind ``host`` (wrappers holding it as ``inner`` — recording,
+    fakes — are looked through), or None."""
     from .ssh import SshHost
 
     seen = 0
     while not isinstance(host, SshHost) and hasattr(host, "inner") and seen < 8:
         host, seen = host.inner, seen + 1
-    if not isinstance(host, SshHost):
+    return host if isinstance(host, SshHost) else None
+
+
+def connection_info(host: Any) -> dict[str, Any] | None:
+    """What to remember of how ``host`` was reached (see the module docstring), or None (not an SSH host).
+    ``host_key`` is included when ``host`` is connected."""
+    ssh = _ssh_host(host)
+    if ssh is None:
         return None
-    paths = [os.path.abspath(os.path.expanduser(p)) for p in host.settings.config_paths]
-    return {"via": "ssh", "alias": host.settings.alias, "ssh_config": paths, "digest": config_digest(paths)}
+    paths = [os.path.abspath(os.path.expanduser(p)) for p in ssh.settings.config_paths]
+    info = {"via": "ssh", "alias": ssh.settings.alias, "ssh_config": paths, "digest": config_digest(paths)}
+    if ssh.host_key_fingerprint is not None:
+        info["host_key"] = ssh.host_key_fingerprint
+    return info
+
+
+async def host_identity(host: Any) -> str | None:
+    """The host key fingerprint of the machine ``host`` reaches now (connecting if needed), or None (not SSH).
+
+    :raises HostError: connecting failed.
+    """
+    ssh = _ssh_host(host)
+    return None if ssh is None else await ssh.identify()
+
+
+async def check_same_machine(host: Any, remembered: dict[str, Any] | None, *, job_id: str) -> None:
+    """Raise :class:`~agent_tools.errors.HostChanged` when ``host`` now reaches another machine than the one the
+    job was started on (its host key differs from the one recorded at launch). No-op when nothing was recorded or
+    ``host`` is not an SSH host.
+
+    :raises HostChanged: another machine answers under the alias.
+    :raises HostError: connecting failed.
+    """
+    from ..errors import HostChanged
+
+    want = (remembered or {}).get("host_key")
+    if not isinstance(want, str) or _ssh_host(host) is None:
+        return
+    got = await host_identity(host)
+    if got is not None and got != want:
+        alias = str((remembered or {}).get("alias") or getattr(host, "name", "?"))
+        changed = " (the SSH config it was started with changed since)" if remembered and config_changed(
+            remembered) else ""
+        raise HostChanged(alias, f"cannot tell what became of job {job_id}: {alias} now reaches another machine "
+                                 f"(host key {got}, the job was started on {want}){changed}; nothing was changed. "
+                                 "Reach the job's machine again (restore the config, or give the one it was "
+                                 "started with: -F) and ask again", job_id=job_id)
 
 
 def config_changed(remembered: dict[str, Any]) -> bool:

@@ -453,6 +453,22 @@ class SshHost:
         once the server refused one: the most it accepted at once)."""
         return self._slots.limit
 
+    @property
+    def host_key_fingerprint(self) -> str | None:
+        """``SHA256:...`` of the host key the pooled connection authenticated (the machine's identity: the same
+        across reboots, different on another machine), or None while not connected."""
+        conn = self._conn
+        key = conn.get_server_host_key() if conn is not None and not conn.is_closed() else None
+        return key.get_fingerprint("sha256") if key is not None else None
+
+    async def identify(self) -> str | None:
+        """Connect if needed and return :attr:`host_key_fingerprint`.
+
+        :raises HostUnreachable, AuthenticationFailed, HostKeyError, SshConfigError: as connecting failed.
+        """
+        await self.connection()
+        return self.host_key_fingerprint
+
     def drop_connection(self) -> None:
         """Forget the pooled connection (closing it, unsent bytes discarded); the next call reconnects."""
         conn, self._conn = self._conn, None

@@ -14,7 +14,7 @@ import contextlib
 import re
 import secrets
 import signal as _signal
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, Literal
 
 import anyio
@@ -402,6 +402,8 @@ class JobRunner:
             raise
 
         elapsed = anyio.current_time() - t0
+        if sent or started:
+            self._remember_machine(rec, host)
         if proc is not None and (exit_code is None or detach_immediately):
             # Budget ran out (or detach-at-once): EOF makes the launcher exit; the monitor keeps the job.
             with anyio.CancelScope(shield=True):
@@ -466,6 +468,17 @@ class JobRunner:
         if not started:
             why += " (the start was not confirmed before the budget ran out)"
         return self._detached(rec, anyio.current_time() - t0, st, why=why)
+
+    def _remember_machine(self, rec: JobRecord, host: Host) -> None:
+        """Record the host key the launch's connection authenticated with the job (the machine's identity: a later
+        process that reaches the alias elsewhere must not conclude anything from there; see hosts/reach.py)."""
+        conn = rec.meta.get("connection")
+        if not isinstance(conn, dict) or "host_key" in conn:
+            return
+        key = (_reached(host).get("connection") or {}).get("host_key")
+        if key:
+            rec.meta = {**rec.meta, "connection": {**conn, "host_key": key}}
+            self.journal.update(rec.job_id, meta=rec.meta)
 
     def _not_started(self, rec: JobRecord, exc: HostError) -> ErrorOutcome:
         """The launch provably never reached the host: journalled ``not_started`` (not a lost job)."""
@@ -647,7 +660,7 @@ class JobRunner:
             return {}
         return await self._status(host, [(j, 0, 0, 0, 0) for j in job_ids])
 
-    async def refresh_host(self, host: Host, *, max_skip: int = 3000) -> list[str]:
+    async def refresh_host(self, host: Host, *, max_skip: int = 3000, exclude: Collection[str] = ()) -> list[str]:
         """Rediscover and refresh every job on ``host`` in one round trip: list the host's job directories
         (command's first bytes, created time, state), add jobs the journal does not know (with
         :meth:`Journal.ensure`, marked ``meta.rediscovered``), and record the host-side state of every job
@@ -656,6 +669,8 @@ class JobRunner:
 
         :param max_skip: at most this many final job ids are sent to be skipped (the command line must stay
             below 128 KiB); older final jobs are listed again and ignored.
+        :param exclude: job ids whose state is not to be concluded from this host (they were started on another
+            machine than the one the alias reaches now: see :func:`agent_tools.hosts.reach.check_same_machine`).
 
         A rediscovered command is the raw text of the host's ``command`` file: it is redacted before it is kept
         (:func:`agent_tools.redact.redact`), like every command the journal stores.
@@ -685,7 +700,7 @@ class JobRunner:
         listed = {f.job_id for f in found}
         skipped = set(final)
         for job_id, state in known.items():
-            if state in _SETTLED or job_id in skipped:
+            if state in _SETTLED or job_id in skipped or job_id in exclude:
                 continue
             st = states.get(job_id) or HostJobState(job_id, present=job_id in listed)
             self.apply_state(self.journal.get(job_id), st)

@@ -21,6 +21,7 @@ import structlog
 from pydantic import BaseModel, ValidationError
 
 from ..errors import AgentToolsError, BadArguments
+from ..hosts.reach import check_same_machine, host_identity
 from ..hosts.registry import HostRegistry
 from ..jobs.hints import guide
 from ..jobs.journal import Journal
@@ -417,22 +418,28 @@ class Toolkit:
         except AgentToolsError as exc:
             return self._explained(_error(exc, host, shown))
 
-    def _job_host(self, job_id: str) -> tuple[Any, str | None]:
+    async def _job_host(self, job_id: str) -> tuple[Any, str | None]:
         """The host a job runs on, reached the way it was at launch (the journal remembers the SSH config files:
-        :meth:`HostRegistry.for_job`), and a note when that config changed since (logged as a warning).
+        :meth:`HostRegistry.for_job`), and a note when that config changed since (logged). When the launch
+        recorded the machine's host key, the host reached now must have the same key.
 
-        :raises JobNotFound: no such job in the journal."""
+        :raises JobNotFound: no such job in the journal.
+        :raises HostChanged: the alias now reaches another machine (nothing is concluded about the job).
+        :raises HostError: connecting to check that failed."""
         rec = self.journal.get(job_id)
-        host, note = self.hosts.for_job(rec.host, rec.meta.get("connection"))
+        remembered = rec.meta.get("connection")
+        host, note = self.hosts.for_job(rec.host, remembered)
         if note:
-            log.warning("job.connection_note", job_id=job_id, host=rec.host, note=note)
+            log.info("job.connection_note", job_id=job_id, host=rec.host, note=note)
+        if rec.state != "not_started":
+            await check_same_machine(host, remembered, job_id=job_id)
         return host, note
 
     async def job_status(self, job_id: str, wait_s: float = 0.0) -> JobStatus | ErrorOutcome:
         """State of a job and its new output; long-polls up to ``wait_s`` seconds."""
         note: str | None = None
         try:
-            host, note = self._job_host(job_id)
+            host, note = await self._job_host(job_id)
             status = await self.runner.job_status(host, job_id, wait_s=wait_s)
             if note:
                 status.why = f"{status.why} ({note})" if status.why else note
@@ -445,7 +452,7 @@ class Toolkit:
         """A page of a job's output by byte offset."""
         note: str | None = None
         try:
-            host, note = self._job_host(job_id)
+            host, note = await self._job_host(job_id)
             return await self.runner.job_output(host, job_id, stream=stream,  # type: ignore[arg-type]
                                                 offset=offset, limit=limit)
         except AgentToolsError as exc:
@@ -455,7 +462,7 @@ class Toolkit:
         """Kill a job's whole process tree and verify nothing of it is left."""
         note: str | None = None
         try:
-            host, note = self._job_host(job_id)
+            host, note = await self._job_host(job_id)
             result = await self.runner.cancel(host, job_id, grace_s=grace_s)
             if note:
                 result.message = f"{result.message} ({note})"
@@ -479,12 +486,19 @@ class Toolkit:
                 notes.append(f"the job journal was damaged and was moved aside to {recovered} at startup; a fresh "
                              "one was started (list_jobs(host=...) rediscovers each host's jobs)")
             if host is not None:
-                h = self.hosts.get(host)
-                added = await self.runner.refresh_host(h)
+                h, note = self._host_of_jobs(host)
+                if note:
+                    notes.append(note)
+                elsewhere = await self._started_elsewhere(h, host)
+                added = await self.runner.refresh_host(h, exclude=elsewhere)
                 await self.runner.refresh_readiness(h)
                 notes.append(f"states and readiness refreshed from {host}" + (
                     f"; rediscovered {len(added)} job(s) from its job directories that the journal did not know"
                     if added else ""))
+                if elsewhere:
+                    notes.append(f"{len(elsewhere)} job(s) were started on another machine than {host} reaches now "
+                                 "(its host key differs from the one recorded at their launch): their states are "
+                                 "left as they were, not concluded from this machine")
             recs = self.journal.list(host)
             jobs = [r for r in recs if r.state != "not_started"]
             if len(jobs) < len(recs):
@@ -495,6 +509,26 @@ class Toolkit:
                                  for r in jobs], note="; ".join(notes))
         except AgentToolsError as exc:
             return _error(exc, host, None)
+
+    def _host_of_jobs(self, alias: str) -> tuple[Any, str | None]:
+        """The host to list ``alias``'s jobs on: reached as its newest job with a remembered connection was (so
+        ``list_jobs(host)`` needs no config again, like ``job_status``), else as configured now."""
+        remembered = next((r.meta["connection"] for r in self.journal.list(alias)
+                           if isinstance(r.meta.get("connection"), dict)), None)
+        host, note = self.hosts.for_job(alias, remembered)
+        if note:
+            log.info("jobs.connection_note", host=alias, note=note)
+        return host, note
+
+    async def _started_elsewhere(self, host: Any, alias: str) -> set[str]:
+        """Ids of ``alias``'s unsettled jobs whose launch recorded another host key than the machine ``host``
+        reaches now (see :func:`agent_tools.hosts.reach.check_same_machine`)."""
+        recorded = {r.job_id: r.meta["connection"].get("host_key") for r in self.journal.list(alias)
+                    if isinstance(r.meta.get("connection"), dict) and r.meta["connection"].get("host_key")}
+        if not recorded:
+            return set()
+        now_key = await host_identity(host)
+        return {j for j, k in recorded.items() if now_key is not None and k != now_key}
 
     async def aclose(self) -> None:
         """Close host connections (jobs keep running on their hosts)."""
