@@ -1,4 +1,5 @@
-"""Issue 15, item 10: ``--help`` names what options take (no ``<bool>``/``<int>`` type placeholders), and a test run
+"""Issue 15, item 10: ``--help`` names what options and arguments take (no ``<bool>``/``<int>``/``<str>`` type
+placeholders, no ``{host}`` usage placeholders), its prose is not cut mid-sentence, and a test run
 on a machine without ``openssh-server`` ends by saying what did not run and the one command that installs it."""
 
 from __future__ import annotations
@@ -49,6 +50,25 @@ def test_help_shows_no_type_placeholders_for_options(path: tuple[str, ...]) -> N
     found = TYPE_PLACEHOLDER.findall(options)
     assert not found, f"`agent-tools {' '.join(path)} --help` shows {found}:\n{options}"
     assert re.search(r"--help\s+Show this message", options), options  # a flag: nothing between name and help
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "agent-tools")
+def test_help_usage_and_arguments_show_names_not_types(path: tuple[str, ...]) -> None:
+    text = _help(*path)
+    usage = next(line for line in text.splitlines() if "Usage:" in line)
+    assert not re.search(r"[{}<>]", usage), usage  # click's HOST COMMAND..., not typer's {host} {command}...
+    found = TYPE_PLACEHOLDER.findall(text)
+    assert not found, f"`agent-tools {' '.join(path)} --help` shows {found}:\n{text}"
+    assert "``" not in text, text  # reST literals are not shown with their backquotes
+
+
+def test_run_help_reads_as_prose() -> None:
+    text = _help("run")
+    assert re.search(r"Usage: .* run \[OPTIONS\] HOST COMMAND\.\.\.", text), text
+    assert re.search(r"\*\s+HOST\s+host alias", text) and re.search(r"\*\s+COMMAND\.\.\.\s+the command", text), text
+    body = " ".join(text.split())
+    assert "you are asked at once; otherwise run the same command again with --approve ID." in body
+    assert "asked at\n" not in text, text  # lines are cut where the screen ends, not where the docstring's did
 
 
 def test_value_options_name_what_they_take() -> None:
