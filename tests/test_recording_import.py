@@ -417,7 +417,8 @@ def test_claude_code_2_1_refusals_are_not_failures_and_reinterpreted_exits_are_1
 
 def test_claude_code_markers_quoted_in_a_commands_output_are_output() -> None:
     calls = parse_claude_code(CC_QUOTING)
-    assert _outcomes(calls) == ["exit 0", "exit 0", "exit 0", "exit 1", "exit 1", "exit 2"]
+    assert _outcomes(calls) == ["exit 0", "exit 0", "exit 0", "exit 1", "exit 1", "exit 2",
+                                "left running in the background by the old tool"]  # asked for run_in_background
     assert calls[0].output == "Command running in background with ID: b2f8b9" and not calls[0].background
     assert "Command timed out after 30s" in calls[1].output and not calls[1].timed_out
     assert calls[2].output == "Exit code 5\nfrom the nightly job"

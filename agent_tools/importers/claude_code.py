@@ -42,9 +42,9 @@ structure only — never by searching the command's output, which may quote any 
 * a timeout: an ``is_error`` result whose first or last line (after the ``Exit code`` line) is ``Command timed
   out after 2m 0s`` (older ``2m 0.0s``; usually with ``Exit code 143``);
 * a background command: the sidecar's ``backgroundTaskId`` (the content then reads ``Command running in
-  background with ID: <id>`` or "... was moved to the background (ID: <id>)"); only without a sidecar object
-  is that notice read from the content, and then only as the content's first line of a ``run_in_background``
-  call or as the "moved to the background" notice. Its end shows in a later ``BashOutput {bash_id}`` /
+  background with ID: <id>`` or "... was moved to the background (ID: <id>)"); without that id the notice
+  counts only as the first line of a successful result of a call that asked for ``run_in_background``, or (no
+  sidecar object at all) as the "moved to the background" answer. Its end shows in a later ``BashOutput {bash_id}`` /
   ``TaskOutput {task_id}`` result (``<status>completed</status>``, ``<exit_code>N</exit_code>``,
   ``<stdout>``/``<output>``), a ``KillShell {shell_id}`` / ``TaskStop {task_id}``, or a
   ``<task-notification>`` user message (``<tool-use-id>``, ``<task-id>``, ``<status>``, "... (exit code N)");
@@ -242,9 +242,11 @@ class _Session:
                 n = re.search(r"exit(?:ed with)? code (-?\d+)", interpretation)
                 exit_status = int(n.group(1)) if n else 1  # set for exit 1 only (see the module docstring)
         bg_id = str(side.get("backgroundTaskId") or "")
-        if not side and not call.timed_out:  # no sidecar object: the notice is read from the content
-            bg = _BG_MOVED_RE.match(text) or (_BG_RUNNING_RE.match(text) if call.call_id in self.background_asked
-                                               else None)
+        if not bg_id and not call.timed_out and not is_error:
+            # without the sidecar's id: the notice counts as the content's first line only for a call that asked
+            # to run in the background, or (no sidecar object at all) as the "moved to the background" answer
+            bg = _BG_RUNNING_RE.match(text) if call.call_id in self.background_asked else (
+                _BG_MOVED_RE.match(text) if not side else None)
             if bg:
                 bg_id, text = bg.group(1), text[bg.end():]
         if bg_id and not call.timed_out:
