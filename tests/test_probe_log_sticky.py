@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 
 from agent_tools.hosts.base import ExecResult
-from agent_tools.hosts.function import FunctionHost
 from agent_tools.probes.checks import advance, check_probes
+from agent_tools.testing import FunctionHost
 
 
 def entry(n: int, msg: str) -> str:

@@ -14,10 +14,10 @@ import pytest
 
 from agent_tools.demo.hicache import embedded_node
 from agent_tools.hosts.base import ExecResult
-from agent_tools.hosts.function import FunctionHost
 from agent_tools.hosts.registry import HostRegistry
 from agent_tools.jobs.journal import Journal
 from agent_tools.policy import PolicySet
+from agent_tools.testing import FunctionHost
 from agent_tools.tools.toolkit import Toolkit
 
 ROOT = Path(__file__).resolve().parents[1]

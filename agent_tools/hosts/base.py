@@ -1,7 +1,7 @@
 """The ``Host`` seam: how bytes reach a machine.
 
 Every layer above talks to a :class:`Host`; tests swap in a real sshd, the in-process asyncssh server,
-a :class:`~agent_tools.hosts.function.FunctionHost` or a replayed cassette without monkeypatching anything
+a :class:`~agent_tools.testing.FunctionHost` or a replayed cassette without monkeypatching anything
 (the same idea as httpx's ``BaseTransport``).
 
 A host runs a *command string* through a POSIX shell and exposes its stdin/stdout/stderr as byte streams.

@@ -1,7 +1,16 @@
 """``FunctionHost``: a host whose commands are answered by a Python function (for tests and examples).
 
 Like httpx's ``MockTransport``: pass a handler instead of patching anything. The handler receives the command
-string (and stdin bytes) and returns an :class:`ExecResult`; ``calls`` records every command started.
+string and the stdin bytes written so far, and returns an :class:`~agent_tools.hosts.ExecResult`; ``calls``
+records every command started.
+
+Example::
+
+    def handler(command: str, stdin: bytes) -> ExecResult:
+        return ExecResult(0, stdout=b"ok\n") if command == "echo ok" else ExecResult(127, stderr=b"not found\n")
+
+    host = FunctionHost(handler, name="gpu-node-1")
+    tk = Toolkit(HostRegistry({"gpu-node-1": host}), journal=Journal(tmp_path / "journal.sqlite3"))
 """
 
 from __future__ import annotations
@@ -10,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from anyio.abc import ByteStream
 
-from .base import ExecResult, HostProcess
+from ..hosts.base import ExecResult, HostProcess
 
 __all__ = ["FunctionHost"]
 
@@ -59,10 +68,16 @@ class _FnProcess(HostProcess):
 
 
 class FunctionHost:
-    """A fake host: ``handler(command, stdin) -> ExecResult`` (sync or async) answers every command.
+    """A fake :class:`~agent_tools.hosts.Host`: ``handler(command, stdin) -> ExecResult`` answers every command.
 
-    :param name: the alias (default ``fake``).
+    :param handler: called once per command, at the first read or wait, with the command string (as the tools
+        built it, ``env`` not applied) and the stdin bytes written before that; sync or async. Its
+        :class:`~agent_tools.hosts.ExecResult` gives the exit status (or signal) and the whole stdout/stderr
+        as bytes. An exception it raises reaches the caller of that read or wait unchanged.
+    :param name: the host alias (default ``fake``).
     :ivar calls: every command string started, in order.
+
+    ``open_tcp`` raises :class:`ConnectionRefusedError` (no network); ``aclose`` does nothing.
     """
 
     def __init__(self, handler: Handler, name: str = "fake") -> None:
