@@ -1,4 +1,4 @@
-"""A fleet of in-process asyncssh servers (:class:`~agent_tools.demo.embedded.EmbeddedHost`) in *this* process.
+"""A fleet of in-process asyncssh servers (:class:`~agent_tools.testing.EmbeddedHost`) in *this* process.
 
 ``python -m benchmarks.fleet COUNT ROOT HOME`` starts ``COUNT`` servers on loopback ports, each with its
 own keys and client config under ``ROOT/<alias>/``, prints one JSON line ``{"hosts": [{"alias": ...,
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import anyio
 
-from agent_tools.demo.embedded import EmbeddedHost
 from agent_tools.logs import configure_logging
+from agent_tools.testing import EmbeddedHost
 
 
 async def _serve(count: int, root: Path, home: str) -> None:

@@ -14,7 +14,7 @@ import anyio
 import asyncssh
 import pytest
 
-from agent_tools.demo.embedded import EmbeddedHost
+from agent_tools.testing import EmbeddedHost
 
 
 async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:

@@ -306,7 +306,7 @@ async def run_node(profile: str = "default", *, load_s: float = 8.0,
     """
     import tempfile
 
-    from .embedded import EmbeddedHost
+    from ..testing import EmbeddedHost
     from .sim import install as sim_install
 
     with tempfile.TemporaryDirectory(prefix="agent-tools-node-") as tmp:

@@ -1,6 +1,6 @@
 """An in-process SSH host on loopback that behaves like a real Linux host for our tools.
 
-``EmbeddedHost`` is an asyncssh server on ``127.0.0.1`` (free port) used by the demo and the fast tests.
+``EmbeddedHost`` is an asyncssh server on ``127.0.0.1`` (free port) used by the demo, the fast tests and the benchmarks.
 It needs no root and no network beyond loopback, and it runs commands *for real*:
 
 * ``exec`` requests run ``/bin/sh -c COMMAND`` as the current user, in a new session (``setsid``, as
