@@ -214,11 +214,6 @@ class EmbeddedHost:
         return len(conns)
 
     @property
-    def connection_count(self) -> int:
-        """Open SSH connections right now."""
-        return len(self._connections)
-
-    @property
     def left_running(self) -> frozenset[int]:
         """Pids of commands whose channel closed while they kept running (until they exit)."""
         return frozenset(self._left_running)
