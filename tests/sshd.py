@@ -42,6 +42,8 @@ from pathlib import Path
 
 import pytest
 
+from agent_tools.testing import free_port
+
 #: the sshd binary (``AGENT_TOOLS_SSHD`` overrides it: tests of the run's closing summary point it at nothing)
 SSHD_PATH = os.environ.get("AGENT_TOOLS_SSHD") or "/usr/sbin/sshd"
 TEST_USER = "attest"
@@ -100,13 +102,6 @@ def _shadow_locked(user: str) -> bool:
             if fields[0] == user:
                 return len(fields) > 1 and fields[1].startswith("!")
     return False
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _keygen(path: Path, comment: str) -> str:
@@ -192,7 +187,7 @@ class RealSshd:
         last_error: SshdError | None = None
         for _attempt in range(1 if fixed_port else 3):
             if not fixed_port:
-                self.port = _free_port()
+                self.port = free_port()
             self._write_server_config()
             self._write_client_files()
             try:

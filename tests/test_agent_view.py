@@ -33,6 +33,7 @@ from agent_tools.demo.hicache import EmbeddedNode, hicache_edit, run_node
 from agent_tools.hosts.registry import HostRegistry
 from agent_tools.jobs.journal import Journal
 from agent_tools.probes.checks import advance, check_probe
+from agent_tools.testing import free_port
 from agent_tools.tools.toolkit import Toolkit
 
 from .sshd import RealSshd
@@ -81,13 +82,6 @@ async def follow(model: Model, job_id: str, limit: int = 20) -> dict[str, Any]:
         if st.get("readiness") in ("ready", "failed", "deadline_exceeded"):
             return st
     raise AssertionError(f"readiness never settled: {st}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 # ---------------------------------------------------------------------------------------------- 1, 2: hosts

@@ -7,26 +7,14 @@ import errno
 import os
 import shutil
 import subprocess
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
 import asyncssh
 import pytest
 
-from agent_tools.testing import EmbeddedHost
-
-
-async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
-    """Poll ``condition`` (bounded); the sleep is the poll interval, not a synchronisation."""
-    try:
-        with anyio.fail_after(timeout_s):
-            while True:
-                if condition():
-                    return
-                await anyio.sleep(0.01)
-    except TimeoutError:
-        pytest.fail(f"not within {timeout_s} s: {what}")
+from agent_tools.testing import EmbeddedHost, wait_until
 
 
 def _proc_state(pid: int) -> str | None:
@@ -48,16 +36,9 @@ def _try_open_fifo_writer(path: Path) -> int | None:
 
 
 async def _open_fifo_writer(path: Path, what: str) -> int:
-    fds: list[int] = []
-
-    def opened() -> bool:
-        fd = _try_open_fifo_writer(path)
-        if fd is not None:
-            fds.append(fd)
-        return fd is not None
-
-    await _until(opened, what)
-    return fds[0]
+    fd = await wait_until(lambda: _try_open_fifo_writer(path), what)
+    assert fd is not None
+    return fd
 
 
 @pytest.fixture
@@ -121,7 +102,7 @@ async def test_background_output_holds_channel_like_openssh(host: EmbeddedHost, 
         # the background cat inherits stdout, so the channel stays open after sh exits
         proc = await conn.create_process(f"cat {fifo} & echo $$")
         sh_pid = int(await proc.stdout.readline())
-        await _until(lambda: _proc_state(sh_pid) is None, "sh exited and was reaped")
+        await wait_until(lambda: _proc_state(sh_pid) is None, "sh exited and was reaped")
         with anyio.move_on_after(0.1):  # negative check: nothing may close the channel now
             await proc.wait_closed()
         assert not proc.channel.is_closing()
@@ -193,13 +174,13 @@ async def test_command_keeps_running_after_client_closes_channel(host: EmbeddedH
         pid = int(await proc.stdout.readline())
         proc.close()
         await proc.wait_closed()
-    await _until(lambda: pid in host.left_running, "server saw the channel close while the command ran")
+    await wait_until(lambda: pid in host.left_running, "server saw the channel close while the command ran")
     assert _proc_state(pid) not in (None, "Z")
     fd = await _open_fifo_writer(release, "the command still reads the release FIFO")
     os.write(fd, b"released\n")
     os.close(fd)
-    await _until(lambda: marker.exists() and marker.read_text() == "released\n", "marker written")
-    await _until(lambda: pid not in host.left_running, "left-running command reaped")
+    await wait_until(lambda: marker.exists() and marker.read_text() == "released\n", "marker written")
+    await wait_until(lambda: pid not in host.left_running, "left-running command reaped")
 
 
 async def test_close_all_connections_drops_clients(host: EmbeddedHost) -> None:

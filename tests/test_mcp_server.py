@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -25,6 +24,7 @@ from agent_tools.adapters import tool_schemas
 from agent_tools.adapters.mcp_server import build_mcp_server
 from agent_tools.outcomes import NeedsApproval
 from agent_tools.policy.approvals import ApprovalStore
+from agent_tools.testing import free_port, wait_until
 from agent_tools.tools.toolkit import Toolkit, ToolSpec
 
 REPO = Path(agent_tools.__file__).resolve().parent.parent
@@ -130,13 +130,6 @@ async def test_stdio_server_end_to_end(tmp_path: Path, state_dir: Path) -> None:
     assert "mcp.call_cancelled" in log_text, log_text[-2000:]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @asynccontextmanager
 async def http_server(tmp_path: Path, *args: str, env_extra: dict[str, str] | None = None) -> AsyncIterator[str]:
     """``agent-tools mcp --transport http ARGS`` on a free loopback port; yields the endpoint URL."""
@@ -146,16 +139,16 @@ async def http_server(tmp_path: Path, *args: str, env_extra: dict[str, str] | No
     proc = await anyio.open_process(agent_tools_cmd("--transport", "http", "--port", str(port), *args),
                                     stdin=None, stdout=errlog, stderr=errlog, env=env, cwd=str(tmp_path))
     try:
-        with anyio.fail_after(30):  # bounded poll for the port
-            while True:
-                assert proc.returncode is None, (tmp_path / "http-stderr.log").read_text()
-                try:
-                    stream = await anyio.connect_tcp("127.0.0.1", port)
-                except OSError:
-                    await anyio.sleep(0.1)
-                    continue
-                await stream.aclose()
-                break
+        async def listening() -> bool:
+            assert proc.returncode is None, (tmp_path / "http-stderr.log").read_text()
+            try:
+                stream = await anyio.connect_tcp("127.0.0.1", port)
+            except OSError:
+                return False
+            await stream.aclose()
+            return True
+
+        await wait_until(listening, f"agent-tools mcp to listen on port {port}", timeout_s=30, interval_s=0.1)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         proc.terminate()

@@ -12,41 +12,23 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from agent_tools.demo.sim import install, sglang_server, systemctl
+from agent_tools.testing import free_port, wait_until
 
 SIM = Path(sglang_server.__file__).resolve().parent
 PY = sys.executable
 HICACHE_FLAGS = (
     "--enable-hierarchical-cache --hicache-ratio 2.0 --hicache-write-policy write_through --hicache-io-backend kernel"
 )
-T = TypeVar("T")
 
 
 # ------------------------------------------------------------------------------------------------- helpers
-
-
-def poll(cond: Callable[[], T | None], timeout: float, what: str, interval: float = 0.05) -> T:
-    """Return cond()'s first truthy value; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def http(port: int, path: str) -> tuple[int, bytes] | str:
@@ -172,15 +154,9 @@ def free_bytes(env: dict[str, str]) -> dict[str, int]:
     return dict(zip(header.split(), (int(v) for v in mem.split()[1:]), strict=True))
 
 
-def test_server_lifecycle_refused_then_503_then_200(server_env: dict[str, str], tmp_path: Path) -> None:
-    port = free_port()
-    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    notify_name = f"sim-test-{os.getpid()}-{port}"
-    notify.bind("\0" + notify_name)
-    notify.settimeout(5)
-    server_env["NOTIFY_SOCKET"] = "@" + notify_name
-    assert gpu_used_mib(server_env) == [0] * 8
-    proc = subprocess.Popen(
+def start_server(port: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """The simulated server with hicache on (DeepSeek-V3, tp 8), its stderr to ``log``."""
+    return subprocess.Popen(
         [
             PY,
             str(SIM / "sglang_server.py"),
@@ -194,10 +170,21 @@ def test_server_lifecycle_refused_then_503_then_200(server_env: dict[str, str], 
             str(port),
             *HICACHE_FLAGS.split(),
         ],
-        env=server_env,
+        env=env,
         stdout=subprocess.DEVNULL,
-        stderr=(tmp_path / "server.log").open("wb"),
+        stderr=log.open("wb"),
     )
+
+
+async def test_server_lifecycle_refused_then_503_then_200(server_env: dict[str, str], tmp_path: Path) -> None:
+    port = free_port()
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify_name = f"sim-test-{os.getpid()}-{port}"
+    notify.bind("\0" + notify_name)
+    notify.settimeout(5)
+    server_env["NOTIFY_SOCKET"] = "@" + notify_name
+    assert gpu_used_mib(server_env) == [0] * 8
+    proc = start_server(port, server_env, tmp_path / "server.log")
     try:
         seen: list[Any] = []
 
@@ -206,7 +193,7 @@ def test_server_lifecycle_refused_then_503_then_200(server_env: dict[str, str], 
             seen.append(r if isinstance(r, str) else r[0])
             return seen[-1] == 200
 
-        poll(ready, 10, "/health 200")
+        await wait_until(ready, "/health 200", timeout_s=10)
         assert seen[0] == "refused", seen[:3]
         phases = [s for i, s in enumerate(seen) if i == 0 or s != seen[i - 1]]
         assert phases == ["refused", 503, 200], phases
@@ -378,7 +365,8 @@ def node(tmp_path: Path) -> Iterator[Node]:
         n.systemctl("stop", unit)  # blocks until the unit's supervisor and service are gone
 
 
-def journal_follow(node: Node, unit: str, cursor: str | None, until: str, timeout: float) -> list[dict[str, str]]:
+async def journal_follow(node: Node, unit: str, cursor: str | None, until: str,
+                         timeout_s: float) -> list[dict[str, str]]:
     """Follow ``journalctl -u UNIT -o json --after-cursor`` until a MESSAGE contains ``until``."""
     got: list[dict[str, str]] = []
     state = {"cursor": cursor}
@@ -396,11 +384,11 @@ def journal_follow(node: Node, unit: str, cursor: str | None, until: str, timeou
                 got.append(json.loads(line))
         return any(until in e["MESSAGE"] for e in got)
 
-    poll(step, timeout, f"journal line {until!r}", interval=0.1)
+    await wait_until(step, f"journal line {until!r}", timeout_s=timeout_s, interval_s=0.1)
     return got
 
 
-def test_shim_restart_no_block_then_active_and_daemon_reload(node: Node, tmp_path: Path) -> None:
+async def test_shim_restart_no_block_then_active_and_daemon_reload(node: Node, tmp_path: Path) -> None:
     port = free_port()
     unit_path = node.add_unit("sglang.service", write_profile(tmp_path, "default", 1.0, 0.2), port)
     assert node.systemctl("start", "nope").returncode == 5
@@ -411,15 +399,15 @@ def test_shim_restart_no_block_then_active_and_daemon_reload(node: Node, tmp_pat
     t0 = time.monotonic()
     out = node.systemctl("restart", "--no-block", "sglang.service")
     assert out.returncode == 0 and time.monotonic() - t0 < 3.0
-    poll(lambda: node.state("sglang") == "activating/start", 5, "activating/start")
+    await wait_until(lambda: node.state("sglang") == "activating/start", "activating/start", timeout_s=5)
     assert http(port, "/health") == "refused"
-    poll(lambda: node.state("sglang") == "active/running", 10, "active/running")
+    await wait_until(lambda: node.state("sglang") == "active/running", "active/running", timeout_s=10)
     props = node.show("sglang")
     assert props["Result"] == "success" and props["MainPID"] != "0" and props["ActiveEnterTimestamp"]
     assert len(props["InvocationID"]) == 32
     assert http(port, "/health") == (200, b"")
 
-    entries = journal_follow(node, "sglang", cursor, "Started sglang.service", 5)
+    entries = await journal_follow(node, "sglang", cursor, "Started sglang.service", 5)
     seqs = [int(e["__CURSOR"].split(";i=")[1].split(";")[0], 16) for e in entries]
     assert seqs == sorted(set(seqs)), "the cursor follow must neither repeat nor reorder entries"
     messages = [e["MESSAGE"] for e in entries]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import secrets
 import subprocess
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
@@ -25,6 +25,7 @@ from agent_tools.jobs.discover import discover_script
 from agent_tools.jobs.journal import Journal
 from agent_tools.jobs.manager import JobRunner
 from agent_tools.outcomes import Detached, Finished
+from agent_tools.testing import wait_until
 
 from .conftest import ssh_host_for
 from .sshd import RealSshd
@@ -52,15 +53,6 @@ async def listing(host: SshHost, jobs_dir: str) -> dict[str, bool]:
             name, has = line.split()
             out[name] = has == "1"
     return out
-
-
-async def until(cond: Callable[[], Awaitable[bool]], limit_s: float, what: str) -> None:
-    """Poll an async condition every 50 ms until it holds (fails the test after ``limit_s`` seconds)."""
-    with anyio.move_on_after(limit_s):
-        while not await cond():  # noqa: ASYNC110  (the state lives on the host / in asyncssh: poll it)
-            await anyio.sleep(0.05)
-        return
-    pytest.fail(f"timed out after {limit_s:g} s waiting for {what}")
 
 
 @asynccontextmanager
@@ -134,7 +126,7 @@ async def test_an_unused_warm_session_leaves_nothing_and_is_no_job(real_sshd: Re
         async def gone() -> bool:
             return reserved[0] not in await listing(checker, jobs_dir)
 
-        await until(gone, 10, "the unused warm session's directory to be removed")
+        await wait_until(gone, "the unused warm session's directory to be removed", timeout_s=10)
         assert all(has for has in (await listing(checker, jobs_dir)).values()), "only real jobs are left"
     finally:
         await checker.aclose()
@@ -164,7 +156,7 @@ async def test_a_dropped_connection_never_hands_out_its_warm_session(journal: Jo
         async def noticed() -> bool:
             return host.warm_count(key) == 0
 
-        await until(noticed, 10, "the client to notice the dropped connection")
+        await wait_until(noticed, "the client to notice the dropped connection", timeout_s=10)
         out = await runner.run(host, "echo after-drop", budget_s=10)
         assert isinstance(out, Finished) and out.stdout.text == "after-drop\n", out
 
@@ -200,7 +192,8 @@ async def test_a_killed_warm_session_never_fails_or_doubles_the_next_command(rea
             killed = subprocess.run(["pkill", "-KILL", "-f", pattern], check=False)  # noqa: ASYNC221
             assert killed.returncode == 0, "there was a warm session to kill"
             if i % 2 == 1:  # the client notices before the next call: it gets a fresh session
-                await until(lambda: _no_warm(host, jobs_dir), 10, "the client to notice the closed warm session")
+                await wait_until(lambda: _no_warm(host, jobs_dir), "the client to notice the closed warm session",
+                                 timeout_s=10)
             out = await runner.run(host, f"echo run-{i} >> \"{jobs_dir}/runs\"; echo ok-{i}", budget_s=10)
             assert isinstance(out, Finished) and out.stdout.text == f"ok-{i}\n", out
             if i % 2 == 0:
@@ -268,7 +261,7 @@ async def test_closing_right_after_a_call_leaves_no_reserved_directory(real_sshd
         async def tidy() -> bool:
             return all((await listing(checker, jobs_dir)).values())
 
-        await until(tidy, 10, "every unused reserved directory to be removed")
+        await wait_until(tidy, "every unused reserved directory to be removed", timeout_s=10)
     finally:
         await checker.aclose()
 

@@ -306,12 +306,12 @@ async def run_node(profile: str = "default", *, load_s: float = 8.0,
     """
     import tempfile
 
-    from ..testing import EmbeddedHost
+    from ..testing import EmbeddedHost, free_port
     from .sim import install as sim_install
 
     with tempfile.TemporaryDirectory(prefix="agent-tools-node-") as tmp:
         root = Path(workdir or tmp)
-        port = _free_port()
+        port = free_port()
         sim_install.install(root, profile, load_s, True, _python(), port)
         env = {
             "PATH": f"{root}/usr/local/bin:/usr/local/bin:/usr/bin:/bin",
@@ -349,14 +349,6 @@ async def embedded_node(profile: str = "default", *, load_s: float = 8.0,
     of its own (``Toolkit(registry, journal=Journal(path))``; :func:`run_node` offers the node's)."""
     async with run_node(profile, load_s=load_s, workdir=workdir) as node:
         yield node.alias, node.registry
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _python() -> str:

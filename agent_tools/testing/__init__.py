@@ -4,9 +4,13 @@ For your own tests as much as for this project's::
 
     FunctionHost      a Host whose commands a Python function answers (no process, no network)
     EmbeddedHost      an in-process SSH server on loopback that runs commands for real (asyncssh; no root)
+    wait_until        poll a condition (sync or async) until it holds; WaitTimeout names what it waited for
+    free_port         a free TCP port on 127.0.0.1
 """
 
 from .embedded import EmbeddedHost
 from .function import FunctionHost
+from .ports import free_port
+from .waiting import WaitTimeout, wait_until
 
-__all__ = ["EmbeddedHost", "FunctionHost"]
+__all__ = ["EmbeddedHost", "FunctionHost", "WaitTimeout", "free_port", "wait_until"]
