@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_tools.testing import free_port
+from agent_tools.testing import free_port, known_hosts_line, ssh_config_block
 
 #: the sshd binary (``AGENT_TOOLS_SSHD`` overrides it: tests of the run's closing summary point it at nothing)
 SSHD_PATH = os.environ.get("AGENT_TOOLS_SSHD") or "/usr/sbin/sshd"
@@ -324,29 +324,12 @@ class RealSshd:
             raise SshdError(f"sshd -t rejected {self.sshd_config_path}: {res.stderr.strip()}")
 
     def _write_client_files(self) -> None:
-        self.known_hosts_path.write_text(f"[127.0.0.1]:{self.port} {self._host_pub}\n")
-        self.badkey_known_hosts_path.write_text(f"[127.0.0.1]:{self.port} {self._bad_pub}\n")
+        self.known_hosts_path.write_text(known_hosts_line(self._host_pub, port=self.port))
+        self.badkey_known_hosts_path.write_text(known_hosts_line(self._bad_pub, port=self.port))
 
         def block(alias: str, port: int, known_hosts: Path) -> str:
-            return (
-                f"Host {alias}\n"
-                f"  HostName 127.0.0.1\n"
-                f"  Port {port}\n"
-                f"  User {self.user}\n"
-                f"  IdentityFile {self.client_key_path}\n"
-                f"  IdentitiesOnly yes\n"
-                f"  UserKnownHostsFile {known_hosts}\n"
-                f"  GlobalKnownHostsFile /dev/null\n"
-                f"  StrictHostKeyChecking yes\n"
-                f"  UpdateHostKeys no\n"
-                f"  BatchMode yes\n"
-                f"  PasswordAuthentication no\n"
-                f"  KbdInteractiveAuthentication no\n"
-                f"  ConnectTimeout 5\n"
-                f"  ControlMaster no\n"
-                f"  ControlPath none\n"
-                f"  LogLevel ERROR\n"
-            )
+            return ssh_config_block(alias, port=port, user=self.user, identity_file=self.client_key_path,
+                                    known_hosts=known_hosts)
 
         self.config_path.write_text(
             block(self.alias, self.port, self.known_hosts_path)

@@ -19,15 +19,15 @@ from pathlib import Path
 import pytest
 
 import agent_tools
+from agent_tools.testing import ssh_config_block
 from tests.hosts.nspawn import HostPool
 
 REPO = Path(agent_tools.__file__).resolve().parent.parent
 
 
 def _config(pool: HostPool, address: str) -> str:
-    return (f"Host gpu\n    HostName {address}\n    User root\n    IdentityFile {pool.identity_file}\n"
-            f"    IdentitiesOnly yes\n    UserKnownHostsFile {pool.known_hosts}\n    GlobalKnownHostsFile /dev/null\n"
-            "    StrictHostKeyChecking yes\n    BatchMode yes\n")
+    return ssh_config_block("gpu", hostname=address, user="root", identity_file=pool.identity_file,
+                            known_hosts=pool.known_hosts)
 
 
 @pytest.fixture

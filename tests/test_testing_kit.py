@@ -1,13 +1,17 @@
-"""agent_tools.testing, the kit users' own tests import: wait_until's contract and free_port."""
+"""agent_tools.testing, the kit users' own tests import: wait_until's contract, free_port, and the SSH client
+files as the real OpenSSH client reads them."""
 
 from __future__ import annotations
 
 import socket
+import subprocess
+from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
-from agent_tools.testing import WaitTimeout, free_port, wait_until
+from agent_tools.testing import WaitTimeout, free_port, known_hosts_line, ssh_config_block, wait_until
 
 
 async def test_wait_until_returns_the_first_true_value_of_a_sync_or_async_condition() -> None:
@@ -21,7 +25,7 @@ async def test_wait_until_returns_the_first_true_value_of_a_sync_or_async_condit
     assert len(calls) == 3
 
     async def asynchronous() -> int:
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         return len(calls)
 
     assert await wait_until(asynchronous, "a count") == 3
@@ -66,3 +70,29 @@ def test_free_port_is_a_bindable_loopback_port() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))  # it was free a moment ago (nothing else here takes ports on purpose)
         s.listen(1)
+
+
+def test_ssh_config_block_is_read_by_openssh_as_written(tmp_path: Path) -> None:
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(ssh_config_block("node-1", user="ops", identity_file=tmp_path / "key",
+                                    known_hosts=tmp_path / "known_hosts", port=2222, connect_timeout_s=7))
+    out = subprocess.run(["ssh", "-G", "-F", str(cfg), "node-1"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    got = {k.lower(): v for k, v in (line.split(" ", 1) for line in out.stdout.splitlines())}
+    assert (got["hostname"], got["port"], got["user"]) == ("127.0.0.1", "2222", "ops")
+    assert (got["identityfile"], got["identitiesonly"]) == (str(tmp_path / "key"), "yes")
+    assert (got["userknownhostsfile"], got["globalknownhostsfile"]) == (str(tmp_path / "known_hosts"), "/dev/null")
+    assert (got["stricthostkeychecking"], got["updatehostkeys"], got["batchmode"]) == ("true", "false", "yes")
+    assert (got["passwordauthentication"], got["kbdinteractiveauthentication"]) == ("no", "no")
+    assert (got["connecttimeout"], got["controlmaster"], got["loglevel"]) == ("7", "false", "ERROR")
+    assert "controlpath" not in got  # none
+    with pytest.raises(ValueError, match="one name without white space or patterns"):
+        ssh_config_block("gpu-*", user="ops", identity_file="k", known_hosts="kh")
+
+
+def test_known_hosts_line_brackets_a_port_other_than_22() -> None:
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample comment words"
+    assert known_hosts_line(key, port=2222) == "[127.0.0.1]:2222 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample\n"
+    assert known_hosts_line(key, hostname="10.0.0.5") == "10.0.0.5 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample\n"
+    with pytest.raises(ValueError, match="not an OpenSSH public key line"):
+        known_hosts_line("ssh-ed25519")

@@ -6,11 +6,15 @@ For your own tests as much as for this project's::
     EmbeddedHost      an in-process SSH server on loopback that runs commands for real (asyncssh; no root)
     wait_until        poll a condition (sync or async) until it holds; WaitTimeout names what it waited for
     free_port         a free TCP port on 127.0.0.1
+    ssh_config_block  a Host block of an OpenSSH client config for a test host (ssh -F and asyncssh alike)
+    known_hosts_line  a known_hosts line for a host key ([127.0.0.1]:PORT form off port 22)
 """
 
 from .embedded import EmbeddedHost
 from .function import FunctionHost
 from .ports import free_port
+from .ssh_files import known_hosts_line, ssh_config_block
 from .waiting import WaitTimeout, wait_until
 
-__all__ = ["EmbeddedHost", "FunctionHost", "WaitTimeout", "free_port", "wait_until"]
+__all__ = ["EmbeddedHost", "FunctionHost", "WaitTimeout", "free_port", "known_hosts_line", "ssh_config_block",
+           "wait_until"]

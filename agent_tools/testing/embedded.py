@@ -22,7 +22,8 @@ It needs no root and no network beyond loopback, and it runs commands *for real*
 * Only ``username`` (the current OS user) with the generated client key may log in.
 * At most ``max_sessions`` (10) session channels per connection, like OpenSSH's ``MaxSessions``.
 
-It writes a ``known_hosts`` file and an OpenSSH-style client config with three aliases, usable by
+It writes a ``known_hosts`` file and an OpenSSH client config (:func:`~agent_tools.testing.ssh_config_block`
+blocks) with three aliases, usable by
 ``ssh -F`` and ``asyncssh.connect(alias, config=[config_path])`` (and ``alias_config_path``, a config with the
 first one only):
 
@@ -60,6 +61,8 @@ import anyio.lowlevel
 import asyncssh
 import structlog
 from asyncssh.channel import SSHChannel
+
+from .ssh_files import known_hosts_line, ssh_config_block
 
 log = structlog.get_logger(__name__)
 
@@ -221,10 +224,10 @@ class EmbeddedHost:
     # ------------------------------------------------------------------ files
 
     def _write_client_files(self, host_key: asyncssh.SSHKey) -> None:
-        host_pub = host_key.export_public_key().decode().split()[:2]
-        other_pub = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().split()[:2]
-        self.known_hosts_path.write_text(f"[127.0.0.1]:{self.port} {' '.join(host_pub)}\n")
-        self.badkey_known_hosts_path.write_text(f"[127.0.0.1]:{self.port} {' '.join(other_pub)}\n")
+        host_pub = host_key.export_public_key().decode()
+        other_pub = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode()
+        self.known_hosts_path.write_text(known_hosts_line(host_pub, port=self.port))
+        self.badkey_known_hosts_path.write_text(known_hosts_line(other_pub, port=self.port))
         blocks = [
             self._config_block(self.alias, self.port, self.known_hosts_path),
             self._config_block(self.badkey_alias, self.port, self.badkey_known_hosts_path),
@@ -234,22 +237,8 @@ class EmbeddedHost:
         self.alias_config_path.write_text(blocks[0])
 
     def _config_block(self, alias: str, port: int, known_hosts: Path) -> str:
-        return (
-            f"Host {alias}\n"
-            f"  HostName 127.0.0.1\n"
-            f"  Port {port}\n"
-            f"  User {self.username}\n"
-            f"  IdentityFile {self.client_key_path}\n"
-            f"  IdentitiesOnly yes\n"
-            f"  UserKnownHostsFile {known_hosts}\n"
-            f"  GlobalKnownHostsFile /dev/null\n"
-            f"  StrictHostKeyChecking yes\n"
-            f"  UpdateHostKeys no\n"
-            f"  BatchMode yes\n"
-            f"  PasswordAuthentication no\n"
-            f"  KbdInteractiveAuthentication no\n"
-            f"  ConnectTimeout 5\n"
-        )
+        return ssh_config_block(alias, port=port, user=self.username, identity_file=self.client_key_path,
+                                known_hosts=known_hosts)
 
     # ------------------------------------------------------------------ sessions
 
