@@ -276,7 +276,7 @@ def test_recording_host_and_replay_host_directly() -> None:
 
 
 def test_plugin_modes_match_the_library() -> None:
-    from agent_tools.pytest_plugin import _RECORD_MODES
+    from agent_tools.testing.pytest_plugin import _RECORD_MODES
 
     assert _RECORD_MODES == RECORD_MODES
 

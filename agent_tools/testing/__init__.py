@@ -1,4 +1,5 @@
-"""Test support for code that uses agent_tools: fake and in-process hosts, and the pytest plugin.
+"""Test support for code that uses agent_tools: fake and in-process hosts, polling, SSH client files, and the
+pytest plugin.
 
 For your own tests as much as for this project's::
 
@@ -8,6 +9,9 @@ For your own tests as much as for this project's::
     free_port         a free TCP port on 127.0.0.1
     ssh_config_block  a Host block of an OpenSSH client config for a test host (ssh -F and asyncssh alike)
     known_hosts_line  a known_hosts line for a host key ([127.0.0.1]:PORT form off port 22)
+
+The pytest plugin (:mod:`agent_tools.testing.pytest_plugin`: record sessions once, replay them in tests) is
+registered through the ``pytest11`` entry point ``agent_tools`` when agent-tools is installed; nothing to import.
 """
 
 from .embedded import EmbeddedHost

@@ -47,9 +47,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-if TYPE_CHECKING:  # agent_tools itself is imported only when a test asks for a fixture
-    from .recording.session import CassetteSession, HostsFactory
-    from .tools.toolkit import Toolkit
+if TYPE_CHECKING:  # the recording layer is imported only when a test asks for a fixture
+    from ..recording.session import CassetteSession, HostsFactory
+    from ..tools.toolkit import Toolkit
 
 __all__ = ["pytest_addoption", "pytest_configure"]
 
@@ -93,8 +93,8 @@ def agent_tools_cassette(request: pytest.FixtureRequest, tmp_path: Path, agent_t
                          agent_tools_cassette_dir: Path,
                          agent_tools_hosts: HostsFactory | None) -> CassetteSession:
     """The test's cassette session (see the module docstring)."""
-    from .errors import ReplayError
-    from .recording.session import CassetteSession
+    from ..errors import ReplayError
+    from ..recording.session import CassetteSession
 
     marker = request.node.get_closest_marker("agent_tools_cassette")
     if marker is not None and marker.args:
