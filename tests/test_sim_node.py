@@ -3,8 +3,10 @@ systemctl/journalctl shims end to end (real processes, real sockets; every wait 
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from agent_tools.demo.sim import install, sglang_server, systemctl
 from agent_tools.testing import free_port, wait_until
+from gpusim import install, sglang_server, systemctl
 
 SIM = Path(sglang_server.__file__).resolve().parent
 PY = sys.executable
@@ -62,6 +64,33 @@ def write_profile(tmp: Path, name: str, load_s: float, warmup_s: float = 0.3) ->
 
 def prog(name: str, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([PY, str(SIM / name), *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+# ------------------------------------------------------------------------------------------------- the package
+
+
+def test_the_simulator_stands_on_the_standard_library_alone(tmp_path: Path) -> None:
+    """gpusim stands beside agent_tools, not on it: no import (lazy ones too) of anything but the standard
+    library and gpusim itself, and every module imports from a copy outside the repository in a Python without
+    site-packages (no agent_tools, no third-party package there)."""
+    for path in sorted(SIM.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                tops = [alias.name.split(".")[0] for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                tops = [] if node.level else [str(node.module).split(".")[0]]
+            else:
+                continue
+            assert all(t in sys.stdlib_module_names or t == "gpusim" for t in tops), (path.name, node.lineno, tops)
+    shutil.copytree(SIM, tmp_path / "gpusim", ignore=shutil.ignore_patterns("__pycache__"))
+    code = ("import importlib, pkgutil, sys; sys.path.insert(0, sys.argv[1]); import gpusim; "
+            "names = sorted(m.name for m in pkgutil.iter_modules(gpusim.__path__)); "
+            "[importlib.import_module('gpusim.' + n) for n in names]; "
+            "assert gpusim.__file__.startswith(sys.argv[1]), gpusim.__file__; "
+            "assert not [m for m in sys.modules if m.split('.')[0] == 'agent_tools']; print(*names)")
+    out = subprocess.run([PY, "-I", "-S", "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["free", "install", "journalctl", "nvidia_smi", "sglang_server", "systemctl"]
 
 
 # ------------------------------------------------------------------------------------------------- memory math

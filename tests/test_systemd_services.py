@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+import gpusim
 from agent_tools.demo.hicache import run_walkthrough
 from agent_tools.hosts.base import run_on
 from agent_tools.hosts.registry import HostRegistry
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from tests.hosts.nspawn import HostPool
 
 pytestmark = pytest.mark.systemd
-SIM_DIR = Path(__file__).resolve().parents[1] / "agent_tools" / "demo" / "sim"
+SIM_DIR = Path(gpusim.__file__).resolve().parent
 
 
 @pytest.fixture

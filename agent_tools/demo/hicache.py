@@ -306,8 +306,9 @@ async def run_node(profile: str = "default", *, load_s: float = 8.0,
     """
     import tempfile
 
+    from gpusim import install as sim_install
+
     from ..testing import EmbeddedHost, free_port
-    from .sim import install as sim_install
 
     with tempfile.TemporaryDirectory(prefix="agent-tools-node-") as tmp:
         root = Path(workdir or tmp)
