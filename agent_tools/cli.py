@@ -565,7 +565,8 @@ def demo_hicache(
     ssh_config: SshConfigOpt = None,
 ) -> None:
     """Memory analysis → add hicache flags → restart detached → follow readiness → verify (or roll back)."""
-    from .demo.hicache import run_node, run_walkthrough
+    from .demo.hicache import run_walkthrough
+    from .demo.node import run_node
 
     def emit(line: str) -> None:
         # the walkthrough's lines quote command output from the host: untrusted
@@ -608,7 +609,7 @@ def demo_node(
     journal and vanish with it)."""
     import signal
 
-    from .demo.hicache import run_node
+    from .demo.node import run_node
 
     async def go() -> None:
         async with run_node(profile, load_s=load_s) as node:

@@ -18,7 +18,8 @@ import sys
 import anyio
 
 from agent_tools import Toolkit
-from agent_tools.demo.hicache import run_node, run_walkthrough
+from agent_tools.demo.hicache import run_walkthrough
+from agent_tools.demo.node import run_node
 from agent_tools.logs import configure_logging
 
 

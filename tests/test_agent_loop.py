@@ -256,7 +256,7 @@ class HicacheOperator(Operator):
 @pytest.mark.parametrize("vendor", ["openai", "anthropic"])
 async def test_scripted_model_completes_the_hicache_restart(state_dir: Path, example: ModuleType, tmp_path: Path,
                                                            vendor: str) -> None:
-    from agent_tools.demo.hicache import embedded_node
+    from agent_tools.demo.node import embedded_node
     from agent_tools.jobs.journal import Journal
 
     async with embedded_node("default", load_s=2) as (alias, registry):

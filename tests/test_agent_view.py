@@ -29,7 +29,8 @@ from mcp import Client, ClientSession, StdioServerParameters, stdio_client
 import agent_tools
 from agent_tools.adapters import tool_schemas
 from agent_tools.adapters.mcp_server import build_mcp_server
-from agent_tools.demo.hicache import EmbeddedNode, hicache_edit, run_node
+from agent_tools.demo.hicache import hicache_edit
+from agent_tools.demo.node import EmbeddedNode, run_node
 from agent_tools.hosts.registry import HostRegistry
 from agent_tools.jobs.journal import Journal
 from agent_tools.probes.checks import advance, check_probe

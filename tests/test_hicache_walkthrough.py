@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_tools.demo.hicache import add_hicache_flags, embedded_node, run_walkthrough
+from agent_tools.demo.hicache import add_hicache_flags, run_walkthrough
+from agent_tools.demo.node import embedded_node
 from agent_tools.jobs.journal import Journal
 from agent_tools.tools.toolkit import Toolkit
 

@@ -19,7 +19,8 @@ from typing import Any
 import anyio
 import pytest
 
-from agent_tools.demo.hicache import WalkthroughResult, embedded_node, run_walkthrough
+from agent_tools.demo.hicache import WalkthroughResult, run_walkthrough
+from agent_tools.demo.node import embedded_node
 from agent_tools.errors import ReplayError
 from agent_tools.hosts.registry import HostRegistry
 from agent_tools.jobs.journal import Journal

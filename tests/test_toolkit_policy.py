@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_tools.demo.hicache import embedded_node
+from agent_tools.demo.node import embedded_node
 from agent_tools.hosts.base import ExecResult
 from agent_tools.hosts.registry import HostRegistry
 from agent_tools.jobs.journal import Journal

@@ -25,22 +25,16 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import anyio
 
-from ..hosts.registry import HostRegistry
-from ..hosts.ssh import SshHost, SshSettings
-from ..jobs.journal import Journal
 from ..tools.toolkit import Toolkit
 
-__all__ = ["HICACHE_FLAGS", "Caller", "EmbeddedNode", "WalkthroughResult", "add_hicache_flags", "embedded_node",
-           "hicache_edit", "run_node", "run_walkthrough"]
+__all__ = ["HICACHE_FLAGS", "UNIT", "Caller", "WalkthroughResult", "add_hicache_flags", "hicache_edit",
+           "run_walkthrough"]
 
 HICACHE_FLAGS = ["--enable-hierarchical-cache", "--hicache-ratio", "2.0", "--hicache-write-policy",
                  "write_through", "--hicache-io-backend", "kernel"]
@@ -268,92 +262,3 @@ async def run_walkthrough(tk: Toolkit | Caller, host: str | None, *, emit: Calla
     summary = f"hicache NOT enabled on {host}: the restart failed ({why}); restored the previous unit; {state}"
     t.say(summary)
     return WalkthroughResult("rolled_back" if st2.get("readiness") == "ready" else "failed", t.steps, summary)
-
-
-@dataclass
-class EmbeddedNode:
-    """A running simulated GPU node (see :func:`run_node`).
-
-    :param alias: the host alias (``gpu-node-1``).
-    :param registry: a :class:`HostRegistry` with the node (and ``ssh_config`` naming it, for ``list_hosts``).
-    :param ssh_config: an OpenSSH client config naming only the node (``agent-tools mcp -F PATH``).
-    :param state_dir: the node's own agent-tools state dir (its job journal): use it as
-        ``AGENT_TOOLS_STATE_DIR`` for every process that drives the node, so its jobs never enter the user's
-        journal (they vanish with the node).
-    :param journal: the job journal in ``state_dir``.
-    """
-
-    alias: str
-    registry: HostRegistry
-    ssh_config: Path
-    state_dir: Path
-    journal: Journal
-
-
-@asynccontextmanager
-async def run_node(profile: str = "default", *, load_s: float = 8.0,
-                   workdir: Path | None = None) -> AsyncIterator[EmbeddedNode]:
-    """A simulated GPU node on an in-process SSH server on loopback (no root, no network), with the SGLang
-    service started as it was before the agent came (no hicache); stopped and removed on exit.
-
-    The node runs the simulated SGLang server under a ``systemctl``/``journalctl`` shim, with simulated
-    ``nvidia-smi`` and ``free``, as the current user. Its jobs are journalled in its own state dir (removed with
-    it), never in the user's.
-
-    :param profile: ``default`` (2 TiB host RAM: hicache fits) or ``small_ram`` (it does not).
-    :param load_s: the simulated model load time in seconds (a real node: ~11 minutes).
-    :param workdir: directory for the node's files (default: a new temp dir, removed afterwards).
-    """
-    import tempfile
-
-    from gpusim import install as sim_install
-
-    from ..testing import EmbeddedHost, free_port
-
-    with tempfile.TemporaryDirectory(prefix="agent-tools-node-") as tmp:
-        root = Path(workdir or tmp)
-        port = free_port()
-        sim_install.install(root, profile, load_s, True, _python(), port)
-        env = {
-            "PATH": f"{root}/usr/local/bin:/usr/local/bin:/usr/bin:/bin",
-            "SIM_SYSTEMD_ROOT": str(root),
-            "SGLANG_SIM_PROFILE": str(root / "etc/sglang-sim/profile.json"),
-            "XDG_STATE_HOME": str(root / "state"),
-        }
-        state_dir = root / "controller-state"
-        state_dir.mkdir(parents=True, exist_ok=True)
-        journal = Journal(state_dir / "journal.sqlite3")
-        try:
-            async with EmbeddedHost(root=root / "sshd", env=env, alias="gpu-node-1") as eh:
-                config = eh.alias_config_path
-                host = SshHost(SshSettings(eh.alias, config_paths=[str(config)]))
-                registry = HostRegistry({eh.alias: host}, ssh_config=[str(config)])
-                try:
-                    tk = Toolkit(registry, journal=journal)
-                    await tk.dispatch("run_command", {"host": eh.alias, "budget_s": 60,
-                                                      "command": f"systemctl start {shlex.quote(UNIT)}"})
-                    yield EmbeddedNode(eh.alias, registry, config, state_dir, journal)
-                finally:
-                    with anyio.CancelScope(shield=True):
-                        await Toolkit(registry, journal=journal).dispatch(
-                            "run_command", {"host": eh.alias, "budget_s": 20,
-                                            "command": f"systemctl stop {shlex.quote(UNIT)}"})
-                        await registry.aclose()
-        finally:
-            journal.close()
-
-
-@asynccontextmanager
-async def embedded_node(profile: str = "default", *, load_s: float = 8.0,
-                        workdir: Path | None = None) -> AsyncIterator[tuple[str, HostRegistry]]:
-    """:func:`run_node`, yielding ``(alias, registry)``. A Toolkit over that registry should be given a journal
-    of its own (``Toolkit(registry, journal=Journal(path))``; :func:`run_node` offers the node's)."""
-    async with run_node(profile, load_s=load_s, workdir=workdir) as node:
-        yield node.alias, node.registry
-
-
-def _python() -> str:
-    import shutil
-    import sys
-
-    return shutil.which("python3") or sys.executable
