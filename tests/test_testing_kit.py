@@ -1,17 +1,33 @@
-"""agent_tools.testing, the kit users' own tests import: wait_until's contract, free_port, and the SSH client
-files as the real OpenSSH client reads them."""
+"""agent_tools.testing, the kit users' own tests import: the README's example run in a user's project,
+wait_until's contract, free_port, and the SSH client files as the real OpenSSH client reads them."""
 
 from __future__ import annotations
 
+import os
+import re
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import anyio
 import anyio.lowlevel
 import pytest
 
+import agent_tools
 from agent_tools.testing import WaitTimeout, free_port, known_hosts_line, ssh_config_block, wait_until
+
+REPO = Path(agent_tools.__file__).resolve().parent.parent
+
+
+def test_the_readme_kit_example_passes_in_a_users_project(tmp_path: Path) -> None:
+    blocks = re.findall(r"```python\n(# test_hosts\.py\n.*?)```", (REPO / "README.md").read_text(), re.DOTALL)
+    assert len(blocks) == 1, "the README's test kit example (a block starting '# test_hosts.py')"
+    (tmp_path / "test_hosts.py").write_text(blocks[0])
+    env = {**os.environ, "PYTHONPATH": str(REPO), "AGENT_TOOLS_STATE_DIR": str(tmp_path / ".state")}
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
+                          "test_hosts.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "2 passed" in res.stdout, res.stdout + res.stderr
 
 
 async def test_wait_until_returns_the_first_true_value_of_a_sync_or_async_condition() -> None:
