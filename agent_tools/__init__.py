@@ -8,6 +8,8 @@ Public API (everything else is internal)::
     Journal, JobRunner
     outcomes: Finished, Detached, Killed, NeedsInput, NeedsApproval, Denied, ErrorOutcome, JobStatus, ...
     errors:   AgentToolsError and its tree (agent_tools.errors)
+    testing:  agent_tools.testing, for tests (FunctionHost, EmbeddedHost, wait_until, free_port, SSH client files;
+              the pytest plugin); not imported here
 """
 
 import logging as _logging
