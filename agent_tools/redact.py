@@ -29,7 +29,7 @@ import re
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any
 
-__all__ = ["MARK", "redact", "redact_argv", "redact_event", "redact_obj"]
+__all__ = ["MARK", "is_secret_name", "redact", "redact_argv", "redact_event", "redact_obj"]
 
 MARK = "[REDACTED]"
 """The marker that replaces a secret."""
@@ -40,6 +40,12 @@ _SECRET_WORDS = (
 )
 _SECRET_NAME = rf"[A-Za-z0-9_.-]*?{_SECRET_WORDS}"
 _SECRET_KEY_RE = re.compile(rf"^{_SECRET_NAME}$", re.IGNORECASE)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether ``name`` (a variable, option or key name) names a secret: it ends in TOKEN, SECRET, PASSWORD, ...
+    (case-insensitive; see the module docstring)."""
+    return bool(_SECRET_KEY_RE.match(name))
 
 # the body is base64 and PEM headers (also with JSON's literal \n); a truncated block ends where that stops
 _PRIVATE_KEY_RE = re.compile(

@@ -7,12 +7,16 @@ How a decision is made
    ties keep the order the files were given to :meth:`PolicySet.load`.
 2. The command line is split into simple commands (:func:`~agent_tools.policy.shell.parse_command`).
 3. Each simple command is decided on its own. Within one file the first matching rule decides (file order).
-   Across files, a more specific file refines a general one, except that a ``deny`` from any applying file
-   stands: the decision is the first ``deny`` found (most specific file first), otherwise the match of the
-   most specific file that has one, otherwise ``defaults.decision`` (most specific file that sets it, else
-   ``ask``). An opaque command is never ``allow``: an allow is lowered to ``ask`` (``rule_id: <opaque>``);
-   a ``deny`` rule still applies to it. A command run through ``ssh HOST`` is also decided with HOST's
-   files and the stricter of the two decisions is kept (``ask`` when no file covers HOST).
+   Across files no file weakens another: a ``deny`` from any applying file stands; otherwise the strictest of
+   the files' matching rules decides (the most specific file's rule at that level), and the explicit
+   ``defaults.decision`` of the most specific file that has no matching rule, if it comes before every file
+   that has one, counts as well (so ``gpu-node.yaml``'s ``decision: ask`` is not turned into ``allow`` by a rule
+   of ``default.yaml``, while its own rules refine ``default.yaml``'s default). With no matching rule at all it
+   is the most specific explicit default, else ``ask``. An opaque command is never ``allow``: an allow is
+   lowered to ``ask`` (``rule_id: <opaque>``); so is the allow of a command that writes a file its rule's
+   ``redirect_to`` does not name (``free -m > /etc/passwd``: ``rule_id: <writes>``); a ``deny`` rule still
+   applies to both. A command run through ``ssh HOST`` is also decided with HOST's files and the stricter of
+   the two decisions is kept (``ask`` when no file covers HOST).
 4. The command line takes the strictest decision of its simple commands (deny > ask > allow); budget,
    timeouts, deadline and detach come from the deciding command's rule (see
    :class:`~agent_tools.policy.model.Decision`), falling back to the file defaults and then to
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
@@ -155,8 +159,24 @@ def _decide_in(command: SimpleCommand, files: Sequence[LoadedPolicy], host: str)
         return _Decided(command, "ask", "<no-policy>", f"no policy file covers host {host!r}", None, {}, None)
     matches = [(f, m) for f in files if (m := f.first_match(command)) is not None]
     chosen = next(((f, m) for f, m in matches if m[0].rule.decision == "deny"), None)
-    if chosen is None and matches:
-        chosen = matches[0]
+    default_vote: tuple[LoadedPolicy, DecisionKind] | None = None
+    if chosen is None:
+        # the most specific file with an opinion: its rule (then no default counts), or its own explicit default,
+        # which no rule of a more general file may weaken
+        for f in files:
+            if any(f is g for g, _ in matches):
+                break
+            if f.policy.defaults.decision is not None:
+                default_vote = (f, f.policy.defaults.decision)
+                break
+        if not matches and default_vote is None:
+            default_vote = (files[0], "ask")
+        level = max(SEVERITY[m[0].rule.decision] for _, m in matches) if matches else -1
+        if default_vote is not None and SEVERITY[default_vote[1]] > level:
+            chosen = None
+        else:
+            chosen = next((f, m) for f, m in matches if SEVERITY[m[0].rule.decision] == level)
+            default_vote = None
     if chosen is not None:
         loaded, (rule, captures) = chosen
         decided = _Decided(
@@ -164,9 +184,13 @@ def _decide_in(command: SimpleCommand, files: Sequence[LoadedPolicy], host: str)
             loaded.path,
         )  # fmt: skip
     else:
-        default = _resolve_defaults(files).decision
+        assert default_vote is not None
+        vote_file, default = default_vote
         reason = f"no rule matches {command.program or 'this command'!r}; the default is {default}"
-        decided = _Decided(command, default, "<default>", reason, None, {}, files[0].path)
+        if matches:
+            reason = (f"no rule of {vote_file.path} matches {command.program or 'this command'!r} and its default is "
+                      f"{default}, which a rule of a more general file may not weaken")
+        decided = _Decided(command, default, "<default>", reason, None, {}, vote_file.path)
     if command.opaque:
         opaque_reason = command.opaque_reason or "the policy cannot see what this command runs"
         if decided.decision == "allow":
@@ -176,6 +200,14 @@ def _decide_in(command: SimpleCommand, files: Sequence[LoadedPolicy], host: str)
             )  # fmt: skip
         if decided.decision == "ask" and decided.rule is None:
             return _Decided(command, "ask", decided.rule_id, opaque_reason, None, {}, decided.path)
+    if decided.decision == "allow" and (decided.rule is None or not decided.rule.covers_writes(command)):
+        if command.writes:
+            files_written = ", ".join(command.writes[:3]) + (" ..." if len(command.writes) > 3 else "")
+            return _Decided(
+                command, "ask", "<writes>",
+                f"writes {files_written}: an allow rule covers a write only when its redirect_to names the file",
+                decided.rule, decided.captures, decided.path, matched_rule_id=decided.rule_id,
+            )  # fmt: skip
     return decided
 
 
@@ -259,9 +291,14 @@ class PolicySet:
         """Extra redaction regexes of every file that applies to ``host``."""
         return [p for policy in self.policies_for(host) for p in policy.policy.redact]
 
-    def decide(self, host: str, command: str) -> Decision:
-        """Decide ``command`` (a bash command line) on the host alias ``host``. Never raises for any input."""
-        decision = _decide(host, command, self.policies_for)
+    def decide(self, host: str, command: str, *, cwd: str | None = None,
+               env: Mapping[str, str] | None = None) -> Decision:
+        """Decide ``command`` (a bash command line) on the host alias ``host``. Never raises for any input.
+
+        :param cwd: the directory it starts in (relative file names, rules on ``cwd``); None: the login directory.
+        :param env: variables exported before it runs (a call's ``env``), decided like ``export NAME=VALUE``.
+        """
+        decision = _decide(host, command, self.policies_for, cwd=cwd, env=env)
         log.debug(
             "policy.decided", host=host, command=redact(command), decision=decision.decision,
             rule_id=decision.rule_id,
@@ -269,11 +306,12 @@ class PolicySet:
         return decision
 
 
-def _decide(host: str, command: str, files_for: Callable[[str], list[LoadedPolicy]]) -> Decision:
+def _decide(host: str, command: str, files_for: Callable[[str], list[LoadedPolicy]], *, cwd: str | None = None,
+            env: Mapping[str, str] | None = None) -> Decision:
     files = files_for(host)
     defaults = _resolve_defaults(files)
     decided: list[_Decided] = []
-    for simple in parse_command(command):
+    for simple in parse_command(command, cwd=cwd, env=env):
         result = _decide_in(simple, files, host)
         if simple.target_host is not None:
             result = _stricter(result, _decide_in(simple, files_for(simple.target_host), simple.target_host))
@@ -281,7 +319,7 @@ def _decide(host: str, command: str, files_for: Callable[[str], list[LoadedPolic
     paths = [f.path for f in files]
     if not decided:
         return Decision(
-            host=host, command=command, decision="ask", rule_id="<empty>",
+            host=host, command=command, cwd=cwd, env=dict(env) if env else None, decision="ask", rule_id="<empty>",
             reason="no command found in the command line", budget_s=defaults.budget_s,
             on_timeout=defaults.on_timeout, hard_deadline_s=defaults.hard_deadline_s, policy_files=paths,
         )  # fmt: skip
@@ -305,6 +343,8 @@ def _decide(host: str, command: str, files_for: Callable[[str], list[LoadedPolic
     return Decision(
         host=host,
         command=command,
+        cwd=cwd,
+        env=dict(env) if env else None,
         decision=deciding.decision,
         rule_id=deciding.rule_id,
         reason="; ".join(reasons),

@@ -2,7 +2,9 @@
 
 Token syntax is described in :mod:`agent_tools.policy.model`. Globs use :func:`fnmatch.fnmatchcase` (case
 sensitive; ``*`` also matches ``/``). Every argument is tried both as written and lexically normalised
-(:func:`~agent_tools.policy.shell.normalise_path`), so a rule written for ``/`` also sees ``//`` and ``/.``.
+(:func:`~agent_tools.policy.shell.normalise_path`), so a rule written for ``/`` also sees ``//`` and ``/.``; a
+relative one also as resolved in the directory the command surely runs in, and for a ``deny`` rule in every
+directory it may run in (``cd / && rm -rf *`` holds ``/*``), when that is not the login directory.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agent_tools.policy.model import Rule
+from agent_tools.policy.paths import join_dir
 from agent_tools.policy.shell import SimpleCommand, normalise_path
 
 __all__ = ["CompiledRule", "Token", "compile_rule"]
@@ -42,15 +45,15 @@ class Token:
             return Token("capture", alts=tuple(m.group(2).split("|")) if m.group(2) else (), name=m.group(1))
         return Token("alts", alts=tuple(text.split("|")))
 
-    def matches_text(self, word: str) -> bool:
-        """Whether ``word`` (or its normalised path form) matches this token's alternatives."""
+    def matches_text(self, word: str, also: tuple[str, ...] = ()) -> bool:
+        """Whether ``word`` (or its normalised path form, or one of ``also``) matches this token's alternatives."""
         if self.kind in ("any", "rest"):
             return True
         if self.kind == "options":
             return word.startswith("-")
         if self.kind == "capture" and (word.startswith("-") or not self.alts):
             return not word.startswith("-")
-        forms = {word, normalise_path(word)}
+        forms = {word, normalise_path(word), *also}
         for alt in self.alts:
             if any(c in _GLOB_CHARS for c in alt):
                 if any(fnmatch.fnmatchcase(form, alt) for form in forms):
@@ -71,39 +74,75 @@ class CompiledRule:
     match_any_arg: tuple[Token, ...]
     only_args: tuple[Token, ...] | None
     redirect_to: Token | None
+    redirect_not_to: Token | None = None
+    cwd: Token | None = None
+
+    def written(self, command: SimpleCommand) -> list[str]:
+        """The files ``command`` writes that count for ``redirect_to`` (those matching ``redirect_not_to`` left out)."""
+        skip = self.redirect_not_to
+        return [t for t in command.writes if skip is None or not skip.matches_text(t)]
+
+    def covers_writes(self, command: SimpleCommand) -> bool:
+        """Whether this rule names every file ``command`` writes (so an ``allow`` of it may stand)."""
+        if not command.writes:
+            return True
+        if self.redirect_to is None:
+            return False
+        token = self.redirect_to
+        counted = self.written(command)
+        return len(counted) == len(command.writes) and all(token.matches_text(t) for t in counted)
+
+    def _resolved(self, command: SimpleCommand) -> list[tuple[str, ...]]:
+        """Per word of ``argv``: the forms it has resolved against the directories that count for this rule."""
+        # the login directory is where a command line starts anyway: only a directory it moved to (a cwd, a cd) adds
+        dirs = [d for d in command.cwds if d is not None] if self.rule.decision == "deny" else (
+            [command.cwd] if command.cwd is not None else [])
+        dirs = [d for d in dirs if d != "~"]
+        out: list[tuple[str, ...]] = []
+        for i, word in enumerate(command.argv):
+            if i == 0 or not dirs or word.startswith(("-", "/", "~")) or "://" in word or "=" in word:
+                out.append(())
+            else:
+                out.append(tuple(r for d in dirs if (r := join_dir(d, word)) is not None))
+        return out
 
     def match(self, command: SimpleCommand) -> dict[str, str] | None:
         """Captured words if every condition of the rule holds for ``command``, else None."""
         argv = command.argv
         dynamic = command.dynamic if len(command.dynamic) == len(argv) else [False] * len(argv)
-        args = argv[1:]
+        if self.cwd is not None and (command.cwd is None or not self.cwd.matches_text(command.cwd)):
+            return None
+        resolved = self._resolved(command)
+        args = list(zip(argv[1:], resolved[1:], strict=True))
         for token in self.args_contain:
-            if not any(token.matches_text(arg) for arg in args):
+            if not any(token.matches_text(arg, also) for arg, also in args):
                 return None
-        if self.match_any_arg and not any(t.matches_text(arg) for t in self.match_any_arg for arg in args):
+        if self.match_any_arg and not any(t.matches_text(arg, also) for t in self.match_any_arg
+                                          for arg, also in args):
             return None
         if self.redirect_to is not None:
             redirect_to = self.redirect_to
-            if not any(redirect_to.matches_text(target) for target in command.writes):
+            if not any(redirect_to.matches_text(target) for target in self.written(command)):
                 return None
-        return self._match_from(0, 0, argv, dynamic, command.args_from_stdin, {})
+        return self._match_from(0, 0, argv, dynamic, command.args_from_stdin, {}, resolved)
 
     def _match_from(
-        self, ti: int, ai: int, argv: list[str], dynamic: list[bool], stdin_args: bool, caps: dict[str, str]
+        self, ti: int, ai: int, argv: list[str], dynamic: list[bool], stdin_args: bool, caps: dict[str, str],
+        resolved: list[tuple[str, ...]],
     ) -> dict[str, str] | None:
         if ti == len(self.pattern):
-            return caps if self._tail_ok(argv[ai:], stdin_args) else None
+            return caps if self._tail_ok(argv[ai:], resolved[ai:], stdin_args) else None
         token = self.pattern[ti]
         if token.kind == "rest":
             for k in range(ai, len(argv) + 1):
-                found = self._match_from(ti + 1, k, argv, dynamic, stdin_args, caps)
+                found = self._match_from(ti + 1, k, argv, dynamic, stdin_args, caps, resolved)
                 if found is not None:
                     return found
             return None
         if token.kind == "options":
             k = ai
             while True:  # shortest run of option words first
-                found = self._match_from(ti + 1, k, argv, dynamic, stdin_args, caps)
+                found = self._match_from(ti + 1, k, argv, dynamic, stdin_args, caps, resolved)
                 if found is not None or k >= len(argv) or dynamic[k] or not argv[k].startswith("-"):
                     return found
                 k += 1
@@ -113,22 +152,22 @@ class CompiledRule:
         if token.kind == "capture":
             if dynamic[ai] or not token.matches_text(word):
                 return None
-            return self._match_from(ti + 1, ai + 1, argv, dynamic, stdin_args, {**caps, token.name: word})
+            return self._match_from(ti + 1, ai + 1, argv, dynamic, stdin_args, {**caps, token.name: word}, resolved)
         if ai == 0 and token.kind == "alts":
             ok = any(fnmatch.fnmatchcase(word, alt) if any(c in _GLOB_CHARS for c in alt) else word == alt
                      for alt in token.alts)  # fmt: skip
         else:
-            ok = token.matches_text(word)
-        return self._match_from(ti + 1, ai + 1, argv, dynamic, stdin_args, caps) if ok else None
+            ok = token.matches_text(word, resolved[ai])
+        return self._match_from(ti + 1, ai + 1, argv, dynamic, stdin_args, caps, resolved) if ok else None
 
-    def _tail_ok(self, tail: list[str], stdin_args: bool) -> bool:
+    def _tail_ok(self, tail: list[str], resolved: list[tuple[str, ...]], stdin_args: bool) -> bool:
         if self.rule.exact and (tail or stdin_args):
             return False
         if self.only_args is not None:
             if stdin_args:
                 return False  # arguments from stdin cannot be checked against an allow-list
             only = self.only_args
-            return all(any(t.matches_text(word) for t in only) for word in tail)
+            return all(any(t.matches_text(word, also) for t in only) for word, also in zip(tail, resolved, strict=True))
         return True
 
 
@@ -142,4 +181,6 @@ def compile_rule(rule: Rule, index: int) -> CompiledRule:
         match_any_arg=tuple(Token.parse(t) for t in rule.match_any_arg),
         only_args=None if rule.only_args is None else tuple(Token.parse(t) for t in rule.only_args),
         redirect_to=None if rule.redirect_to is None else Token.parse(rule.redirect_to),
+        redirect_not_to=None if rule.redirect_not_to is None else Token.parse(rule.redirect_not_to),
+        cwd=None if rule.cwd is None else Token.parse(rule.cwd),
     )

@@ -16,15 +16,18 @@ A policy file::
     examples: {must_allow: [...], must_ask: [...], must_deny: [...]}
     redact: ['(?i)my-internal-token-[a-z0-9]+']
 
-Match tokens (``match``, ``args_contain``, ``match_any_arg``, ``only_args``, ``redirect_to``): a literal word;
+Match tokens (``match``, ``args_contain``, ``match_any_arg``, ``only_args``, ``redirect_to``, ``redirect_not_to``,
+``cwd``): a literal word;
 ``*`` any one word; ``**`` any number of words and ``-**`` any number of words starting with ``-`` (both only
 in ``match``); ``a|b|c`` alternatives; an fnmatch glob
 (``*.service``; write ``[*]`` for a literal star, e.g. ``/[*]`` is the word ``/*``); ``{name}`` (only in
 ``match``) captures one word that does not start with ``-`` for use in ``probes``; ``{name:GLOB|GLOB}`` also
 requires the word to match. ``match`` is a prefix
 pattern: words after the pattern are allowed unless ``exact: true``. Arguments are compared both as written and
-lexically normalised (``//`` and ``/.`` are ``/``); a word holding an expansion is compared by its source
-text (``$HOME``).
+lexically normalised (``//`` and ``/.`` are ``/``), and a relative one also as resolved in a directory the
+command line moved to (a call's ``cwd``, a ``cd``; for a ``deny`` rule every directory it may run in, so ``cd / &&
+rm -rf *`` is ``rm -rf /*``);
+a word holding an expansion is compared by its source text (``$HOME``).
 """
 
 from __future__ import annotations
@@ -105,8 +108,17 @@ class Rule(_Strict):
     )
     redirect_to: str | None = Field(
         None,
-        description="Token a written file must match: output redirections, dd of=, tee files "
-        "(/dev/null and the standard streams are not writes).",
+        description="Token a written file must match: output redirections, dd of=, tee files, programs' output "
+        "operands and options (/dev/null and the standard streams are not writes). An allow rule covers a "
+        "command that writes files only when every written file matches its redirect_to.",
+    )
+    redirect_not_to: str | None = Field(
+        None, description="Written files matching this token do not count for redirect_to (e.g. /dev/shm/*)."
+    )
+    cwd: str | None = Field(
+        None,
+        description="Token the directory the command runs in must match (`~` is the login directory, `~/*` below "
+        "it); a directory the policy cannot know for sure (after `cd $X`, or several possible) never matches.",
     )
     decision: DecisionKind
     reason: str = Field("", description="Shown to the agent and the approver.")
@@ -218,12 +230,15 @@ class CommandDecision(BaseModel):
     target_host: str | None = Field(None, description="Host the command runs on through ssh, if any.")
     args_from_stdin: bool = False
     writes: list[str] = Field(default_factory=list)
+    cwd: str | None = Field("~", description="The directory it surely runs in (`~`: the login directory), or None.")
     decision: DecisionKind
     rule_id: str = Field(
         description="Deciding rule; `<default>` (no rule matched), `<opaque>` (allow lowered to ask because "
-        "the command is opaque) or `<no-policy>` (no file covers the host)."
+        "the command is opaque), `<writes>` (allow lowered to ask because the command writes a file its rule does "
+        "not name) or `<no-policy>` (no file covers the host)."
     )
-    matched_rule_id: str | None = Field(None, description="The rule that matched, when rule_id is <opaque>.")
+    matched_rule_id: str | None = Field(None, description="The rule that matched, when rule_id is <opaque> or "
+                                                          "<writes>.")
     reason: str = ""
     policy_file: str | None = None
 
@@ -232,7 +247,7 @@ class CommandDecision(BaseModel):
         return cls(
             argv=command.argv, text=command.text, wrappers=command.wrappers, opaque=command.opaque,
             opaque_reason=command.opaque_reason, target_host=command.target_host,
-            args_from_stdin=command.args_from_stdin, writes=command.writes, **decided,
+            args_from_stdin=command.args_from_stdin, writes=command.writes, cwd=command.cwd, **decided,
         )  # fmt: skip
 
 
@@ -250,6 +265,8 @@ class Decision(BaseModel):
 
     host: str
     command: str
+    cwd: str | None = Field(None, description="The directory the command line starts in (None: the login one).")
+    env: dict[str, str] | None = Field(None, description="Variables exported before it runs (a call's env).")
     decision: DecisionKind
     rule_id: str
     reason: str

@@ -5,23 +5,29 @@ lists (``;`` ``&&`` ``||`` newlines ``&``), pipelines (``|`` ``|&``), subshells,
 bodies, function bodies, command and process substitutions and here-documents; then it unwraps the programs
 that only run another program (``sudo``, ``env``, ``nice``, ``nohup``, ``timeout``, ``stdbuf``, ``xargs``,
 ``command``, ``exec``, ``time``, ``ionice``, ``setsid``, ``chroot``, ``watch``, ``doas``, ``su -c``,
-``busybox``, ``bash -c``, ``eval``, ``ssh HOST CMD``, ``find -exec``).
+``busybox``/``toybox``, ``bash -c``, ``eval``, ``ssh HOST CMD``, ``find -exec``; and, for wrappers whose options
+it does not model such as ``taskset``, ``nsenter``, ``systemd-run``, ``flock``, ``ip netns exec``, every suffix
+that may be the command they run).
 
 Anything the parser cannot see through is still returned, marked ``opaque`` with a reason: a parse error, a
 command word that is not static text (``$CMD``, ``$(echo rm)``), ``eval``/``bash -c`` of a dynamic string,
 ``source``, a shell or interpreter reading its program from a pipe, a here-document or a file, inline
-interpreter code (``python -c``), a variable such as ``PATH`` or ``LD_PRELOAD`` that changes what runs, a program
-run from outside the system directories, or a wrapper option this module does not know.
+interpreter code (``python -c``), a variable that may change what runs (exported: any but the few known to be
+inert, ``LANG``, ``LC_*``, ``TZ``, ``NO_COLOR``...; a shell variable: ``PATH``, ``IFS``, ``HOME`` and the others
+bash or the login environment give a meaning), a program run from outside the system directories, a wrapper
+option this module does not know, or a place where bash evaluates text the policy cannot see as code
+(arithmetic, subscripts, ``${!x}``, ``${x@P}``, a builtin's variable-name operand: :mod:`agent_tools.policy.sinks`).
+A call's ``env`` is decided like ``export NAME=VALUE`` at the start of the line, and its ``cwd`` (and every
+``cd`` in the line) gives the directories a relative file name is resolved in.
 
 A name given a new meaning in the command line (a shell function, ``alias NAME=...``, ``enable [-n|-f]``,
 ``hash -p``, ``export -f``/``declare -fx``) makes every call of that name opaque, and its definition too
 (``ls && :(){ :|:& };:`` is never ``allow``); the code such definitions hold (function bodies, alias values,
 ``trap`` actions, ``mapfile -C`` callbacks) is parsed as commands of its own. A variable assigned quoted text
 holding ``$(...)`` or a backquote is opaque (bash runs it where the variable is read as a number), and so is
-``declare -n``. ``writes`` also holds the files programs write through their operands or options (``cp``, ``mv``,
-``install``, ``rsync``, ``truncate``, ``shred``, ``badblocks -w``, ``curl -o``, ``sort -o``, ``tar -f``,
-``openssl -out``...), so a rule on written paths (block devices) sees ``cp /dev/zero /dev/sda`` as well as
-``> /dev/sda``.
+``declare -n``. ``writes`` also holds the files programs write through their operands or options
+(:mod:`agent_tools.policy.writes`), so a rule on written paths (block devices) sees ``cp /dev/zero /dev/sda`` as
+well as ``> /dev/sda``.
 
 Word values are computed the way bash would after quote removal when they are static (``r''m`` -> ``rm``,
 ``\\rm`` -> ``rm``, ``$'\\x72m'`` -> ``rm``, ``{a,b}`` brace expansion); a word holding an expansion keeps its
@@ -32,13 +38,18 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import tree_sitter
 import tree_sitter_bash
 from pydantic import BaseModel, ConfigDict, Field
+
+from ..redact import is_secret_name
+from .paths import join_dir, normalise_path
+from .sinks import CODE_IN_TEXT_RE, find_sinks, is_plain_name
+from .writes import writes_of
 
 __all__ = ["Redirect", "SimpleCommand", "normalise_path", "parse_command"]
 
@@ -76,27 +87,64 @@ _INLINE_CODE_FLAGS: dict[str, tuple[str, ...]] = {
 _INLINE_CODE_LONG = frozenset({"--eval", "--print", "--command", "-Command", "-command"})
 _PY_EXEC_HINT = re.compile(r"os\.system|subprocess|os\.exec|os\.spawn|os\.popen|pty\.spawn|shutil\.rmtree|__import__")
 
-# Variables whose value changes which program runs or what a shell/interpreter executes at start-up.
+# Variables whose value changes which program runs or what a shell/interpreter executes at start-up (named in the
+# reason), and the ones the login environment usually exports (so even an unexported assignment reaches children).
 _DANGEROUS_VAR_RE = re.compile(
     r"^(?:PATH|IFS|ENV|BASH_ENV|SHELLOPTS|BASHOPTS|PS4|PROMPT_COMMAND|CDPATH|GLOBIGNORE|BASH_LOADABLES_PATH|"
-    r"LD_[A-Z_]+|DYLD_[A-Z_]+|GCONV_PATH|HOSTALIASES|LOCPATH|NLSPATH|"
-    r"PYTHONSTARTUP|PYTHONPATH|PYTHONHOME|PYTHONINSPECT|PERL5OPT|PERL5LIB|PERLLIB|RUBYOPT|RUBYLIB|"
-    r"NODE_OPTIONS|NODE_PATH|JAVA_TOOL_OPTIONS|_JAVA_OPTIONS|"
-    r"GIT_[A-Z_]*(?:SSH|PAGER|EDITOR|EXEC_PATH|EXTERNAL_DIFF|ASKPASS|CONFIG[A-Z_]*|PROXY_COMMAND|TEMPLATE_DIR)|"
-    r"[A-Z_]*PAGER|[A-Z_]*EDITOR|VISUAL|LESSOPEN|LESSCLOSE|BROWSER|SUDO_ASKPASS|SSH_ASKPASS)$"
+    r"BASH_XTRACEFD|EXECIGNORE|FUNCNEST|HOME|SHELL|USER|LOGNAME|TMPDIR|XDG_[A-Z_]+|"
+    r"LD_[A-Z_]+|DYLD_[A-Z_]+|GCONV_PATH|HOSTALIASES|LOCPATH|NLSPATH|GLIBC_TUNABLES|MALLOC_[A-Z_]+|"
+    r"PYTHON[A-Z_]*|PERL5[A-Z_]*|PERLLIB|RUBY[A-Z_]*|NODE_[A-Z_]+|JAVA_TOOL_OPTIONS|_JAVA_OPTIONS|CLASSPATH|"
+    r"LUA_[A-Z_]+|OPENSSL_[A-Z_]+|SSL_CERT_[A-Z_]+|CURL_HOME|WGETRC|RIPGREP_CONFIG_PATH|GREP_OPTIONS|"
+    r"GIT_[A-Z0-9_]+|SYSTEMD_[A-Z_]*(?:PAGER|EDITOR|LESS)|"
+    r"[A-Z_]*PAGER|[A-Z_]*EDITOR|VISUAL|LESS[A-Z_]*|BROWSER|SUDO_[A-Z_]+|SSH_[A-Z_]+|AWS_[A-Z_]+)$"
+)
+#: exported variables a command line may set without approval: they change formatting, locale, colour, device
+#: selection or thread counts, never which program runs or what it reads as configuration (GIT_* only the names
+#: and dates of a commit). Secret-named variables (``HF_TOKEN``) are data too.
+_INERT_VAR_RE = re.compile(
+    r"^(?:LANG|LANGUAGE|LC_[A-Z]+|TZ|TERM|COLUMNS|LINES|NO_COLOR|FORCE_COLOR|CLICOLOR(?:_FORCE)?|COLORTERM|"
+    r"LS_COLORS|GREP_COLORS?|TIME_STYLE|QUOTING_STYLE|BLOCK_SIZE|DF_BLOCK_SIZE|DU_BLOCK_SIZE|POSIXLY_CORRECT|"
+    r"DEBIAN_FRONTEND|DEBCONF_NONINTERACTIVE_SEEN|NEEDRESTART_MODE|SYSTEMD_COLORS|SYSTEMD_URLIFY|"
+    r"SYSTEMD_LOG_(?:LEVEL|COLOR|TIME|LOCATION)|CUDA_VISIBLE_DEVICES|CUDA_DEVICE_ORDER|NVIDIA_VISIBLE_DEVICES|"
+    r"HIP_VISIBLE_DEVICES|ROCR_VISIBLE_DEVICES|OMP_NUM_THREADS|MKL_NUM_THREADS|OPENBLAS_NUM_THREADS|"
+    r"TOKENIZERS_PARALLELISM|HF_HUB_OFFLINE|TRANSFORMERS_OFFLINE|HF_HUB_DISABLE_TELEMETRY|DO_NOT_TRACK|"
+    r"GIT_TERMINAL_PROMPT|GIT_(?:AUTHOR|COMMITTER)_(?:NAME|EMAIL|DATE))$"
 )
 # Builtins that assign a variable named by an argument (`read PATH`, `printf -v PATH ...`).
 _ASSIGNING_BUILTINS = frozenset({"read", "printf", "mapfile", "readarray", "getopts"})
 _TRUSTED_DIRS = frozenset(
     {"/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin", "/usr/lib/systemd"}
 )
-_BENIGN_WRITE_TARGETS = frozenset(
-    {"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/fd/1", "/dev/fd/2", "/proc/self/fd/1", "/proc/self/fd/2"}
-)
-_OUTPUT_OPS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&"})
 _GLOB_CHARS = frozenset("*?[")
-# quoted text in a variable that bash would run as code when the variable is evaluated as a number
-_CODE_IN_VALUE_RE = re.compile(r"\$\(|`")
+_ALLEXPORT_RE = re.compile(r"\bset\s+(?:-[A-Za-z]*a|-o\s+allexport)")
+#: bash builtins (``compgen -b``): bash itself reads their arguments, so quoted shell code given to one of them is
+#: opaque; those below it that only print or ignore their arguments are left out
+_BUILTINS = frozenset(
+    {"alias", "bg", "bind", "break", "builtin", "caller", "cd", "command", "compgen", "complete", "compopt",
+     "continue", "declare", "dirs", "disown", "echo", "enable", "eval", "exec", "exit", "export", "false", "fc",
+     "fg", "getopts", "hash", "help", "history", "jobs", "kill", "let", "local", "logout", "mapfile", "popd",
+     "printf", "pushd", "pwd", "read", "readarray", "readonly", "return", "set", "shift", "shopt", "source",
+     "suspend", "test", "times", "trap", "true", "type", "typeset", "ulimit", "umask", "unalias", "unset", "wait",
+     "[", ":", "."}
+)
+_BUILTINS_PRINTING = frozenset({"echo", "printf", ":", "true", "false", "type", "command", "cd", "pushd", "popd",
+                                "pwd", "exit", "return", "shift", "alias", "trap", "eval", "source", ".", "builtin",
+                                "exec", "unalias"})
+
+
+def _variable_reason(name: str, *, exported: bool) -> str | None:
+    """Why setting variable ``name`` may change what a command line runs, or None for a variable known to be inert.
+
+    :param exported: the value reaches programs started from here (``X=1 cmd``, ``env X=1``, ``export``, a call's
+        ``env``): only variables known to be inert are allowed. Otherwise (``x=1;``, ``read x``) only shell
+        variables with a meaning to bash and those the login environment exports are a concern.
+    """
+    if _DANGEROUS_VAR_RE.match(name):
+        return f"sets {name}, which changes what runs"
+    if not exported or _INERT_VAR_RE.match(name) or is_secret_name(name) or name != name.upper():
+        return None
+    return (f"sets {name}: only variables known to be inert (LANG, LC_*, TZ, TERM, NO_COLOR, CUDA_VISIBLE_DEVICES, "
+            "...) are allowed without approval, as others may change what a program runs or reads as configuration")
 
 
 class Redirect(BaseModel):
@@ -126,9 +174,12 @@ class SimpleCommand(BaseModel):
     runs on another host through ``ssh``. ``args_from_stdin`` is set for commands run by ``xargs``, whose
     remaining arguments are not known. ``defines`` names the commands this one gives a new meaning for the rest
     of the command line (a shell function, an ``alias``, ``enable``, ``hash -p``, ``export -f``): every call of
-    such a name is opaque (new code), and so is the definition when the name is called. ``argv`` is empty for a
-    pseudo-command standing for a parse error, a dangerous variable assignment, a function definition or a
-    redirection without a command (``> /dev/sda``).
+    such a name is opaque (new code), and so is the definition when the name is called. ``cwds`` are the
+    directories the command may run in (``~``: the login directory, as when no ``cwd`` was given and no ``cd`` came
+    before; None: one the policy cannot know), :attr:`cwd` the one it surely runs in; ``writes`` lists a relative
+    file also resolved against each of them. ``argv`` is empty for a pseudo-command standing for a parse error, a
+    dangerous variable assignment, a function definition, a redirection without a command (``> /dev/sda``) or a
+    place where bash would evaluate text as code (:mod:`agent_tools.policy.sinks`).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -146,11 +197,17 @@ class SimpleCommand(BaseModel):
     args_from_stdin: bool = False
     defines: list[str] = Field(default_factory=list)
     text: str = ""
+    cwds: list[str | None] = Field(default_factory=lambda: list[str | None](["~"]))
 
     @property
     def program(self) -> str:
         """The normalised program name, or ``""`` for a pseudo-command."""
         return self.argv[0] if self.argv else ""
+
+    @property
+    def cwd(self) -> str | None:
+        """The one directory the command runs in, or None when it may run in several (or an unknown one)."""
+        return _certain(self.cwds)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -329,31 +386,6 @@ def _brace_expand(word: _Word) -> list[_Word]:
     return results
 
 
-def normalise_path(arg: str) -> str:
-    """Lexically normalise an absolute or ``~`` path: ``//`` -> ``/``, ``/./etc/`` -> ``/etc``, ``/a/..`` -> ``/``.
-
-    Other strings are returned unchanged. Symlinks are not resolved (the host is not consulted).
-    """
-    if arg.startswith("/"):
-        root, rest = "/", arg
-    elif arg == "~" or arg.startswith("~/"):
-        root, rest = "~", arg[1:]
-    else:
-        return arg
-    parts: list[str] = []
-    for part in rest.split("/"):
-        if part in ("", "."):
-            continue
-        if part == "..":
-            if parts:
-                parts.pop()
-            continue
-        parts.append(part)
-    if not parts:
-        return root
-    return root.rstrip("/") + "/" + "/".join(parts)
-
-
 def _normalise_program(text: str) -> tuple[str, str | None]:
     """(program name, reason it cannot be trusted or None)."""
     if "/" not in text:
@@ -386,11 +418,22 @@ class _Ctx:
     args_from_stdin: bool = False
     notes: tuple[str, ...] = ()  # opaque reasons collected while unwrapping
     text: str = ""
+    cwds: tuple[str | None, ...] = ("~",)  # the directories the command may run in (None: unknown)
+    tainted: frozenset[str] = frozenset()  # variables that may hold text the policy cannot see (sinks.py)
+    budget: _Budget = field(default_factory=lambda: _Budget())
+
+
+@dataclass
+class _Budget:
+    """Resolutions left for one command line (shared by every context of it): wrappers that may run any of their
+    suffixes (:func:`_wrap_suffixes`) must not multiply without bound."""
+
+    left: int = 4000
 
 
 @dataclass(frozen=True)
 class _Inner:
-    """The wrapper runs ``words`` as a command."""
+    """The wrapper runs ``words`` as a command (in directory ``cwd`` when it changes it)."""
 
     words: list[_Word]
     label: str
@@ -398,6 +441,7 @@ class _Inner:
     args_from_stdin: bool = False
     assignments: tuple[str, ...] = ()
     note: str | None = None
+    cwd: _Word | None = None
 
 
 @dataclass(frozen=True)
@@ -541,7 +585,21 @@ def _wrap_sudo(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
         if {"-i", "-s", "--login", "--shell"} & opts.flags:
             return [_Self("sudo opens an interactive shell")]
         return [_Self(note)]
-    return [_Inner(rest, name, note=note)]
+    return [_Inner(rest, name, note=note, cwd=_option_word(args, opts, "-D", "--chdir"))]
+
+
+def _option_word(args: Sequence[_Word], opts: _Opts, short: str, long: str) -> _Word | None:
+    """The word given to option ``short``/``long`` among the leading options (``-D DIR``, ``-DDIR``,
+    ``--chdir=DIR``, ``--chdir DIR``), or None."""
+    for i, word in enumerate(args[: opts.index]):
+        text = word.text
+        if text in (short, long) and i + 1 < len(args):
+            return args[i + 1]
+        if text.startswith(long + "="):
+            return _Word(text[len(long) + 1 :], (True,) * (len(text) - len(long) - 1), word.static)
+        if text.startswith(short) and len(text) > 2 and not text.startswith("--"):
+            return _Word(text[2:], (True,) * (len(text) - 2), word.static)
+    return None
 
 
 def _wrap_doas(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
@@ -579,7 +637,8 @@ def _wrap_env(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
         rest = split_words + rest
     if not rest:
         return [_Self(note)]
-    return [_Inner(rest, name, assignments=tuple(assignments), note=note)]
+    return [_Inner(rest, name, assignments=tuple(assignments), note=note,
+                   cwd=_option_word(args, opts, "-C", "--chdir"))]
 
 
 def _wrap_nice(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
@@ -700,7 +759,47 @@ def _mark_substituted(words: list[_Word], placeholder: str) -> list[_Word]:
 
 
 def _wrap_busybox(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    """Multi-call binaries: ``busybox rm ...``, ``toybox rm ...``, ``coreutils --coreutils-prog=rm ...``."""
+    if name == "coreutils":
+        if args and args[0].static and args[0].text.startswith("--coreutils-prog="):
+            return [_Inner([_Word.literal(args[0].text.split("=", 1)[1]), *args[1:]], name)]
+        return [_Self("coreutils without --coreutils-prog runs a program the policy cannot name") if args else _Self()]
     return [_Inner(args, name)] if args and not args[0].text.startswith("-") else [_Self()]
+
+
+#: programs that run a command given after their own options and operands, whose option syntax this module does
+#: not model: every suffix that starts with a possible program name is decided as a command it may run
+_SUFFIX_WRAPPERS = frozenset({"taskset", "numactl", "chrt", "prlimit", "unshare", "nsenter", "flock", "strace",
+                              "ltrace", "valgrind", "systemd-run", "setpriv", "pkexec", "script", "faketime", "chpst",
+                              "firejail", "bwrap", "cgexec", "catchsegv", "sg", "dbus-run-session", "xvfb-run",
+                              "daemonize", "start-stop-daemon", "softlimit", "setuidgid", "capsh", "run-one",
+                              "systemd-inhibit", "schroot", "proot", "fakeroot", "ip"})
+_PROGRAM_WORD_RE = re.compile(r"^[A-Za-z_./][A-Za-z0-9_.+/-]*$")
+#: options of those wrappers whose value is a shell command line
+_SCRIPT_OPTIONS: dict[str, frozenset[str]] = {n: frozenset({"-c", "--command"}) for n in ("flock", "script", "sg")}
+
+
+def _wrap_suffixes(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    """``taskset -c 1 CMD``, ``systemd-run --unit x CMD``, ``ip netns exec NS CMD``: the wrapper itself (a command
+    of its own, decided by the rules), a ``-c SCRIPT`` as a script, and every suffix of its words that starts with
+    a possible program name as a command (over-approximating what it runs, so a deny rule on the inner command
+    stands)."""
+    results: list[_Result] = [_Self()]
+    if name == "ip":  # only `ip netns exec NS CMD` and `ip vrf exec NAME CMD` run a command
+        texts = [w.text for w in args]
+        if "exec" not in texts:
+            return results
+        args = args[texts.index("exec") + 2 :]
+    for i, word in enumerate(args):
+        if word.static and word.text in _SCRIPT_OPTIONS.get(name, ()) and i + 1 < len(args):
+            script = args[i + 1]
+            results.append(_Script(script.text if script.static else None, f"{name} {word.text}"))
+    for i, word in enumerate(args):
+        if (word.static and _PROGRAM_WORD_RE.match(word.text) and not word.text.startswith("-")
+                and word.text.rsplit("/", 1)[-1] not in ("", ".", "..")
+                and not re.match(r"^[0-9.,:x-]+$|^0x", word.text)):
+            results.append(_Inner(args[i:], name))
+    return results
 
 
 def _wrap_eval(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
@@ -926,6 +1025,9 @@ _WRAPPERS: dict[str, _WrapFn] = {
     "watch": _wrap_watch,
     "xargs": _wrap_xargs,
     "busybox": _wrap_busybox,
+    "toybox": _wrap_busybox,
+    "coreutils": _wrap_busybox,
+    **{wrapper: _wrap_suffixes for wrapper in _SUFFIX_WRAPPERS},
     "eval": _wrap_eval,
     "source": _wrap_source,
     ".": _wrap_source,
@@ -998,6 +1100,11 @@ class _Walker:
         self.ctx = ctx
         self.root = tree_sitter.Parser(_language()).parse(source).root_node
         self.out: list[SimpleCommand] = []
+        #: the directories the next command may run in, in source order (see :meth:`track_cd`)
+        self.cwds: list[str | None] = list(dict.fromkeys(ctx.cwds))
+        #: `set -a` / `set -o allexport` anywhere: every assignment is exported
+        self.allexport = bool(_ALLEXPORT_RE.search(source.decode("utf-8", "replace")))
+        self.tainted: frozenset[str] = ctx.tainted
 
     def text(self, node: tree_sitter.Node) -> str:
         return self.source[node.start_byte : node.end_byte].decode("utf-8", "replace")
@@ -1102,10 +1209,12 @@ class _Walker:
                     fd = int(self.text(child))
                 except ValueError:
                     fd = None
-            elif fieldname == "destination" or (child.is_named and node.type == "herestring_redirect"):
+            elif fieldname == "destination" or (child.is_named and not child.is_error
+                                                 and node.type == "herestring_redirect"):
                 targets.append(self.word(child))
-            elif not child.is_named:
-                op = self.text(child)
+            elif not targets and (not child.is_named or child.is_error):
+                op += self.text(child)  # `1<>/dev/sda` reaches tree-sitter as `<` plus an ERROR holding `>`
+        op = op.replace(" ", "")
         if not targets:
             return None, [], None
         first = targets[0]
@@ -1144,6 +1253,10 @@ class _Walker:
         parent = cur.parent
         while parent is not None and parent.type not in ("command_substitution", "process_substitution",
                                                          "command", "program"):  # fmt: skip
+            if parent.type == "function_definition":  # `f() { ...; } > /dev/sda`: every call writes there
+                for child in parent.children:
+                    if child.type.endswith("_redirect"):
+                        take(child, False)
             if parent.type == "redirected_statement":
                 body = parent.child_by_field_name("body")
                 own = body is not None and body == cur and cur.type == "command"
@@ -1164,8 +1277,33 @@ class _Walker:
     def run(self) -> list[SimpleCommand]:
         if self.root.has_error:
             self.out.append(self.pseudo(self.error_reason(), self.text(self.root)))
+        sinks, self.tainted = find_sinks(self.source, self.root, self.word_static, self.ctx.tainted)
+        self.out.extend(self.pseudo(sink.reason, sink.text) for sink in sinks)
         self.visit(self.root)
         return self.out
+
+    def word_static(self, node: tree_sitter.Node) -> tuple[str, bool]:
+        word = self.word(node)
+        return word.text, word.static
+
+    def track_cd(self, command: SimpleCommand) -> None:
+        """After ``cd``/``pushd``, the next commands may run in the new directory or (had it failed, or in a
+        subshell) the old one: both are kept. A directory computed at run time is unknown (None)."""
+        if command.program not in ("cd", "pushd") or command.wrappers:
+            return
+        args = [(a, d) for a, d in zip(command.argv[1:], command.dynamic[1:], strict=False)
+                if not (a.startswith("-") and len(a) > 1 and not d) and not a.startswith("+")]
+        if not args:
+            new: list[str | None] = ["~"]
+        elif args[0][1]:
+            new = [None]
+        elif args[0][0] == "-":
+            return  # back to a directory already counted
+        else:
+            new = [join_dir(c, args[0][0]) for c in self.cwds]
+        self.cwds = list(dict.fromkeys([*self.cwds, *new]))
+        if len(self.cwds) > 16:
+            self.cwds = [*self.cwds[:15], None]
 
     def error_reason(self) -> str:
         stack = [self.root]
@@ -1179,10 +1317,12 @@ class _Walker:
         return "the shell parser cannot read this command"
 
     def pseudo(self, reason: str | None, text: str, redirects: Sequence[Redirect] = ()) -> SimpleCommand:
+        reasons = [*self.ctx.notes, reason] if reason is not None else []
         return SimpleCommand(
             argv=[], wrappers=list(self.ctx.wrappers), redirects=[*self.ctx.redirects, *redirects],
-            writes=_writes([], [*self.ctx.redirects, *redirects]), opaque=reason is not None,
-            opaque_reason=reason, target_host=self.ctx.target_host, text=text,
+            writes=writes_of([], [*self.ctx.redirects, *redirects], self.cwds), opaque=reason is not None,
+            opaque_reason="; ".join(dict.fromkeys(reasons)) or None, target_host=self.ctx.target_host, text=text,
+            cwds=list(self.cwds),
         )  # fmt: skip
 
     def visit(self, root: tree_sitter.Node) -> None:
@@ -1195,7 +1335,8 @@ class _Walker:
             elif kind == "redirected_statement" and node.child_by_field_name("body") is None:
                 redirects, _, _, _ = self.context_for(node)
                 self.out.append(self.pseudo(None, self.text(node), redirects))
-            elif kind == "variable_assignment" and (node.parent is None or node.parent.type != "command"):
+            elif kind == "variable_assignment" and (node.parent is None or node.parent.type not in (
+                    "command", "declaration_command")):
                 self.assignment(node)
             elif kind == "function_definition":
                 self.function(node)
@@ -1203,11 +1344,12 @@ class _Walker:
                 self.declaration(node)
             stack.extend(reversed(node.children))
 
-    def assignment(self, node: tree_sitter.Node) -> None:
+    def assignment(self, node: tree_sitter.Node, *, exported: bool = False) -> None:
+        """A variable assignment that is not a prefix of a command (``x=1;``, ``export X=1``)."""
         name_node = node.child_by_field_name("name")
         name = self.text(name_node) if name_node is not None else ""
-        if _DANGEROUS_VAR_RE.match(name):
-            reason = f"sets {name}, which changes what later commands run"
+        reason = _variable_reason(name, exported=exported or self.allexport)
+        if reason is not None:
             self.out.append(self.pseudo(reason, self.text(node)))
         elif (code := self.code_in_value(node)) is not None:
             self.out.append(self.pseudo(code, self.text(node)))
@@ -1219,11 +1361,38 @@ class _Walker:
         if value is None:
             return None
         word = self.word(value)
-        if word.static and _CODE_IN_VALUE_RE.search(word.text):
+        if word.static and CODE_IN_TEXT_RE.search(word.text):
             name_node = node.child_by_field_name("name")
             name = self.text(name_node) if name_node is not None else "a variable"
             return f"{name} holds shell code ({word.text[:40]!r}), which bash runs where {name} is read as a number"
         return None
+
+    def declaration(self, node: tree_sitter.Node) -> None:
+        """``declare``/``typeset``/``export``/``local``/``readonly``: ``-f`` with export (``export -f``,
+        ``declare -fx``) hands shell functions to child bash processes; ``-n`` makes a name refer to another
+        variable (``declare -n x=PATH; x=/tmp``); exporting a name (``export X``, ``declare -x X=1``) hands it to
+        every program started after (see :func:`_variable_reason`)."""
+        keyword = self.text(node.children[0]) if node.children else ""
+        letters = "".join(self.text(c)[1:] for c in node.children[1:]
+                          if c.type == "word" and self.text(c)[:1] in ("-", "+"))
+        names = [self.text(c) for c in node.children[1:] if c.type in ("variable_name", "word")
+                 and self.text(c)[:1] not in ("-", "+")]
+        exported = keyword == "export" or "x" in letters
+        if "f" in letters and exported:
+            reason = (f"exports shell function(s) {' '.join(names) or '(all)'} to child processes: a bash they "
+                      "start runs the function in place of the command")
+            self.out.append(self.pseudo(reason, self.text(node)).model_copy(update={"defines": names}))
+        if "n" in letters:
+            self.out.append(self.pseudo(f"{keyword} -n makes a name refer to another variable, which the policy "
+                                        "cannot follow", self.text(node)))
+        if "f" not in letters:
+            for child in node.children[1:]:
+                if child.type == "variable_assignment":
+                    self.assignment(child, exported=exported)
+                elif exported and child.type in ("variable_name", "word") and self.text(child)[:1] not in "-+":
+                    why = _variable_reason(self.text(child).split("=", 1)[0], exported=True)
+                    if why is not None:
+                        self.out.append(self.pseudo(why, self.text(node)))
 
     def function(self, node: tree_sitter.Node) -> None:
         """A function definition: its body is walked as commands like any other; the name is recorded so that
@@ -1237,23 +1406,6 @@ class _Walker:
             self.out.append(self.pseudo("defines a function whose name is computed at run time", header))
             return
         self.out.append(self.pseudo(None, header).model_copy(update={"defines": [name.text]}))
-
-    def declaration(self, node: tree_sitter.Node) -> None:
-        """``declare``/``typeset``/``export``/``local``/``readonly``: ``-f`` with export (``export -f``,
-        ``declare -fx``) hands shell functions to child bash processes; ``-n`` makes a name refer to another
-        variable (``declare -n x=PATH; x=/tmp``)."""
-        keyword = self.text(node.children[0]) if node.children else ""
-        letters = "".join(self.text(c)[1:] for c in node.children[1:]
-                          if c.type == "word" and self.text(c)[:1] in ("-", "+"))
-        names = [self.text(c) for c in node.children[1:] if c.type in ("variable_name", "word")
-                 and self.text(c)[:1] not in ("-", "+")]
-        if "f" in letters and ("x" in letters or keyword == "export"):
-            reason = (f"exports shell function(s) {' '.join(names) or '(all)'} to child processes: a bash they "
-                      "start runs the function in place of the command")
-            self.out.append(self.pseudo(reason, self.text(node)).model_copy(update={"defines": names}))
-        if "n" in letters:
-            self.out.append(self.pseudo(f"{keyword} -n makes a name refer to another variable, which the policy "
-                                        "cannot follow", self.text(node)))
 
     def command(self, node: tree_sitter.Node) -> None:
         assignments = tuple(self.text(c) for c in node.children if c.type == "variable_assignment")
@@ -1269,81 +1421,19 @@ class _Walker:
             stdin_text=stdin_text if stdin != "inherit" else self.ctx.stdin_text,
             assignments=assignments,
             text=self.text(node),
+            cwds=tuple(self.cwds),
+            tainted=self.tainted,
         )
         expanded: list[_Word] = []
         for word in [*words, *extra]:
             expanded.extend(_brace_expand(word))
-        self.out.extend(_resolve(expanded, ctx))
+        for command in _resolve(expanded, ctx):
+            self.out.append(command)
+            self.track_cd(command)
 
 
 # --------------------------------------------------------------------------------------------------------------
 # Resolution of one command's words
-
-
-def _writes(argv: Sequence[str], redirects: Sequence[Redirect]) -> list[str]:
-    targets: list[str] = []
-    for redir in redirects:
-        if redir.op not in _OUTPUT_OPS:
-            continue
-        if redir.op == ">&" and (redir.target.isdigit() or redir.target == "-"):
-            continue
-        if redir.target in _BENIGN_WRITE_TARGETS:
-            continue
-        targets.append(redir.target)
-    program = argv[0] if argv else ""
-    if program == "dd":
-        targets.extend(a[3:] for a in argv[1:] if a.startswith("of=") and a[3:] not in _BENIGN_WRITE_TARGETS)
-    elif program == "tee":
-        targets.extend(a for a in argv[1:] if not a.startswith("-") and a not in _BENIGN_WRITE_TARGETS)
-    else:
-        targets.extend(t for t in _program_writes(program, list(argv[1:])) if t not in _BENIGN_WRITE_TARGETS)
-    return targets
-
-
-#: programs that write the file named by their last operand (or by -t/--target-directory)
-_WRITES_LAST = frozenset({"cp", "mv", "install", "rsync", "scp", "ln", "link", "ddrescue", "xxd"})
-#: programs that write every file operand
-_WRITES_ALL = frozenset({"truncate", "shred", "badblocks", "fallocate"})
-#: options naming an output file: program -> option spellings (short ones take the next word or an attached value)
-_OUTPUT_OPTIONS: dict[str, tuple[str, ...]] = {
-    "sort": ("-o", "--output"), "curl": ("-o", "--output"), "wget": ("-O", "--output-document"),
-    "openssl": ("-out",), "tar": ("-f", "--file"),
-    "pv": ("-o",), "tcpdump": ("-w",), "sfdisk": ("-O", "--backup-file"),
-}
-
-
-def _program_writes(program: str, args: list[str]) -> list[str]:
-    """Files a program writes because of its operands or options (a block device among them is destroyed)."""
-    operands = [a for a in args if not a.startswith("-")]
-    if program in _WRITES_LAST:
-        for i, a in enumerate(args):
-            if a in ("-t", "--target-directory") and i + 1 < len(args):
-                return [args[i + 1]]
-            if a.startswith("--target-directory="):
-                return [a.split("=", 1)[1]]
-        if program == "xxd":  # only `xxd -r IN OUT` writes a file
-            return operands[1:2] if "-r" in args or "-revert" in args else []
-        return operands[-1:] if len(operands) >= 2 else []
-    if program in _WRITES_ALL:
-        if program == "badblocks":  # read-only unless -w (destructive) or -n (non-destructive read-write)
-            clusters = [a[1:] for a in args if a.startswith("-") and not a.startswith("--")]
-            return operands[:1] if any("w" in c or "n" in c for c in clusters) else []
-        return operands
-    out: list[str] = []
-    for i, a in enumerate(args):
-        for opt in _OUTPUT_OPTIONS.get(program, ()):
-            if a == opt and i + 1 < len(args):
-                out.append(args[i + 1])
-            elif opt.startswith("--") and a.startswith(opt + "="):
-                out.append(a.split("=", 1)[1])
-            elif len(opt) == 2 and a.startswith("-") and not a.startswith("--") and opt[1] in a[1:]:
-                # a getopt cluster: `-cf FILE` (the letter last: the next word), `-ofile` (the rest of the word)
-                rest = a[a.index(opt[1], 1) + 1 :]
-                if rest:
-                    out.append(rest)
-                elif i + 1 < len(args):
-                    out.append(args[i + 1])
-    return out
 
 
 def _emit(words: list[_Word], ctx: _Ctx, reason: str | None, defines: tuple[str, ...] = ()) -> SimpleCommand:
@@ -1357,14 +1447,16 @@ def _emit(words: list[_Word], ctx: _Ctx, reason: str | None, defines: tuple[str,
         if path_reason:
             reasons.append(path_reason)
     for assignment in ctx.assignments:
-        var = assignment.split("=", 1)[0]
-        if _DANGEROUS_VAR_RE.match(var):
-            reasons.append(f"sets {var}, which changes what runs")
+        var_reason = _variable_reason(assignment.split("=", 1)[0], exported=bool(words))
+        if var_reason:
+            reasons.append(var_reason)
     if argv and argv[0] in _ASSIGNING_BUILTINS:
         for word in words[1:]:
             var = word.text[2:] if word.text.startswith("-v") else word.text
-            if word.static and _DANGEROUS_VAR_RE.match(var):
-                reasons.append(f"{argv[0]} assigns {var}, which changes what runs")
+            if word.static and (var_reason := _variable_reason(var, exported=False)):
+                reasons.append(f"{argv[0]} assigns {var}: {var_reason.removeprefix(f'sets {var}, ')}")
+    if argv and words[0].static:
+        reasons.extend(_builtin_reasons(argv[0], words[1:]))
     return SimpleCommand(
         argv=argv,
         dynamic=[not w.static for w in words],
@@ -1372,22 +1464,77 @@ def _emit(words: list[_Word], ctx: _Ctx, reason: str | None, defines: tuple[str,
         wrappers=list(ctx.wrappers),
         assignments=list(ctx.assignments),
         redirects=list(ctx.redirects),
-        writes=_writes(argv, ctx.redirects),
+        writes=writes_of(argv, ctx.redirects, ctx.cwds),
         opaque=bool(reasons),
         opaque_reason="; ".join(dict.fromkeys(reasons)) or None,
         target_host=ctx.target_host,
         args_from_stdin=ctx.args_from_stdin,
         defines=list(defines),
         text=ctx.text,
+        cwds=list(dict.fromkeys(ctx.cwds)),
     )
+
+
+def _certain(cwds: Sequence[str | None]) -> str | None:
+    """The one directory of ``cwds``, or None when there are several (or it is unknown)."""
+    unique = set(cwds)
+    return next(iter(unique)) if len(unique) == 1 else None
+
+
+def _name_operands(name: str, args: list[_Word]) -> list[_Word]:
+    """The arguments builtin ``name`` reads as variable names (their subscripts are evaluated as arithmetic)."""
+    if name == "read":
+        opts = _scan_options(args, short_arg="adinNptu", short_flag="ers")
+        named = list(args[opts.index :])
+        for i, w in enumerate(args[: opts.index]):
+            if w.text == "-a" and i + 1 < len(args):
+                named.append(args[i + 1])
+            elif w.static and w.text.startswith("-") and "a" in w.text[1:] and not w.text.endswith("a"):
+                named.append(_Word.literal(w.text[w.text.index("a", 1) + 1 :]))
+        return named
+    if name in ("mapfile", "readarray"):
+        return list(args[_scan_options(args, short_arg="dnOsuCc", short_flag="t").index :])
+    if name == "getopts":
+        return args[1:2]
+    if name in ("printf", "wait"):
+        flag = "-v" if name == "printf" else "-p"
+        for i, w in enumerate(args):
+            if w.text == flag and i + 1 < len(args):
+                return [args[i + 1]]
+            if w.static and w.text.startswith(flag) and len(w.text) > 2:
+                return [_Word.literal(w.text[2:])]
+        return []
+    if name in ("test", "["):
+        return [args[i + 1] for i, w in enumerate(args[:-1]) if w.static and w.text == "-v"]
+    if name == "unset":
+        return [w for w in args if not (w.static and w.text.startswith("-"))]
+    return []
+
+
+def _builtin_reasons(name: str, args: list[_Word]) -> list[str]:
+    """Why a builtin call may run code it does not show: it is given quoted shell code (``test -v 'a[$(id)]'``),
+    or a variable name that is not plain (bash evaluates the subscript)."""
+    if name not in _BUILTINS:
+        return []
+    reasons: list[str] = []
+    if name not in _BUILTINS_PRINTING:
+        code = next((w.text for w in args if w.static and CODE_IN_TEXT_RE.search(w.text)), None)
+        if code is not None:
+            reasons.append(f"{name} is given shell code as text ({code[:40]!r}), which bash evaluates where the "
+                           "builtin reads it as a name or a number")
+    for word in _name_operands(name, args):
+        if not word.static or not is_plain_name(word.text):
+            reasons.append(f"{name} reads {word.text[:40]!r} as a variable name, whose subscript bash evaluates as "
+                           "arithmetic (running any $(...) in it)")
+            break
+    return reasons
 
 
 def _resolve(words: list[_Word], ctx: _Ctx) -> list[SimpleCommand]:
     """Unwrap wrappers around ``words`` and return the simple commands they run."""
     if not words:
-        return (
-            [_emit([], ctx, None)] if any(_DANGEROUS_VAR_RE.match(a.split("=", 1)[0]) for a in ctx.assignments) else []
-        )
+        return ([_emit([], ctx, None)] if any(_variable_reason(a.split("=", 1)[0], exported=False)
+                                              for a in ctx.assignments) else [])
     head = words[0]
     if not head.static:
         return [_emit(words, ctx, f"the command name {head.text!r} is computed at run time")]
@@ -1402,7 +1549,13 @@ def _resolve(words: list[_Word], ctx: _Ctx) -> list[SimpleCommand]:
         return [_emit(words, ctx, reason)]
     if ctx.depth >= MAX_DEPTH:
         return [_emit(words, ctx, f"wrappers nested deeper than {MAX_DEPTH} levels")]
+    ctx.budget.left -= 1
+    if ctx.budget.left < 0:
+        return [_emit(words, ctx, "too many wrapper combinations to decide")]
     out: list[SimpleCommand] = []
+    if any(_variable_reason(a.split("=", 1)[0], exported=True) for a in ctx.assignments):
+        # `BASH_ENV=/dev/stdin bash -c true`: the variable changes what the wrapper itself does at start-up
+        out.append(_emit(words, ctx, None))
     for result in handler(name, list(words[1:]), ctx):
         if isinstance(result, _Self):
             out.append(_emit(words, ctx, result.reason, result.defines))
@@ -1421,13 +1574,16 @@ def _resolve(words: list[_Word], ctx: _Ctx) -> list[SimpleCommand]:
                 assignments=(*ctx.assignments, *result.assignments),
                 args_from_stdin=ctx.args_from_stdin or result.args_from_stdin,
             )
+            if result.cwd is not None:  # `env -C DIR`, `sudo -D DIR`
+                inner_ctx = replace(inner_ctx, cwds=tuple(
+                    join_dir(c, result.cwd.text) if result.cwd.static else None for c in ctx.cwds))
             out.extend(_resolve(result.words, inner_ctx))
             continue
         if result.text is None:
             out.append(_emit(words, ctx, f"{result.label} runs a script built at run time"))
             continue
         if result.target_host and result.target_host != ctx.target_host:
-            inner_ctx = replace(inner_ctx, assignments=())
+            inner_ctx = replace(inner_ctx, assignments=(), cwds=("~",), tainted=frozenset())
         out.extend(_parse_script(result.text, inner_ctx))
     return out
 
@@ -1435,7 +1591,7 @@ def _resolve(words: list[_Word], ctx: _Ctx) -> list[SimpleCommand]:
 def _parse_script(script: str, ctx: _Ctx) -> list[SimpleCommand]:
     # Commands inside a script inherit the outer redirects and stdin, but their own assignments only.
     inner = replace(ctx, assignments=(), text="")
-    commands = _Walker(script.encode(), inner).run()
+    commands = _Walker(script.encode("utf-8", "surrogateescape"), inner).run()
     if ctx.assignments:
         commands = [c.model_copy(update={"assignments": [*ctx.assignments, *c.assignments]}) for c in commands]
     return commands
@@ -1475,13 +1631,32 @@ def _apply_definitions(commands: list[SimpleCommand]) -> list[SimpleCommand]:
     return out
 
 
-def parse_command(command: str) -> list[SimpleCommand]:
+def parse_command(command: str, *, cwd: str | None = None,
+                  env: Mapping[str, str] | None = None) -> list[SimpleCommand]:
     """Parse a shell command line into the simple commands it would run, wrappers unwrapped.
 
-    :param command: the command line as given to ``bash -c``.
+    :param command: the command line as given to ``bash -c`` (text that is not UTF-8, lone surrogates from
+        undecodable bytes included, is read as the bytes it stands for).
+    :param cwd: the directory the command line starts in (``~``-relative, absolute, or relative to the login
+        directory; None: the login directory), for relative file names and rules on ``cwd``.
+    :param env: variables exported before the command line runs (a call's ``env``): decided like ``export
+        NAME=VALUE`` at its start, so a variable not known to be inert, or a value holding ``$(...)``, is an opaque
+        pseudo-command (``env NAME=...``).
     :returns: the simple commands in source order (a ``find -exec`` yields ``find`` and then the inner
         command). A command line that does not parse yields an opaque pseudo-command (empty ``argv``) first,
         followed by whatever commands could still be recognised. A name redefined in the command line (shell
         function, alias, ``enable``, ``hash -p``) makes its calls opaque. Never raises for any input string.
     """
-    return _apply_definitions(_Walker(command.encode(), _Ctx()).run())
+    start = "~" if cwd in (None, "") else join_dir("~", cwd)
+    ctx = _Ctx(cwds=(start,))
+    found: list[SimpleCommand] = []
+    for name, value in (env or {}).items():
+        reason = _variable_reason(name, exported=True)
+        if reason is None and CODE_IN_TEXT_RE.search(value):
+            reason = (f"the env value of {name} holds shell code ({value[:40]!r}), which bash runs where {name} is "
+                      "read as a number or a prompt")
+        if reason is not None:
+            found.append(SimpleCommand(argv=[], opaque=True, opaque_reason=f"env: {reason}", text=f"env {name}=…",
+                                       cwds=[start]))
+    found += _Walker(command.encode("utf-8", "surrogateescape"), ctx).run()
+    return _apply_definitions(found)

@@ -31,7 +31,7 @@ def policy_sets() -> dict[str, tuple[PolicySet, str]]:
 
 def test_corpus_is_large_and_varied() -> None:
     assert len(CORPUS) >= 60
-    assert len({e["cmd"] for e in CORPUS}) == len(CORPUS)
+    assert len({(e["cmd"], e.get("cwd"), str(e.get("env"))) for e in CORPUS}) == len(CORPUS)
     families = Counter(e["family"] for e in CORPUS)
     assert len(families) >= 8 and min(families.values()) >= 4
 
@@ -41,7 +41,7 @@ def test_no_denied_command_is_allowed(name: str, policy_sets: dict[str, tuple[Po
     policy_set, host = policy_sets[name]
     failures = []
     for entry in CORPUS:
-        got = policy_set.decide(host, entry["cmd"])
+        got = policy_set.decide(host, entry["cmd"], cwd=entry.get("cwd"), env=entry.get("env"))
         ok = got.decision == "deny" if entry["expect"] == "deny" else got.decision != "allow"
         if not ok:
             failures.append(f"{entry['cmd']!r}: expected {entry['expect']}, got {got.decision} ({got.rule_id})")

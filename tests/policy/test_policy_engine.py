@@ -114,34 +114,47 @@ rules:
     assert ps.decide("h", "").decision == "ask"
 
 
-def test_more_specific_file_refines_but_cannot_lift_a_deny() -> None:
+def test_no_file_weakens_another() -> None:
+    """A deny of any file stands; a rule of one file is not weakened by a rule of another (strictest wins); the
+    explicit default of the most specific file is not weakened by a general file's rule; a specific file's rule
+    may still allow what a general file only leaves to its default."""
     general = """
 version: 1
 hosts: ['*']
+defaults: {decision: ask}
 rules:
   - {id: no-reboot, match: [reboot], decision: deny}
   - {id: restart-ask, match: [restart-it], decision: ask}
+  - {id: echo-ok, match: [echo], decision: allow}
 """
     specific = """
 version: 1
 hosts: ['gpu-*']
+defaults: {decision: ask}
 rules:
   - {id: allow-reboot, match: [reboot], decision: allow}
   - {id: restart-ok, match: [restart-it], decision: allow}
+  - {id: reload-ok, match: [reload-it], decision: allow}
 """
     ps = PolicySet.from_text(general, specific)
     assert [p.path for p in ps.policies_for("gpu-1")] == ["<string:1>", "<string:0>"]
-    assert ps.decide("gpu-1", "restart-it").decision == "allow"
     assert ps.decide("gpu-1", "reboot").rule_id == "no-reboot"
+    restart = ps.decide("gpu-1", "restart-it")
+    assert (restart.decision, restart.rule_id) == ("ask", "restart-ask")
+    echo = ps.decide("gpu-1", "echo hi")  # the specific file's own default (ask) holds over the general allow
+    assert (echo.decision, echo.rule_id) == ("ask", "<default>") and "may not weaken" in echo.reason
+    assert ps.decide("web-1", "echo hi").decision == "allow"
+    assert ps.decide("gpu-1", "reload-it").decision == "allow"  # refines the general default
     assert ps.decide("web-1", "restart-it").decision == "ask"
     assert ps.decide("nowhere", "ls").policy_files == ["<string:0>"]
     assert PolicySet([]).decide("h", "ls").rule_id == "<no-policy>"
 
 
 def test_exact_glob_beats_wildcard_regardless_of_order() -> None:
-    a = "version: 1\nhosts: ['gpu-*']\nrules: [{id: a, match: [x], decision: ask}]\n"
-    b = "version: 1\nhosts: ['gpu-1']\nrules: [{id: b, match: [x], decision: allow}]\n"
+    a = "version: 1\nhosts: ['gpu-*']\nrules: [{id: a, match: [x], decision: ask, budget_s: 5}]\n"
+    b = "version: 1\nhosts: ['gpu-1']\nrules: [{id: b, match: [x], decision: ask, budget_s: 7}]\n"
     assert PolicySet.from_text(a, b).decide("gpu-1", "x").rule_id == "b"
+    assert PolicySet.from_text(b, a).decide("gpu-1", "x").budget_s == 7
 
 
 def test_match_tokens() -> None:
@@ -238,23 +251,107 @@ def test_random_block_device_writes_are_denied(default: PolicySet, gpu: PolicySe
     rng = random.Random(2026)
     devices = ["/dev/sda", "/dev/sdb1", "/dev/nvme0n1", "/dev/nvme1n1p2", "/dev/vdb", "/dev/xvda", "/dev/md0",
                "/dev/mapper/vg-root", "/dev/disk/by-id/nvme-x", "/dev/dm-0", "/dev/loop0", "//dev/sda",
-               "/dev/./nvme0n1", "/dev/../dev/sda", "/dev/zram0", "/dev/mmcblk0"]
+               "/dev/./nvme0n1", "/dev/../dev/sda", "/dev/zram0", "/dev/mmcblk0", "/dev/block/8:0", "/dev/vg0/root",
+               "/dev/char/1:1", "/dev/watchdog", "/dev/bcache0", "/proc/self/root/dev/sda", "/proc/1/root/dev/nvme0n1"]
     forms = ["cp /dev/zero {d}", "cp -f image.raw {d}", "mv image {d}", "install -m 600 img {d}", "rsync -a img {d}",
              "truncate -s 0 {d}", "tee {d} < /dev/zero", "echo x | tee -a {d}", "dd if=/dev/zero of={d} bs=1M",
              "cat /dev/zero > {d}", "cat > {d}", "pv /dev/zero > {d}", "pv -o {d} img", "shred -n1 {d}",
              "mkfs.ext4 {d}", "mkfs -t xfs {d}", "wipefs -a {d}", "blkdiscard {d}", "curl -so {d} http://127.0.0.1/",
              "sort -o {d} list", "tar -cf {d} /srv", "badblocks -w {d}", ": > {d}", "{{ echo x; }} > {d}",
-             "printf x >> {d}", "xxd -r dump {d}", "exec 3>{d}"]
+             "printf x >> {d}", "xxd -r dump {d}", "exec 3>{d}", "cat /dev/zero 1<>{d}", "tar cf {d} /etc",
+             "tar czvf {d} /srv", "socat -u /dev/zero {d}", "zstd -d x.zst -o {d}", "journalctl -n1 --cursor-file={d}",
+             "openssl rand -out {d} 9", "ln -s {d} /tmp/l", "f() {{ cat /dev/zero; }} > {d}; f"]
     wrappers = ["{c}", "sudo {c}", "sudo -n -u root {c}", "nice -n 5 {c}", "timeout 5 {c}", "env -i {c}",
                 "nohup {c}", "time {c}", "busybox {c}", "bash -c {q}", "sh -c {q}", "ssh other {q}", "eval {q}",
-                "true && {c}", "ls; {c}"]
+                "true && {c}", "ls; {c}", "toybox {c}", "taskset -c 1 {c}", "nsenter -t 1 -m {c}",
+                "systemd-run --unit x {c}", "flock /tmp/l -c {q}"]
     for _ in range(700):
         command = rng.choice(forms).format(d=rng.choice(devices))
         wrapped = rng.choice(wrappers)
-        if wrapped.startswith(("busybox", "nohup", "time", "sudo", "nice", "timeout", "env")) and (
-                command.startswith(("{", ":", "exec")) or ">" in command or "|" in command):
+        if wrapped.startswith(("busybox", "nohup", "time", "sudo", "nice", "timeout", "env", "toybox", "taskset",
+                               "nsenter", "systemd-run")) and (
+                command.startswith(("{", ":", "exec", "f()")) or ">" in command or "|" in command or ";" in command):
             wrapped = "bash -c {q}"  # a wrapper runs a program, not shell syntax
         full = wrapped.format(c=command, q=shlex.quote(command))
         for ps, host in ((default, "web-1"), (gpu, "gpu-node-1"), (both, "gpu-node-1")):
             d = ps.decide(host, full)
             assert d.decision == "deny", (full, host, d.decision, d.reason)
+
+
+def test_random_relative_device_writes_are_denied(default: PolicySet, gpu: PolicySet, both: PolicySet) -> None:
+    """A device named relative to a directory the command line moved to (a cd, a pushd, env -C, sudo -D, the call's
+    cwd) is the device."""
+    rng = random.Random(7331)
+    names = ["sda", "nvme0n1", "sdb1", "vda", "md0", "dm-0", "mapper/vg-root", "block/8:0", "disk/by-id/x"]
+    writes = ["cp zero {n}", "cat zero > {n}", "dd if=zero of={n}", "tee {n} < zero", "tar cf {n} /etc",
+              "truncate -s 0 {n}", "ln -s {n} /tmp/l"]
+    moves = ["cd /dev && {w}", "cd /dev; {w}", "cd / && cd dev && {w}", "pushd /dev; {w}", "(cd /dev; {w})",
+             "cd /tmp; cd /dev; {w}", "env -C /dev {w}", "sudo -D /dev {w}", "cd /dev || exit; {w}"]
+    for _ in range(400):
+        write = rng.choice(writes).format(n=rng.choice(names))
+        move = rng.choice(moves)
+        if move.startswith(("env", "sudo")) and (">" in write or "<" in write):
+            move = "cd /dev && {w}"
+        for cwd, command in ((None, move.format(w=write)), ("/dev", write)):
+            for ps, host in ((default, "web-1"), (gpu, "gpu-node-1"), (both, "gpu-node-1")):
+                d = ps.decide(host, command, cwd=cwd)
+                assert d.decision == "deny", (command, cwd, host, d.decision, d.reason)
+
+
+def test_random_text_run_as_code_is_never_allowed(default: PolicySet, gpu: PolicySet, both: PolicySet) -> None:
+    """Text the policy cannot see (quoted code, input, a command's output, $_ and the positional parameters) that
+    reaches a place where bash evaluates it (arithmetic, a subscript, a variable-name operand, ${!x}, ${x@P}) is
+    never allowed, however it is stored and read."""
+    rng = random.Random(4242)
+    sources = ["x='a[$(id)]'", "read x <<< 'a[$(id)]'", "read -r x < /tmp/f", "x=$(cat /tmp/f)", "x=$1",
+               ": 'a[$(id)]'; x=$_", "set -- 'a[$(id)]'; x=$1", "mapfile -t x < /tmp/f", "declare x=\"$(cat /tmp/f)\"",
+               "printf -v x %s \"$(cat /tmp/f)\"", "for x in $(cat /tmp/f); do :; done", "IFS= read -r x <<< 'a'",
+               "getopts ab x", "x=`cat /tmp/f`", "read y < /tmp/f; x=y"]
+    sinks = ["echo $((x))", "echo $[x]", "((x))", "let y=x+1", "[[ $x -eq 1 ]]", "[[ x -lt 2 ]]", "echo ${a[x]}",
+             "echo ${a[$x]}", "b[x]=1", "echo ${s:x}", "echo ${s:0:x}", "declare -i y=x", "test -v \"$x\"",
+             "printf -v \"$x\" 1", "read \"$x\" <<< 1", "echo ${!x}", "echo ${x@P}",
+             "for ((i=x; i<1; i++)); do :; done",
+             "unset \"$x\"", "[ -v \"$x\" ]", "(( y = x * 2 ))", "echo $(( x + 1 ))"]
+    for _ in range(800):
+        command = rng.choice(sources) + rng.choice(["; ", " && ", "\n", " || "]) + rng.choice(sinks)
+        shape = rng.choice(["{c}", "ls; {c}", "bash -c {q}", "{{ {c}; }}", "( {c} )", "if true; then {c}; fi"])
+        command = shape.format(c=command, q=shlex.quote(command))
+        for ps, host in ((default, "web-1"), (gpu, "gpu-node-1"), (both, "gpu-node-1")):
+            d = ps.decide(host, command)
+            assert d.decision != "allow", (command, host, d.reason)
+
+
+def test_arithmetic_on_known_values_stays_allowed(default: PolicySet) -> None:
+    """The sinks only count text the policy cannot see: arithmetic on literals and loop counters is still a read."""
+    for command in ["x=5; echo $((x + 1))", "for i in 1 2 3; do echo $((i * 2)); done", "echo $((3 * 4))",
+                    "n=2; m=n; echo $((m))", "echo ${#HOME}", "ls; echo ${!HO*}",
+                    "read -r line < /etc/hostname; echo $line",
+                    "printf -v out %s ok; echo $out", "test -v HOME && echo set"]:
+        d = default.decide("web-1", command)
+        assert d.decision == "allow", (command, d.reason)
+
+
+def test_random_variables_that_change_what_runs_are_never_allowed(default: PolicySet, gpu: PolicySet,
+                                                                  both: PolicySet) -> None:
+    """A variable not known to be inert, set inline, through env, exported, by set -a or in the call's env, makes
+    an allowed command ask; so does an env value holding shell code. Inert ones (LC_ALL, TZ) do not."""
+    rng = random.Random(9001)
+    names = ["PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "BASH_ENV", "ENV", "HOME", "XDG_CONFIG_HOME", "GIT_DIR",
+             "GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0", "PYTHONPATH", "PERL5OPT", "GCONV_PATH", "GLIBC_TUNABLES",
+             "RIPGREP_CONFIG_PATH", "CURL_HOME", "PAGER", "SYSTEMD_PAGER", "FOO", "MY_SETTING", "SHELLOPTS", "PS4",
+             "IFS", "OPENSSL_CONF", "LESSOPEN", "AWS_CONFIG_FILE", "SSH_ASKPASS", "TMPDIR"]
+    commands = ["ls", "cat /etc/hostname", "free -g", "nvidia-smi", "journalctl -n 5", "ls | head", "df -h"]
+    for _ in range(600):
+        name, value, command = rng.choice(names), rng.choice(["/tmp/evil", "1", "x", "$(id)"]), rng.choice(commands)
+        placed = rng.choice(["{n}={v} {c}", "env {n}={v} {c}", "export {n}={v}; {c}", "set -a; {n}={v}; {c}",
+                             "{n}={v}; export {n}; {c}", "declare -x {n}={v}; {c}", None])
+        if placed is None:
+            env, line = {name: value}, command
+        else:
+            env, line = None, placed.format(n=name, v=shlex.quote(value), c=command)
+        for ps, host in ((default, "web-1"), (gpu, "gpu-node-1"), (both, "gpu-node-1")):
+            d = ps.decide(host, line, env=env)
+            assert d.decision != "allow", (line, env, host, d.reason)
+    for env in ({"LC_ALL": "C"}, {"TZ": "UTC", "HF_TOKEN": "hf_x"}, {"CUDA_VISIBLE_DEVICES": "0", "lower": "x"}):
+        assert default.decide("web-1", "ls", env=env).decision == "allow", env
+    assert default.decide("web-1", "ls", env={"LC_ALL": "$(id)"}).decision == "ask"

@@ -41,7 +41,7 @@ def test_simple_commands(command: str, expected: list[list[str]]) -> None:
     ("command", "argv", "wrappers"),
     [
         ("sudo -u root -E -- rm x", ["rm", "x"], ["sudo"]),
-        ("env -i -- A=1 x", ["x"], ["env"]),
+        ("env -i -- LC_ALL=C x", ["x"], ["env"]),
         ("nice -n 5 nohup timeout -s KILL 5 stdbuf -o0 x", ["x"], ["nice", "nohup", "timeout", "stdbuf"]),
         ("ionice -c3 setsid -f time -p command exec x", ["x"], ["ionice", "setsid", "time", "command", "exec"]),
         ("bash -lc 'sh -ec \"x y\"'", ["x", "y"], ["bash -c", "sh -c"]),
@@ -95,11 +95,11 @@ def test_find_exec_and_delete() -> None:
 def test_redirects_and_writes() -> None:
     (cmd,) = parse_command("x > out 2>&1 >> log < in 2>/dev/null")
     assert [r.op for r in cmd.redirects] == [">", ">&", ">>", "<", ">"]
-    assert cmd.writes == ["out", "log"]
+    assert cmd.writes == ["out", "~/out", "log", "~/log"]  # a relative name also as resolved in the login directory
     (dd,) = parse_command("dd if=/dev/zero of=/dev/sdb")
     assert dd.writes == ["/dev/sdb"]
     (tee,) = parse_command("tee -a f1 f2")
-    assert tee.writes == ["f1", "f2"]
+    assert tee.writes == ["f1", "~/f1", "f2", "~/f2"]
     (odd,) = parse_command("rm > /dev/null -rf /")  # words after a redirect target are still arguments
     assert odd.argv == ["rm", "-rf", "/"]
 
@@ -207,19 +207,69 @@ def test_a_function_nobody_calls_runs_nothing_but_its_body_is_still_parsed() -> 
     [
         ("cp /dev/zero /dev/sda", ["/dev/sda"]),
         ("cp -t /dev/disk x y", ["/dev/disk"]),
-        ("mv a b c/", ["c/"]),
-        ("rsync -a src/ host:dst/", ["host:dst/"]),
-        ("truncate -s0 a b", ["a", "b"]),
+        ("mv a b c/", ["c/", "~/c"]),
+        ("rsync -a src/ host:dst/", ["host:dst/", "~/host:dst"]),
+        ("truncate -s0 a b", ["a", "~/a", "b", "~/b"]),
         ("badblocks -sv /dev/sda", []),
         ("badblocks -wsv /dev/sda", ["/dev/sda"]),
-        ("curl -so out http://x", ["out"]),
-        ("curl --output=out http://x", ["out"]),
-        ("sort -oout in", ["out"]),
-        ("tar -czf a.tgz dir", ["a.tgz"]),
-        ("xxd -r dump out", ["out"]),
+        ("curl -so out http://x", ["out", "~/out"]),
+        ("curl --output=out http://x", ["out", "~/out"]),
+        ("sort -oout in", ["out", "~/out"]),
+        ("tar -czf a.tgz dir", ["a.tgz", "~/a.tgz"]),
+        ("xxd -r dump out", ["out", "~/out"]),
         ("xxd dump", []),
         ("cp a /dev/null", []),
     ],
 )
 def test_programs_writing_their_operands(command: str, writes: list[str]) -> None:
     assert parse_command(command)[0].writes == writes
+
+
+def test_a_call_env_is_decided_like_an_export_at_the_start() -> None:
+    cmds = parse_command("ls", env={"LD_PRELOAD": "/x.so", "LC_ALL": "C", "QA": "a[$(id)]", "x": "$(id)"})
+    pseudo = [c for c in cmds if not c.argv]
+    assert [c.text for c in pseudo] == ["env LD_PRELOAD=…", "env QA=…", "env x=…"]
+    assert all(c.opaque and (c.opaque_reason or "").startswith("env: ") for c in pseudo)
+    assert cmds[-1].argv == ["ls"] and not cmds[-1].opaque
+
+
+def test_directories_a_command_may_run_in() -> None:
+    cd, cp, _ = parse_command("cd /dev && cp zero sda; git status")
+    assert cd.cwd == "~" and cp.cwds == ["~", "/dev"] and cp.cwd is None
+    assert cp.writes == ["sda", "~/sda", "/dev/sda"]
+    (only,) = parse_command("cp zero sda", cwd="/dev")
+    assert only.cwd == "/dev" and "/dev/sda" in only.writes
+    (rel,) = parse_command("touch x", cwd="work")
+    assert rel.cwd == "~/work"
+    (inner,) = parse_command("env -C /srv make")
+    assert inner.cwd == "/srv"
+    remote = parse_command("cd /dev; ssh h 'cp zero sda'")[-1]
+    assert remote.target_host == "h" and remote.cwd == "~" and "/dev/sda" not in remote.writes
+    assert parse_command('cd "$D"; ls')[-1].cwds == ["~", None]
+
+
+def test_sinks_are_pseudo_commands_naming_what_bash_evaluates() -> None:
+    reasons = [c.opaque_reason or "" for c in parse_command(": 'a[$(id)]'; echo ${!_} ${_@P} $(($_))") if not c.argv]
+    assert any(r.startswith("indirect expansion") for r in reasons)
+    assert any(r.startswith("prompt expansion") for r in reasons)
+    assert any(r.startswith("arithmetic expansion") and "$_" in r for r in reasons)
+    assert not [c for c in parse_command("x=5; echo $((x + 1)) ${!HO*} ${#x}") if c.opaque]
+
+
+@pytest.mark.parametrize(
+    ("command", "writes"),
+    [
+        ("cat /dev/zero 1<>/dev/sda", ["/dev/sda"]),
+        ("tar cf /dev/sda /etc", ["/dev/sda"]),
+        ("socat -u /dev/zero OPEN:/dev/sda,wronly", ["/dev/zero", "/dev/sda"]),
+        ("zstd -d x.zst -o /dev/sda", ["/dev/sda"]),
+        ("journalctl -n1 --cursor-file=/var/c", ["/var/c"]),
+        ("curl -w '%output{/etc/x}%{http_code}' http://h/", ["/etc/x"]),
+        ("ln -s /dev/sda /tmp/d", ["/dev/sda", "/tmp/d"]),
+        ("sed -i s/a/b/ /etc/f", ["/etc/f"]),
+        ("echo > /proc/self/root/dev/sda", ["/proc/self/root/dev/sda", "/dev/sda"]),
+        ("find / -fprint /etc/x -name y", ["/etc/x"]),
+    ],
+)
+def test_more_programs_writing_their_operands(command: str, writes: list[str]) -> None:
+    assert parse_command(command)[-1].writes == writes
