@@ -1,14 +1,18 @@
 """Replace secrets in text with ``[REDACTED]``, keeping the name of what was hidden.
 
 Covered: private key blocks (``-----BEGIN ... PRIVATE KEY-----``, also ``AGE-SECRET-KEY-1...``); passwords in
-URLs (``https://user:[REDACTED]@host``) and signed-URL query parameters (``sig=``, ``X-Amz-Signature=``...);
-``Authorization`` / ``Proxy-Authorization`` headers (the scheme is kept), ``Cookie``/``Set-Cookie`` values and
-``X-Api-Key`` style headers; ``--password=x``, ``--password x``, ``--token x``, ``--api-key x`` (any option
-whose name ends in one of the secret names below), ``mysql -pSECRET``, ``sshpass -p x`` and ``curl -u
-user:pw``; ``NAME=value`` / ``name: value`` where NAME ends in TOKEN, SECRET, PASSWORD, PASSWD, _PWD, API_KEY,
-ACCESS_KEY, ACCOUNT_KEY, SECRET_KEY, PRIVATE_KEY, CREDENTIAL(S) or AUTH_TOKEN (case-insensitive;
-``MAX_TOKENS`` and ``TOKENIZERS_PARALLELISM`` are left alone); and value shapes of common providers: AWS access
-key ids (``AKIA``/``ASIA``), GitHub (``ghp_``, ``gho_``, ``ghu_``, ``ghs_``, ``ghr_``, ``github_pat_``), GitLab
+URLs (``https://user:[REDACTED]@host``, up to the last ``@`` of the authority) and signed-URL query parameters
+(``sig=``, ``X-Amz-Signature=``...); ``Authorization`` / ``Proxy-Authorization`` headers (the scheme is kept),
+``Cookie``/``Set-Cookie`` values and ``X-Api-Key`` style headers; ``--password=x``, ``--password x``, ``--token x``,
+``--api-key x``, ``--oauth2-bearer x``, ``--passphrase x`` (any option whose name ends in one of the secret names
+below), ``-pass pass:x`` / ``-storepass x`` style options (openssl, keytool); program-specific ones: ``mysql
+-pSECRET``, ``sshpass -p x``, ``curl -u user:pw``, ``redis-cli -a x``, ``docker login -p x``, ``htpasswd -b FILE
+USER PW``, ``smbclient -U user%pw``, ``vault login TOKEN``, ``ssh-keygen -N/-P x``, ``zip/unzip -P x``,
+``ldapsearch -w x``, ``ipmitool -P x``, ``aws configure set aws_secret_access_key x``; ``NAME=value`` / ``name:
+value`` / ``<name>value</name>`` where NAME ends in TOKEN, SECRET, PASSWORD, PASSWD, PASS, _PWD, _PAT, KEY (as in
+``OPENAI_KEY``; ``API_KEY``, ``ACCESS_KEY``...), CREDENTIAL(S) or AUTH_TOKEN (case-insensitive; ``MAX_TOKENS`` and
+``TOKENIZERS_PARALLELISM`` are left alone); and value shapes of common providers: AWS access key ids
+(``AKIA``/``ASIA``), GitHub (``ghp_``, ``gho_``, ``ghu_``, ``ghs_``, ``ghr_``, ``github_pat_``), GitLab
 (``glpat-``), OpenAI/Anthropic style ``sk-...``, Slack ``xox[abprs]-`` and webhook URLs, Hugging Face ``hf_``,
 Google ``AIza...`` and OAuth ``ya29.``, Stripe ``sk_live_``/``rk_live_``/``whsec_``, npm ``npm_``, PyPI
 ``pypi-``, Docker Hub ``dckr_pat_``, DigitalOcean ``dop_v1_``, HashiCorp Vault ``hvs.``, Databricks ``dapi``
@@ -17,47 +21,72 @@ authentication"; AWS IAM identifiers; GitLab "Personal access tokens").
 
 A value that is shell code rather than a literal (it starts with ``$`` or a backquote: ``TOKEN=$(vault read
 ...)``, ``--password "$PW"``) is left as it is, and unquoted values end at shell operators (``; | & < > (
-)``), so redacting a command line never hides what it runs from a person reading it.
+)``), so redacting a command line never hides an operator from a person reading it. A ``name: value`` pair is
+only taken as a secret where ``name`` is a key, not a path (``/etc/passwd: no such file``), and not when the
+value is an option (``-name token: -delete``).
 
-Redaction is best effort: a secret in a shape nobody listed passes through. Extra patterns (e.g. from a
-policy file's ``redact`` list) replace their whole match, or only the group named ``secret`` if they have one.
+Certain and uncertain shapes. Provider token shapes, private keys, URL passwords, signed-URL parameters, the values
+of secret-named assignments and options and of the program-specific options above, and ``Authorization`` with a
+scheme are *certain*: the hidden span is a secret value, never code. Header-like ``name: value`` pairs (``Cookie:``
+takes the rest of the line) are not: in a command they may stand for shell words (``systemctl stop x cookie:
+ssh.service``). :func:`redact` hides both (for storage and output); ``redact(..., certain_only=True)`` hides only
+certain ones (for an approval prompt, where a person must see every word that runs; :func:`review_text` also says
+how many spans it hid).
+
+Process-wide additions (:func:`add_patterns`, :func:`add_secret_values`): the ``redact:`` patterns of every policy
+file loaded in this process and the values of secret-named variables given in a call's ``env`` are applied by every
+call of :func:`redact`, so every path that stores or shows text (journal, approvals, logs, results, cassettes, the
+CLI) hides them. Redaction is best effort: a secret in a shape nobody listed passes through. Extra patterns replace
+their whole match, or only the group named ``secret`` if they have one.
+
+Every span is found on the original text and then replaced, so :func:`secret_spans` and :func:`redact_slice` let a
+caller redact a page or a view of a longer text with the context on both sides of the cut (a secret that straddles
+the cut is hidden on both pages).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, MutableMapping
+import threading
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MARK", "is_secret_name", "redact", "redact_argv", "redact_event", "redact_obj"]
+__all__ = ["MARK", "add_patterns", "add_secret_values", "is_secret_name", "redact", "redact_argv", "redact_event",
+           "redact_obj", "redact_slice", "review_text", "secret_env_values", "secret_spans"]
 
 MARK = "[REDACTED]"
 """The marker that replaces a secret."""
 
 _SECRET_WORDS = (
-    r"(?:token|secret|password|passwd|_pwd|api[_-]?key|access[_-]?key|account[_-]?key|secret[_-]?key|"
-    r"private[_-]?key|credentials?|auth[_-]?token)"
+    r"(?:token|secret|password|passwd|passphrase|_pwd|_pass|_pat|api[_-]?key|access[_-]?key|account[_-]?key|"
+    r"secret[_-]?key|private[_-]?key|signing[_-]?key|_key|credentials?|auth[_-]?token)"
 )
 _SECRET_NAME = rf"[A-Za-z0-9_.-]*?{_SECRET_WORDS}"
 _SECRET_KEY_RE = re.compile(rf"^{_SECRET_NAME}$", re.IGNORECASE)
+#: names that end like a secret but hold none
+_NOT_SECRET_RE = re.compile(r"^(?:max|num|min)_?(?:new_)?tokens?$", re.IGNORECASE)
 
 
 def is_secret_name(name: str) -> bool:
     """Whether ``name`` (a variable, option or key name) names a secret: it ends in TOKEN, SECRET, PASSWORD, ...
     (case-insensitive; see the module docstring)."""
-    return bool(_SECRET_KEY_RE.match(name))
+    return bool(_SECRET_KEY_RE.match(name)) and not _NOT_SECRET_RE.search(name)
+
 
 # the body is base64 and PEM headers (also with JSON's literal \n); a truncated block ends where that stops
 _PRIVATE_KEY_RE = re.compile(
     r"(-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY((?: BLOCK)?)-----)((?:[A-Za-z0-9+/=\s,:.-]|\\[nr])*?)"
     r"(-----END \2PRIVATE KEY\3-----|(?=[^A-Za-z0-9+/=\s,:.\\-])|\Z)"
 )
-_URL_CREDENTIALS_RE = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]+:)([^/\s@]+)@")
-_AUTH_HEADER_RE = re.compile(
-    r"((?:proxy-)?authorization\s*[:=]\s*[\"']?(?:(?:bearer|basic|token|bot|digest|negotiate)\s+)?)"
-    r"([^\s\"',;]+)",
+# the password runs to the last `@` of the authority (`u:p@ss@host`), never past a `/`, `?`, `#` or a quote
+_URL_CREDENTIALS_RE = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@'\"]+:)([^/\s?#'\"]+)@")
+_AUTH_SCHEME_RE = re.compile(
+    r"((?:proxy-)?authorization\s*[:=]\s*[\"']?(?:bearer|basic|token|bot|digest|negotiate)\s+)([^\s\"',;]+)",
     re.IGNORECASE,
 )
+_AUTH_HEADER_RE = re.compile(r"((?:proxy-)?authorization\s*[:=]\s*[\"']?)"
+                             r"(?!(?:bearer|basic|token|bot|digest|negotiate)\s)([^\s\"',;]+)", re.IGNORECASE)
 _API_KEY_HEADER_RE = re.compile(r"\b((?:x-)?api-?key\s*:\s*)([^\s\"',;]+)", re.IGNORECASE)
 _COOKIE_RE = re.compile(r"\b((?:set-)?cookie\s*:\s*)([^\n\"']+)", re.IGNORECASE)
 #: an unquoted shell word: stops at whitespace, quotes and shell operators
@@ -68,128 +97,268 @@ _NESTED_SQ = r"(?P<q>['\"]{3,})[^'\"\n]*(?P=q)"
 _QUOTE_RUN_RE = re.compile(r"['\"]{3,}")
 _VALUE = rf"({_NESTED_SQ}|\"[^\"]*\"|'[^']*'|{_WORD})"
 _PASSWORD_FLAG_RE = re.compile(
-    rf"(--(?:[A-Za-z0-9_]+[_-])?(?:pass|{_SECRET_WORDS})(?:=|\s+)){_VALUE}", re.IGNORECASE
+    rf"(--(?:[A-Za-z0-9_]+[_-])?(?:pass|bearer|{_SECRET_WORDS})(?:=|\s+)){_VALUE}", re.IGNORECASE
 )
-_MYSQL_P_RE = re.compile(rf"(\b(?:mysql\w*|mariadb\w*)\b[^\n;|&]*?\s-p){_VALUE}")
-_SSHPASS_RE = re.compile(rf"(\bsshpass\b[^\n;|&]*?\s-p\s*){_VALUE}")
-_CURL_USER_RE = re.compile(r"(\bcurl\b[^\n;|&]*?\s(?:-u\s*|--user(?:=|\s+))[\"']?[^\s:\"']+:)([^\s\"'@;|&]+)")
+#: openssl/keytool style single-dash options (``-pass pass:x``, ``-passin pass:x``, ``-storepass x``)
+_DASH_PASS_RE = re.compile(rf"(\s-(?:[a-z]+)?pass(?:word|in|out|phrase)?\s+(?:pass:)?)(?!env:|file:|fd:|stdin\b)"
+                           rf"{_VALUE}")
+#: (program, option) pairs whose next word (or attached value, for ``-pX``) is a secret
+_PROGRAM_OPTIONS: tuple[tuple[str, str], ...] = (
+    (r"mysql\w*|mariadb\w*", r"-p"), (r"sshpass", r"-p\s*"), (r"redis-cli", r"-a\s+"),
+    (r"docker|podman|nerdctl", r"login\b[^\n;|&]*?\s-p\s+"), (r"ssh-keygen", r"-[NP]\s*"),
+    (r"zip|unzip|7z|7za|unrar", r"-P\s*|-p"), (r"ldap\w+", r"-w\s+"), (r"ipmitool|sqlcmd|bcp", r"-P\s+"),
+    (r"mongo|mongosh|mongodump|mongorestore", r"-p\s+"),
+)
+_PROGRAM_OPTION_RES = tuple(re.compile(rf"(\b(?:{prog})\b[^\n;|&]*?\s(?:{opt})){_VALUE}")
+                            for prog, opt in _PROGRAM_OPTIONS)
+_CURL_USER_RE = re.compile(r"(\bcurl\b[^\n;|&]*?\s(?:-u\s*|-U\s*|--user(?:=|\s+)|--proxy-user(?:=|\s+))[\"']?"
+                           r"[^\s:\"']+:)([^\s\"'@;|&]+)")
+_SMB_USER_RE = re.compile(r"(\b(?:smbclient|rpcclient|smbmap|smbcacls|net)\b[^\n;|&]*?\s(?:-U|--user(?:=|\s+))\s*"
+                          r"[\"']?[^\s%\"']+%)([^\s\"';|&]+)")
+#: ``htpasswd -b FILE USER PW``; with -n (print, no file) ``htpasswd -nb USER PW``
+_HTPASSWD_RE = re.compile(rf"(\bhtpasswd\s+(?:-[A-Za-z]+\s+)*-(?![A-Za-z]*n)[A-Za-z]*b[A-Za-z]*\s+(?:-[A-Za-z]+\s+)*"
+                          rf"{_WORD}\s+{_WORD}\s+){_VALUE}")
+_HTPASSWD_N_RE = re.compile(rf"(\bhtpasswd\s+(?:-[A-Za-z]+\s+)*-(?=[A-Za-z]*n)[A-Za-z]*b[A-Za-z]*\s+(?:-[A-Za-z]+\s+)*"
+                            rf"{_WORD}\s+){_VALUE}")
+_VAULT_LOGIN_RE = re.compile(rf"(\bvault\s+login\s+(?:-[A-Za-z-]+(?:=\S+)?\s+)*)(?!-){_VALUE}")
+_AWS_SET_RE = re.compile(rf"(\baws\s+configure\s+set\s+(?:\S+\.)?{_SECRET_NAME}\s+){_VALUE}", re.IGNORECASE)
 _SIGNED_URL_RE = re.compile(
     r"((?<=[?&])(?:sig|signature|X-Amz-Signature|X-Amz-Credential|X-Amz-Security-Token|X-Goog-Signature|"
     r"X-Goog-Credential)=)([^&\s\"'#]+)",
     re.IGNORECASE,
 )
 _ASSIGNMENT_RE = re.compile(
-    rf"(?<![A-Za-z0-9_])([\"']?)({_SECRET_NAME})\1(\s*(?:=|:)\s*)(\[REDACTED\]|{_NESTED_SQ}|\"[^\"\n]*\"|'[^'\n]*'|"
+    rf"(?<![A-Za-z0-9_/])([\"']?)({_SECRET_NAME})\1(\s*=\s*)(\[REDACTED\]|{_NESTED_SQ}|\"[^\"\n]*\"|'[^'\n]*'|"
     rf"[^\s\"',;&|)}}\]<>(`]+)",
     re.IGNORECASE,
 )
-_SHAPES: tuple[re.Pattern[str], ...] = tuple(
-    re.compile(p)
-    for p in (
-        r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
-        r"\bgh[pousr]_[A-Za-z0-9]{36,}\b",
-        r"\bgithub_pat_[A-Za-z0-9_]{22,}\b",
-        r"\bglpat-[A-Za-z0-9_-]{20,}",
-        r"\bsk-(?:proj-|svcacct-|admin-|ant-[a-z0-9]+-)?[A-Za-z0-9_-]{20,}",
-        r"\b(?:[rs]k_live|whsec)_[A-Za-z0-9]{16,}\b",
-        r"\bxox[abprse]-[A-Za-z0-9-]{10,}",
-        r"\bhooks\.slack\.com/services/[A-Za-z0-9/]{20,}",
-        r"\bhf_[A-Za-z0-9]{30,}\b",
-        r"\bAIza[0-9A-Za-z_-]{35}",
-        r"\bya29\.[0-9A-Za-z_-]{20,}",
-        r"\bnpm_[A-Za-z0-9]{36}\b",
-        r"\bpypi-[A-Za-z0-9_-]{50,}",
-        r"\bdckr_pat_[A-Za-z0-9_-]{20,}",
-        r"\bdop_v1_[a-f0-9]{64}\b",
-        r"\bhvs\.[A-Za-z0-9_-]{24,}",
-        r"\bdapi[0-9a-f]{32}\b",
-        r"\bAGE-SECRET-KEY-1[0-9A-Z]{50,}",
-        r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
-    )
+# `name: value` (YAML, JSON, logs): the name is a key (not the end of a path), the value not an option
+_COLON_RE = re.compile(
+    rf"(?<![A-Za-z0-9_/.-])([\"']?)({_SECRET_NAME})\1(\s*:\s*)(?!-)(\[REDACTED\]|{_NESTED_SQ}|\"[^\"\n]*\"|'[^'\n]*'|"
+    rf"[^\s\"',;&|)}}\]<>(`]+)",
+    re.IGNORECASE,
 )
-
-
-_SHAPES_RE = re.compile("|".join(f"(?:{p.pattern})" for p in _SHAPES))
-_SECRET_HINT_RE = re.compile(r"(?:token|secret|passw(?:or)?d|_pwd|key|credentials?)[\"']?\s*[=:]")
-# the same as _ASSIGNMENT_RE for lower-cased text, without IGNORECASE (4x faster)
+_XML_RE = re.compile(rf"(<({_SECRET_NAME})>)([^<\n]+)(?=</\2>)", re.IGNORECASE)
+_SHAPES: tuple[str, ...] = (
+    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+    r"\bgh[pousr]_[A-Za-z0-9]{36,}\b",
+    r"\bgithub_pat_[A-Za-z0-9_]{22,}\b",
+    r"\bglpat-[A-Za-z0-9_-]{20,}",
+    r"\bsk-(?:proj-|svcacct-|admin-|ant-[a-z0-9]+-)?[A-Za-z0-9_-]{20,}",
+    r"\b(?:[rs]k_live|whsec)_[A-Za-z0-9]{16,}\b",
+    r"\bxox[abprse]-[A-Za-z0-9-]{10,}",
+    r"\bhooks\.slack\.com/services/[A-Za-z0-9/]{20,}",
+    r"\bhf_[A-Za-z0-9]{30,}\b",
+    r"\bAIza[0-9A-Za-z_-]{35}",
+    r"\bya29\.[0-9A-Za-z_-]{20,}",
+    r"\bnpm_[A-Za-z0-9]{36}\b",
+    r"\bpypi-[A-Za-z0-9_-]{50,}",
+    r"\bdckr_pat_[A-Za-z0-9_-]{20,}",
+    r"\bdop_v1_[a-f0-9]{64}\b",
+    r"\bhvs\.[A-Za-z0-9_-]{24,}",
+    r"\bdapi[0-9a-f]{32}\b",
+    r"\bAGE-SECRET-KEY-1[0-9A-Z]{50,}",
+    r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+)
+_SHAPES_RE = re.compile("|".join(f"(?:{p})" for p in _SHAPES))
+_SECRET_HINT_RE = re.compile(r"(?:token|secret|passw(?:or)?d|pass|_pwd|_pat|key|credentials?)[\"']?\s*[=:]")
+# the same as _ASSIGNMENT_RE/_COLON_RE for lower-cased text, without IGNORECASE (4x faster)
 _ASSIGNMENT_LOW_RE = re.compile(_ASSIGNMENT_RE.pattern.replace(r"\[REDACTED\]", r"\[redacted\]"))
+_COLON_LOW_RE = re.compile(_COLON_RE.pattern.replace(r"\[REDACTED\]", r"\[redacted\]"))
+
+Span = tuple[int, int]
 
 
-def _sub_assignments(text: str) -> str:
-    low = text.lower()
-    if len(low) != len(text):  # a character whose lower case is longer: spans would not line up
-        return _ASSIGNMENT_RE.sub(
-            lambda m: m.group(1) + m.group(2) + m.group(1) + m.group(3) + _keep_quotes(m.group(4)), text)
-    out: list[str] = []
-    pos = 0
-    for m in _ASSIGNMENT_LOW_RE.finditer(low):
-        quote, name, sep, value = (text[m.start(i):m.end(i)] for i in range(1, 5))
-        out += [text[pos:m.start()], quote, name, quote, sep, _keep_quotes(value)]
-        pos = m.end()
-    return "".join(out) + text[pos:] if out else text
+@dataclass(frozen=True)
+class _Rule:
+    """One pattern: where it may apply (``gate`` on the text and its lower case), the group holding the secret,
+    whether quotes around the value are kept (and a ``$...`` value left alone), and whether it is certain."""
+
+    regex: re.Pattern[str]
+    group: int | str
+    gate: Callable[[str, str], bool]
+    certain: bool
+    keep_quotes: bool = True
 
 
-def _keep_quotes(value: str) -> str:
+_RULES: tuple[_Rule, ...] = (
+    _Rule(_PRIVATE_KEY_RE, 4, lambda t, lo: "private key" in lo, True, keep_quotes=False),
+    _Rule(_URL_CREDENTIALS_RE, 2, lambda t, lo: "://" in t, True, keep_quotes=False),
+    _Rule(_AUTH_SCHEME_RE, 2, lambda t, lo: "authorization" in lo, True),
+    _Rule(_AUTH_HEADER_RE, 2, lambda t, lo: "authorization" in lo, False),
+    _Rule(_API_KEY_HEADER_RE, 2, lambda t, lo: "key" in lo, False),
+    _Rule(_COOKIE_RE, 2, lambda t, lo: "cookie" in lo, False),
+    _Rule(_PASSWORD_FLAG_RE, 2, lambda t, lo: "--" in t, True),
+    _Rule(_DASH_PASS_RE, 2, lambda t, lo: "pass" in lo, True),
+    *(_Rule(r, 2, lambda t, lo: True, True) for r in _PROGRAM_OPTION_RES),
+    _Rule(_CURL_USER_RE, 2, lambda t, lo: "curl" in t, True),
+    _Rule(_SMB_USER_RE, 2, lambda t, lo: "%" in t, True),
+    _Rule(_HTPASSWD_RE, 2, lambda t, lo: "htpasswd" in t, True),
+    _Rule(_HTPASSWD_N_RE, 2, lambda t, lo: "htpasswd" in t, True),
+    _Rule(_VAULT_LOGIN_RE, 2, lambda t, lo: "vault" in t, True),
+    _Rule(_AWS_SET_RE, 2, lambda t, lo: "aws" in t, True),
+    _Rule(_SIGNED_URL_RE, 2, lambda t, lo: "sig" in lo or "x-amz-" in lo or "credential" in lo, True,
+          keep_quotes=False),
+    _Rule(_XML_RE, 3, lambda t, lo: "</" in t, True, keep_quotes=False),
+    _Rule(_SHAPES_RE, 0, lambda t, lo: True, True, keep_quotes=False),
+)
+_PROGRAM_GATE = re.compile(r"mysql|mariadb|sshpass|redis-cli|docker|podman|nerdctl|ssh-keygen|zip|7z|unrar|ldap|"
+                           r"ipmitool|sqlcmd|bcp|mongo")
+
+# process-wide additions (see the module docstring); guarded because MCP HTTP serves from several threads
+_LOCK = threading.Lock()
+_EXTRA: list[re.Pattern[str]] = []
+_VALUES: set[str] = set()
+_MIN_VALUE_CHARS = 6
+
+
+def add_patterns(patterns: Iterable[str | re.Pattern[str]]) -> None:
+    """Apply ``patterns`` in every later :func:`redact` of this process (a policy file's ``redact:`` list).
+
+    :raises re.error: a pattern does not compile.
+    """
+    compiled = [re.compile(p) if isinstance(p, str) else p for p in patterns]
+    with _LOCK:
+        for p in compiled:
+            if all(p.pattern != q.pattern for q in _EXTRA):
+                _EXTRA.append(p)
+
+
+def add_secret_values(values: Iterable[str]) -> None:
+    """Hide these literal values in every later :func:`redact` of this process (values of secret-named variables a
+    call gave in its ``env``: a command that echoes them must not show them). Values shorter than 6 characters are
+    ignored (they would hide ordinary text). Kept in memory only."""
+    with _LOCK:
+        _VALUES.update(v for v in values if len(v) >= _MIN_VALUE_CHARS)
+
+
+def _value_span(text: str, start: int, end: int) -> Span | None:
+    """The span of a value to hide: quotes kept around it, a value that is shell code (``$...``) left alone."""
+    value = text[start:end]
     if value[:1] in ("$", "`") or value[:2] in ('"$', '"`'):
-        return value  # shell code (an expansion), not a literal secret: keep it visible
+        return None  # shell code (an expansion), not a literal secret: keep it visible
     run = _QUOTE_RUN_RE.match(value)
     if run is not None and len(value) >= 2 * len(run.group()) and value.endswith(run.group()):
-        return run.group() + MARK + run.group()
+        n = len(run.group())
+        return (start + n, end - n) if end - start > 2 * n else None
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-        return value[0] + MARK + value[0]
-    return MARK
+        return (start + 1, end - 1) if end - start > 2 else None
+    if value.upper() == MARK:
+        return None
+    return start, end
 
 
-def redact(text: str, extra_patterns: Iterable[str | re.Pattern[str]] = ()) -> str:
+def _assignment_spans(text: str, low: str, certain_only: bool) -> list[Span]:
+    spans: list[Span] = []
+    pairs = [(_ASSIGNMENT_LOW_RE, _ASSIGNMENT_RE)] + ([] if certain_only else [(_COLON_LOW_RE, _COLON_RE)])
+    for fast, slow in pairs:
+        # a character whose lower case is longer would shift the spans: read the text itself (slower)
+        matches = fast.finditer(low) if len(low) == len(text) else slow.finditer(text)
+        for m in matches:
+            if not is_secret_name(text[m.start(2):m.end(2)]):
+                continue
+            span = _value_span(text, m.start(4), m.end(4))
+            if span is not None:
+                spans.append(span)
+    return spans
+
+
+def secret_spans(text: str, extra_patterns: Iterable[str | re.Pattern[str]] = (), *,
+                 certain_only: bool = False) -> list[Span]:
+    """The ``(start, end)`` character spans of ``text`` that :func:`redact` hides, sorted and merged.
+
+    :param certain_only: only spans whose shape is certain (see the module docstring).
+    """
+    if not text:
+        return []
+    low = text.lower()
+    spans: list[Span] = []
+    programs = _PROGRAM_GATE.search(text) is not None
+    for rule in _RULES:
+        if (certain_only and not rule.certain) or not rule.gate(text, low):
+            continue
+        if not programs and rule.regex in _PROGRAM_OPTION_RES:
+            continue
+        for m in rule.regex.finditer(text):
+            start, end = m.span(rule.group)
+            if start < 0 or start == end:
+                continue
+            span = _value_span(text, start, end) if rule.keep_quotes else (start, end)
+            if span is not None:
+                spans.append(span)
+    if _SECRET_HINT_RE.search(low):
+        spans += _assignment_spans(text, low, certain_only)
+    with _LOCK:
+        extra = [*_EXTRA, *(re.compile(p) if isinstance(p, str) else p for p in extra_patterns)]
+        values = [v for v in _VALUES if v in text]
+    for pattern in extra:
+        group: int | str = "secret" if "secret" in pattern.groupindex else 0
+        for m in pattern.finditer(text):
+            start, end = m.span(group)
+            if start >= 0 and start < end:
+                spans.append((start, end))
+    for value in values:
+        pos = text.find(value)
+        while pos >= 0:
+            spans.append((pos, pos + len(value)))
+            pos = text.find(value, pos + 1)
+    return _merge(spans)
+
+
+def _merge(spans: list[Span]) -> list[Span]:
+    merged: list[Span] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _apply(text: str, spans: list[Span], start: int = 0, end: int | None = None) -> str:
+    end = len(text) if end is None else end
+    out: list[str] = []
+    pos = start
+    for s, e in spans:
+        if e <= start or s >= end:
+            continue
+        s, e = max(s, start), min(e, end)
+        out += [text[pos:s], MARK]
+        pos = e
+    out.append(text[pos:end])
+    return "".join(out)
+
+
+def redact(text: str, extra_patterns: Iterable[str | re.Pattern[str]] = (), *, certain_only: bool = False) -> str:
     """Return ``text`` with secrets replaced by ``[REDACTED]`` (key names, schemes and quotes kept).
 
     :param text: any text: a command line, command output, a log line.
     :param extra_patterns: more regexes; each replaces its whole match, or only its ``secret`` group.
+    :param certain_only: hide only spans whose shape is certain (an approval prompt: see the module docstring).
     :raises re.error: an extra pattern does not compile.
     """
     if not text:
         return text
-    low = text.lower()
-    # each pattern only runs when a word it needs is in the text (a 6 KB output view is read ~10x faster)
-    if "private key" in low:
-        text = _PRIVATE_KEY_RE.sub(lambda m: f"{m.group(1)}{MARK}{m.group(5)}", text)
-    if "://" in text:
-        text = _URL_CREDENTIALS_RE.sub(lambda m: f"{m.group(1)}{MARK}@", text)
-    if "authorization" in low:
-        text = _AUTH_HEADER_RE.sub(lambda m: m.group(1) + _keep_quotes(m.group(2)), text)
-    if "key" in low:
-        text = _API_KEY_HEADER_RE.sub(lambda m: m.group(1) + _keep_quotes(m.group(2)), text)
-    if "cookie" in low:
-        text = _COOKIE_RE.sub(lambda m: m.group(1) + _keep_quotes(m.group(2)), text)
-    if "--" in text:
-        text = _PASSWORD_FLAG_RE.sub(lambda m: m.group(1) + _keep_quotes(m.group(2)), text)
-    if "mysql" in low or "mariadb" in low:
-        text = _MYSQL_P_RE.sub(lambda m: m.group(1) + _keep_quotes(m.group(2)), text)
-    if "sshpass" in text:
-        text = _SSHPASS_RE.sub(lambda m: m.group(1) + _keep_quotes(m.group(2)), text)
-    if "curl" in text:
-        text = _CURL_USER_RE.sub(lambda m: m.group(1) + _keep_quotes(m.group(2)), text)
-    if "sig" in low or "x-amz-" in low or "credential" in low:
-        text = _SIGNED_URL_RE.sub(lambda m: m.group(1) + MARK, text)
-    if _SECRET_HINT_RE.search(low):
-        text = _sub_assignments(text)
-    text = _SHAPES_RE.sub(MARK, text)
-    for pattern in extra_patterns:
-        compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
-        if "secret" in compiled.groupindex:
-            text = compiled.sub(lambda m: _replace_group(m, "secret"), text)
-        else:
-            text = compiled.sub(MARK, text)
-    return text
+    spans = secret_spans(text, extra_patterns, certain_only=certain_only)
+    return _apply(text, spans) if spans else text
 
 
-def _replace_group(match: re.Match[str], group: str) -> str:
-    start, end = match.span(group)
-    if start < 0:
-        return match.group(0)
-    base = match.start()
-    whole = match.group(0)
-    return whole[: start - base] + MARK + whole[end - base :]
+def redact_slice(text: str, start: int, end: int, extra_patterns: Iterable[str | re.Pattern[str]] = ()) -> str:
+    """``redact(text)[start:end]`` as it should be shown: ``text[start:end]`` with every secret span that reaches
+    into it hidden, the secrets found with the context of all of ``text`` (a secret cut by ``start`` or ``end`` is
+    hidden in part too).
+
+    :param text: the window: the slice plus context on both sides.
+    :param start: where the slice begins in ``text`` (characters). :param end: where it ends.
+    """
+    return _apply(text, secret_spans(text, extra_patterns), start, end)
+
+
+def review_text(text: str, extra_patterns: Iterable[str | re.Pattern[str]] = ()) -> tuple[str, int]:
+    """``text`` as a person approving it is shown it: only secrets of certain shape hidden (never code), and how
+    many spans were hidden (``[REDACTED]`` already in ``text`` does not count)."""
+    spans = secret_spans(text, extra_patterns, certain_only=True)
+    return (_apply(text, spans) if spans else text), len(spans)
 
 
 def redact_obj(obj: Any, extra_patterns: Iterable[str | re.Pattern[str]] = ()) -> Any:
@@ -204,7 +373,7 @@ def redact_obj(obj: Any, extra_patterns: Iterable[str | re.Pattern[str]] = ()) -
     if isinstance(obj, dict):
         out: dict[Any, Any] = {}
         for key, value in obj.items():
-            if isinstance(key, str) and _SECRET_KEY_RE.match(key) and isinstance(value, str | int | float):
+            if isinstance(key, str) and is_secret_name(key) and isinstance(value, str | int | float):
                 out[key] = MARK if value != "" else value
             else:
                 out[redact(key, patterns) if isinstance(key, str) else key] = redact_obj(value, patterns)
@@ -214,6 +383,11 @@ def redact_obj(obj: Any, extra_patterns: Iterable[str | re.Pattern[str]] = ()) -
     if isinstance(obj, tuple):
         return tuple(redact_obj(item, patterns) for item in obj)
     return obj
+
+
+def secret_env_values(env: Mapping[str, str] | None) -> list[str]:
+    """The values of ``env`` that are secrets by their variable's name (``QA_TOKEN``) or by their shape."""
+    return [v for k, v in (env or {}).items() if is_secret_name(k) or _SHAPES_RE.fullmatch(v)]
 
 
 _ARGV_SEP = "\x1f"  # a separator the patterns read as whitespace (str.isspace) that no argument holds

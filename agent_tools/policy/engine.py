@@ -47,7 +47,7 @@ from agent_tools.policy.model import (
     Policy,
 )
 from agent_tools.policy.shell import SimpleCommand, parse_command
-from agent_tools.redact import redact
+from agent_tools.redact import add_patterns, redact
 
 __all__ = ["BUILTIN_BUDGET_S", "LoadedPolicy", "PolicySet", "ResolvedDefaults"]
 
@@ -240,6 +240,9 @@ class PolicySet:
 
     def __init__(self, policies: Sequence[LoadedPolicy]) -> None:
         self._policies = tuple(policies)
+        # a file's secret shapes are hidden on every path of this process (journal, approvals, logs, results, the
+        # CLI), not only in what its hosts' results show
+        add_patterns(p for policy in self._policies for p in policy.policy.redact)
 
     @classmethod
     def load(cls, paths: Iterable[str | Path]) -> PolicySet:
@@ -288,7 +291,8 @@ class PolicySet:
         return Connection(**merged)
 
     def redact_patterns(self, host: str) -> list[str]:
-        """Extra redaction regexes of every file that applies to ``host``."""
+        """Extra redaction regexes of every file that applies to ``host`` (all of them are also in force for
+        every :func:`agent_tools.redact.redact` of this process once the set is built)."""
         return [p for policy in self.policies_for(host) for p in policy.policy.redact]
 
     def decide(self, host: str, command: str, *, cwd: str | None = None,

@@ -195,7 +195,8 @@ class Policy(_Strict):
     rules: list[Rule] = Field(default_factory=list)
     examples: Examples = Field(default_factory=Examples)
     redact: list[str] = Field(
-        default_factory=list, description="Extra regexes to redact; a group named `secret` limits the span."
+        default_factory=list, description="Extra regexes to redact on every path of a process that loads the file "
+        "(journal, approvals, logs, results, the CLI); a group named `secret` limits the span."
     )
 
     @field_validator("redact")

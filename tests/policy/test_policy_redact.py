@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from agent_tools.redact import MARK, redact, redact_obj
+from agent_tools.redact import (
+    MARK,
+    add_patterns,
+    add_secret_values,
+    redact,
+    redact_obj,
+    redact_slice,
+    review_text,
+    secret_env_values,
+)
 
 AWS = "AKIA" + "IOSFODNN7EXAMPLE"
 GH = "ghp_" + "a" * 36
@@ -79,3 +88,80 @@ def test_redact_obj() -> None:
     assert out == {"env": {"HF_TOKEN": MARK, "HOME": "/root"}, "argv": ["mysql", "-pX"], "n": 3,
                    "t": (f"Authorization: Bearer {MARK}",), "password": MARK}  # fmt: skip
     assert obj["env"]["HF_TOKEN"] == "hf_x"  # input untouched
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("DB_PASS=QA13a", "QA13a"),
+        ("export SMTP_PASS=QA13d", "QA13d"),
+        ("OPENAI_KEY=QA13c", "QA13c"),
+        ("signing_key: QA13g", "QA13g"),
+        ("GH_PAT=QA13i", "QA13i"),
+        ("curl --oauth2-bearer QA13x http://h/", "QA13x"),
+        ("openssl enc -pass pass:QA13r -in f", "QA13r"),
+        ("keytool -list -storepass QA13store", "QA13store"),
+        ("gpg --passphrase QA13phrase -c f", "QA13phrase"),
+        ("redis-cli -a QA13redis ping", "QA13redis"),
+        ("aws configure set aws_secret_access_key QA13aws", "QA13aws"),
+        ("docker login -u u -p QA13kk registry", "QA13kk"),
+        ("htpasswd -b f user QA13h", "QA13h"),
+        ("htpasswd -bc /etc/nginx/htpw user QA13hc", "QA13hc"),
+        ("htpasswd -nb user QA13hn", "QA13hn"),
+        ("smbclient -U user%QA13smb //h/s", "QA13smb"),
+        ("<password>QA13gg</password>", "QA13gg"),
+        ("https://u:QA13p@ss@host/x", "QA13p@ss"),
+        ("vault login QA13jj", "QA13jj"),
+        ("ssh-keygen -t ed25519 -N QA13q -f k", "QA13q"),
+        ("unzip -P QA13zip a.zip", "QA13zip"),
+        ("ldapsearch -D cn=x -w QA13ldap", "QA13ldap"),
+        ("ipmitool -U admin -P QA13ipmi power status", "QA13ipmi"),
+        ("curl --proxy-user bob:QA13proxy http://h/", "QA13proxy"),
+    ],
+)
+def test_more_secret_shapes(text: str, secret: str) -> None:
+    out = redact(text)
+    assert secret not in out and MARK in out, out
+    assert "ss@" not in out  # no tail of a URL password containing @
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "tee /etc/passwd: no rule matches 'tee'",
+        "find / -name token: -delete",
+        "cat /run/secrets/db_password: permission denied",
+        "openssl enc -pass env:PW -in f",
+        "ssh-keygen -N '' -f key",
+    ],
+)
+def test_ordinary_text_is_not_mangled(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_an_approval_prompt_hides_only_certain_shapes_and_counts_them() -> None:
+    """In a command a header-like `name: value` may be shell words: at a prompt only certain shapes are hidden."""
+    command = f"systemctl stop nginx.service cookie: ssh.service && curl -H 'Authorization: Bearer {GH}' x"
+    assert redact(command).startswith("systemctl stop nginx.service cookie: [REDACTED]")
+    shown, hidden = review_text(command)
+    assert shown == f"systemctl stop nginx.service cookie: ssh.service && curl -H 'Authorization: Bearer {MARK}' x"
+    assert hidden == 1
+    assert review_text("HF_TOKEN=abc --password=x ls [REDACTED]") == (f"HF_TOKEN={MARK} --password={MARK} ls {MARK}", 2)
+
+
+def test_a_slice_is_redacted_with_the_context_around_it() -> None:
+    text = "x" * 30 + f" password={'p' * 12} " + GH + " tail"
+    for start in range(0, len(text), 7):
+        for end in range(start + 1, len(text) + 1, 5):
+            part = redact_slice(text, start, end)
+            assert "ppp" not in part and GH[5:12] not in part, (start, end, part)
+    assert redact_slice(text, 0, 10) == "x" * 10
+
+
+def test_process_wide_patterns_and_known_values() -> None:
+    assert redact("id corp-t13aaaabbbbcc") == "id corp-t13aaaabbbbcc"
+    add_patterns([r"corp-t13[a-z]{10}"])
+    assert redact("id corp-t13aaaabbbbcc") == f"id {MARK}"
+    add_secret_values(["v4lue-T13-known", "short"])
+    assert redact("echo v4lue-T13-known short") == f"echo {MARK} short"
+    assert secret_env_values({"QA_TOKEN": "abc123456", "LANG": "C", "X": GH}) == ["abc123456", GH]
