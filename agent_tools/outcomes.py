@@ -153,9 +153,13 @@ class NeedsApproval(ResultModel):
     outcome: Literal["needs_approval"] = "needs_approval"
     host: str
     command: str
+    cwd: str | None = Field(default=None, description="working directory the command would run in (None: the "
+                                                      "login directory)")
+    env: dict[str, str] | None = Field(default=None, description="environment variables it would run with")
     approval_id: str
-    command_digest: str = Field(default="", description="first 12 hex digits of the SHA-256 of the exact command "
-                                                        "the approval is bound to (show it to the operator)")
+    command_digest: str = Field(default="", description="first 12 hex digits of the SHA-256 of the exact call (host, "
+                                                        "command, cwd, env) the approval is bound to (show it to the "
+                                                        "operator)")
     rule_id: str | None = None
     reason: str
     expires_s: float = Field(description="seconds until the approval id expires")

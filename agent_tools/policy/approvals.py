@@ -1,7 +1,9 @@
 """Single-use approvals for commands a policy answered with ``ask``.
 
-An approval is bound to one host alias, the SHA-256 of the exact command text (``command_sha256``; a person is
-shown its first 12 hex digits, :func:`agent_tools.display.command_digest`), the rule that asked and an expiry.
+An approval is bound to everything that changes what runs: the host alias, the exact command text, the working
+directory and the environment given with it (``command_sha256`` holds :func:`call_sha256` of the four; a person is
+shown its first 12 hex digits, :func:`call_digest`, next to the host, the command, the cwd and the env), the rule
+that asked and an expiry.
 Its life: ``request`` (pending) -> ``approve`` (approved) -> ``consume`` (used, once). ``reject`` ends it.
 Anything else is refused with :class:`ApprovalRefused`, whose ``code`` says why (``unknown``, ``expired``,
 ``used``, ``rejected``, ``not_approved``, ``mismatch``, ``no_approval``).
@@ -12,27 +14,30 @@ row count decides: two processes presenting the same approval at the same moment
 an approval once used or rejected can never be approved again.
 
 Storage is SQLite: in memory by default, or a file (``path=``, WAL mode, shared by processes) so approvals
-survive a restart. Only the *redacted* command is stored (:func:`agent_tools.redact.redact`), for display; the
-binding is the digest, so no secret from a command line is written here. Times come from an injectable
-``clock`` (seconds, default :func:`time.time`), so tests never sleep.
+survive a restart; the file is created 0600. Only the *redacted* command, cwd and env are stored
+(:func:`agent_tools.redact.redact`), for display; the binding is the digest, so no secret from a call is written
+here. Times come from an injectable ``clock`` (seconds, default :func:`time.time`), so tests never sleep.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..redact import redact
+from ..private import private_file
+from ..redact import redact, redact_obj
 
-__all__ = ["DEFAULT_APPROVAL_TTL_S", "Approval", "ApprovalRefused", "ApprovalStore", "command_digest", "command_sha256"]
+__all__ = ["DEFAULT_APPROVAL_TTL_S", "Approval", "ApprovalRefused", "ApprovalStore", "call_digest", "call_sha256",
+           "command_digest", "command_sha256"]
 
 log = structlog.get_logger(__name__)
 
@@ -54,21 +59,44 @@ CREATE TABLE IF NOT EXISTS approvals (
     decided_by TEXT,
     decided_at REAL,
     used_at REAL,
-    command_sha256 TEXT
+    command_sha256 TEXT,
+    cwd TEXT,
+    env TEXT,
+    binding TEXT
 );
 """
+#: what ``command_sha256`` of a row is the digest of: ``call`` (:func:`call_sha256`), or NULL for rows written before
+#: approvals were bound to cwd and env (the command's own SHA-256; usable only for a call without cwd and env)
+_BINDING = "call"
 _INDEX = "CREATE INDEX IF NOT EXISTS approvals_host_digest ON approvals (host, command_sha256)"
 
 
 def command_sha256(command: str) -> str:
-    """The full SHA-256 (hex) of ``command``'s UTF-8 bytes: what an approval is bound to."""
+    """The full SHA-256 (hex) of ``command``'s UTF-8 bytes (what approvals of older versions were bound to)."""
     return hashlib.sha256(command.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def command_digest(command: str) -> str:
-    """The short digest a person compares when approving ``command``: the first 12 hex digits (48 bits) of
-    :func:`command_sha256`. The approval itself is bound to the full SHA-256."""
+    """The first 12 hex digits of :func:`command_sha256`."""
     return command_sha256(command)[:12]
+
+
+def call_sha256(host: str, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """The SHA-256 (hex) an approval is bound to: of the host alias, the exact command, the working directory and
+    the environment of the call (canonical JSON; ``cwd`` ``""``/None and ``env`` ``{}``/None are the same call).
+
+    :param host: host alias. :param command: the command line. :param cwd: working directory on the host, or None.
+    :param env: extra environment variables, or None.
+    """
+    canonical = json.dumps({"host": host, "command": command, "cwd": cwd or None, "env": dict(env or {})},
+                           sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+def call_digest(host: str, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """The short digest a person compares when approving a call: the first 12 hex digits (48 bits) of
+    :func:`call_sha256`. The approval itself is bound to the full SHA-256."""
+    return call_sha256(host, command, cwd=cwd, env=env)[:12]
 
 
 class Approval(BaseModel):
@@ -79,7 +107,12 @@ class Approval(BaseModel):
     id: str = Field(description="`a_` followed by 22 random URL-safe characters (128 bits).")
     host: str
     command: str = Field(description="the command, secrets redacted (for display only)")
-    command_sha256: str = Field(description="SHA-256 (hex) of the exact command: what the approval is bound to")
+    cwd: str | None = Field(None, description="the working directory asked for, secrets redacted (None: login dir)")
+    env: dict[str, str] | None = Field(None, description="the environment asked for, secrets redacted")
+    command_sha256: str = Field(description="call_sha256 of the exact host, command, cwd and env: what the approval "
+                                            "is bound to")
+    binding: str | None = Field(_BINDING, description="`call`; None for an approval of an older version (bound to "
+                                                      "the command text alone)")
     rule_id: str
     created_at: float
     expires_at: float
@@ -122,6 +155,7 @@ class ApprovalStore:
         )
         self._db.row_factory = sqlite3.Row
         if path is not None:
+            private_file(Path(path))
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA secure_delete=ON")  # a migrated raw command leaves no copy in free pages
         self._db.executescript(_SCHEMA)
@@ -132,12 +166,13 @@ class ApprovalStore:
         """Bring a store of an older version up to date: add ``command_sha256`` (from the raw command it kept)
         and replace each stored command by its redacted form."""
         columns = {row["name"] for row in self._db.execute("PRAGMA table_info(approvals)")}
-        if "command_sha256" not in columns:
-            self._db.execute("ALTER TABLE approvals ADD COLUMN command_sha256 TEXT")
-        rows = self._db.execute("SELECT id, command FROM approvals WHERE command_sha256 IS NULL").fetchall()
-        for row in rows:
-            self._db.execute("UPDATE approvals SET command_sha256 = ?, command = ? WHERE id = ?",
-                             (command_sha256(row["command"]), redact(row["command"]), row["id"]))
+        for column in ("command_sha256", "cwd", "env", "binding"):
+            if column not in columns:
+                self._db.execute(f"ALTER TABLE approvals ADD COLUMN {column} TEXT")
+        rows = self._db.execute("SELECT id, host, command FROM approvals WHERE command_sha256 IS NULL").fetchall()
+        for row in rows:  # the raw command is still there: bind it as a call without cwd and env
+            self._db.execute("UPDATE approvals SET command_sha256 = ?, command = ?, binding = ? WHERE id = ?",
+                             (call_sha256(row["host"], row["command"]), redact(row["command"]), _BINDING, row["id"]))
         if rows:
             log.info("approvals.migrated", count=len(rows))
 
@@ -145,19 +180,22 @@ class ApprovalStore:
         """Close the database."""
         self._db.close()
 
-    def request(self, host: str, command: str, rule_id: str, *, ttl_s: float | None = None) -> Approval:
-        """Create a pending approval for ``command`` on ``host``, asked by ``rule_id``; expires after ``ttl_s``."""
+    def request(self, host: str, command: str, rule_id: str, *, cwd: str | None = None,
+                env: Mapping[str, str] | None = None, ttl_s: float | None = None) -> Approval:
+        """Create a pending approval for ``command`` on ``host`` in ``cwd`` with ``env``, asked by ``rule_id``;
+        expires after ``ttl_s`` seconds."""
         now = self._clock()
         approval = Approval(
             id="a_" + secrets.token_urlsafe(16), host=host, command=redact(command),
-            command_sha256=command_sha256(command), rule_id=rule_id, created_at=now,
+            cwd=redact(cwd) if cwd else None, env=redact_obj(dict(env)) if env else None,
+            command_sha256=call_sha256(host, command, cwd=cwd, env=env), rule_id=rule_id, created_at=now,
             expires_at=now + (self._ttl_s if ttl_s is None else ttl_s), status="pending",
         )  # fmt: skip
         self._db.execute(
-            "INSERT INTO approvals (id, host, command, command_sha256, rule_id, created_at, expires_at, status)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (approval.id, host, approval.command, approval.command_sha256, rule_id, approval.created_at,
-             approval.expires_at, approval.status),
+            "INSERT INTO approvals (id, host, command, cwd, env, command_sha256, binding, rule_id, created_at,"
+            " expires_at, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (approval.id, host, approval.command, approval.cwd, json.dumps(approval.env) if approval.env else None,
+             approval.command_sha256, _BINDING, rule_id, approval.created_at, approval.expires_at, approval.status),
         )
         log.info("approval.requested", approval_id=approval.id, host=host, rule_id=rule_id)
         return approval
@@ -165,7 +203,7 @@ class ApprovalStore:
     def get(self, approval_id: str) -> Approval | None:
         """The approval with this id, or None."""
         row = self._db.execute("SELECT * FROM approvals WHERE id = ?", (approval_id,)).fetchone()
-        return None if row is None else Approval(**dict(row))
+        return None if row is None else _approval(row)
 
     def pending(self) -> list[Approval]:
         """Pending approvals that have not expired, oldest first."""
@@ -173,21 +211,25 @@ class ApprovalStore:
             "SELECT * FROM approvals WHERE status = 'pending' AND expires_at > ? ORDER BY created_at",
             (self._clock(),),
         ).fetchall()
-        return [Approval(**dict(row)) for row in rows]
+        return [_approval(row) for row in rows]
 
     def approve(self, approval_id: str, *, by: str | None = None, digest: str | None = None) -> Approval:
         """Approve a pending request (approving an approved, unused one again changes nothing but who/when).
 
-        :param digest: the command digest the person was shown (:func:`agent_tools.display.command_digest`,
-            or the full ``command_sha256``); when given it must be a prefix of the request's own, so a person
-            approves exactly the command they read.
+        :param digest: the digest the person was shown (:func:`call_digest` of the call, or the full
+            :func:`call_sha256`); when given it must be a prefix of the request's own (at least 12 hex digits), so
+            a person approves exactly the call they read: host, command, cwd and env.
         :raises ApprovalRefused: unknown id, expired, already used, rejected, or ``mismatch`` (``digest``).
         """
         if digest is not None:
             approval = self._usable(approval_id)
-            if not digest or not approval.command_sha256.startswith(digest.lower()):
-                raise ApprovalRefused("mismatch", f"approval {approval_id} is for another command (digest "
-                                                  f"{approval.command_sha256[:12]}, not {digest})", approval_id)
+            if len(digest) < 12 or not approval.command_sha256.startswith(digest.lower()):
+                raise ApprovalRefused("mismatch", f"approval {approval_id} is for another call (digest "
+                                                  f"{approval.command_sha256[:12]}, not {digest}): it asks to run "
+                                                  f"{approval.command!r} on {approval.host}"
+                                                  + (f" in {approval.cwd}" if approval.cwd else "")
+                                                  + (f" with env {sorted(approval.env)}" if approval.env else ""),
+                                      approval_id)
         return self._decide(approval_id, "approved", by)
 
     def reject(self, approval_id: str, *, by: str | None = None) -> Approval:
@@ -221,23 +263,25 @@ class ApprovalStore:
         return approval
 
     def consume(
-        self, host: str, command: str, *, approval_id: str | None = None, rule_id: str | None = None
+        self, host: str, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
+        approval_id: str | None = None, rule_id: str | None = None,
     ) -> Approval:
-        """Use an approval for exactly ``command`` on ``host`` (compared by SHA-256), once: of several callers
-        presenting the same approval at once, exactly one gets it.
+        """Use an approval for exactly ``command`` on ``host`` in ``cwd`` with ``env`` (compared by
+        :func:`call_sha256`), once: of several callers presenting the same approval at once, exactly one gets it.
 
-        :param approval_id: the approval to use; None: the newest approved, unexpired, unused one for this
-            host and command.
+        :param approval_id: the approval to use; None: the newest approved, unexpired, unused one for this call.
         :param rule_id: if given, the approval must have been asked by this rule.
-        :raises ApprovalRefused: ``no_approval`` (nothing for this host+command), ``mismatch`` (the id is for
-            another host, command or rule), ``not_approved`` (still pending), ``expired``, ``used``,
-            ``rejected``, ``unknown``.
+        :raises ApprovalRefused: ``no_approval`` (nothing for this call), ``mismatch`` (the id is for another host,
+            command, cwd, env or rule), ``not_approved`` (still pending), ``expired``, ``used``, ``rejected``,
+            ``unknown``.
         """
-        digest = command_sha256(command)
+        digest = call_sha256(host, command, cwd=cwd, env=env)
+        legacy = command_sha256(command) if not cwd and not env else None
         if approval_id is None:
             rows = self._db.execute(
-                "SELECT id FROM approvals WHERE host = ? AND command_sha256 = ? ORDER BY created_at DESC",
-                (host, digest),
+                "SELECT id FROM approvals WHERE host = ? AND (command_sha256 = ? AND binding IS NOT NULL"
+                " OR command_sha256 = ? AND binding IS NULL) ORDER BY created_at DESC",
+                (host, digest, legacy or ""),
             ).fetchall()
             if not rows:
                 raise ApprovalRefused("no_approval", f"no approval for this command on {host}")
@@ -252,8 +296,10 @@ class ApprovalStore:
             else:
                 approval_id = rows[0]["id"]  # report why the newest one cannot be used
         approval = self._usable(approval_id)
-        if approval.host != host or approval.command_sha256 != digest:
-            raise ApprovalRefused("mismatch", f"approval {approval_id} is for another command or host", approval_id)
+        expected = digest if approval.binding is not None else legacy
+        if approval.host != host or approval.command_sha256 != expected:
+            raise ApprovalRefused("mismatch", f"approval {approval_id} is for another call (host, command, cwd or "
+                                              "env)", approval_id)
         if rule_id is not None and approval.rule_id != rule_id:
             raise ApprovalRefused(
                 "mismatch", f"approval {approval_id} was asked by rule {approval.rule_id!r}, not {rule_id!r}",
@@ -270,3 +316,10 @@ class ApprovalStore:
             raise ApprovalRefused("used", f"approval {approval_id} was already used", approval_id)
         log.info("approval.used", approval_id=approval_id, host=host)
         return approval.model_copy(update={"status": "used", "used_at": now})
+
+
+def _approval(row: sqlite3.Row) -> Approval:
+    data = dict(row)
+    data["env"] = json.loads(data["env"]) if data.get("env") else None
+    return Approval(**data)
+

@@ -41,7 +41,7 @@ from ..outcomes import (
     NeedsInput,
     result_view,
 )
-from ..redact import redact, redact_obj
+from ..redact import add_secret_values, redact, redact_obj, secret_env_values
 from . import ops
 from .args import (
     EditFileArgs,
@@ -251,17 +251,20 @@ class Toolkit:
         return out
 
     # ---------------------------------------------------------------- policy
-    def decide(self, host: str, command: str) -> Decision | None:
-        """The policy decision for ``command`` on ``host`` (None without a policy)."""
-        return self.policy.decide(host, command) if self.policy is not None else None
+    def decide(self, host: str, command: str, *, cwd: str | None = None,
+               env: dict[str, str] | None = None) -> Decision | None:
+        """The policy decision for ``command`` on ``host`` in ``cwd`` with ``env`` (None without a policy)."""
+        return self.policy.decide(host, command, cwd=cwd, env=env) if self.policy is not None else None
 
     def check_policy(self, host: str, command: str, approval_id: str | None,
-                     decision: Decision | None = None) -> Denied | NeedsApproval | None:
+                     decision: Decision | None = None, *, cwd: str | None = None,
+                     env: dict[str, str] | None = None) -> Denied | NeedsApproval | None:
         """Apply the policy: a ``denied`` or ``needs_approval`` outcome when the command may not run now,
-        else None (allowed, or asked and approved — the approval is used up)."""
+        else None (allowed, or asked and approved — the approval, bound to host, command, cwd and env, is used
+        up)."""
         if self.policy is None:
             return None
-        decision = decision or self.policy.decide(host, command)
+        decision = decision or self.policy.decide(host, command, cwd=cwd, env=env)
         shown = redact(command)
         if decision.decision == "deny":
             return Denied(host=host, command=shown, rule_id=decision.rule_id, reason=decision.reason)
@@ -271,14 +274,15 @@ class Toolkit:
             assert self.approvals is not None
             if approval_id is not None:
                 try:
-                    self.approvals.consume(host, command, approval_id=approval_id)
+                    self.approvals.consume(host, command, cwd=cwd, env=env, approval_id=approval_id)
                     return None
                 except ApprovalRefused as exc:
                     refused = f" (approval {approval_id} not usable: {exc})"
             else:
                 refused = ""
-            appr = self.approvals.request(host, command, decision.rule_id)
-            outcome = NeedsApproval(host=host, command=shown, approval_id=appr.id,
+            appr = self.approvals.request(host, command, decision.rule_id, cwd=cwd, env=env)
+            outcome = NeedsApproval(host=host, command=shown, cwd=cwd, env=dict(env) if env else None,
+                                    approval_id=appr.id,
                                     command_digest=appr.command_sha256[:12], rule_id=decision.rule_id,
                                     reason=(decision.reason or "the policy asks for approval") + refused,
                                     expires_s=round(appr.expires_at - appr.created_at, 1),
@@ -383,18 +387,20 @@ class Toolkit:
     ) -> RunCommandResult:
         """Run ``command`` on ``host`` under a budget; see :data:`RUN_COMMAND_DESC` and
         :meth:`JobRunner.run`. With a policy: ``deny`` → ``denied`` and ``ask`` → ``needs_approval`` without
-        touching the host (unless ``approval_id`` is an approved, unused approval for exactly this command and
-        host, or the ``approver`` callback says yes); ``allow`` runs with the rule's budget, on_timeout,
-        deadline, detach and probes. Returns an outcome model (never raises for host failures)."""
+        touching the host (unless ``approval_id`` is an approved, unused approval for exactly this host,
+        command, ``cwd`` and ``env``, or the ``approver`` callback says yes); the policy decides ``env`` (like
+        ``export NAME=VALUE`` before the command) and ``cwd`` with the command. ``allow`` runs with the rule's
+        budget, on_timeout, deadline, detach and probes. Returns an outcome model (never raises for host failures)."""
+        add_secret_values(secret_env_values(env))  # a command echoing them must not show them anywhere
         shown = redact(command)
         try:
             h = self.hosts.get(host)
-            decision = self.decide(host, command)
-            blocked = self.check_policy(host, command, approval_id, decision)
+            decision = self.decide(host, command, cwd=cwd, env=env)
+            blocked = self.check_policy(host, command, approval_id, decision, cwd=cwd, env=env)
             if isinstance(blocked, NeedsApproval) and self.approver is not None and await self.approver(blocked):
                 assert self.approvals is not None
                 self.approvals.approve(blocked.approval_id, by="approver")
-                blocked = self.check_policy(host, command, blocked.approval_id, decision)
+                blocked = self.check_policy(host, command, blocked.approval_id, decision, cwd=cwd, env=env)
             if blocked is not None:
                 return blocked
             probes = list(_probes or [])

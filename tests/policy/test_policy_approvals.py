@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agent_tools.policy import ApprovalRefused, ApprovalStore
-from agent_tools.policy.approvals import command_digest
+from agent_tools.policy.approvals import call_digest, command_sha256
 
 
 class Clock:
@@ -157,8 +157,8 @@ def test_bound_to_the_digest_and_stored_redacted(tmp_path: Path) -> None:
     a = store.request("gpu-1", cmd, "restart-sglang")
     assert a.command == "HF_TOKEN=[REDACTED] systemctl restart sglang"
     with refused("mismatch"):  # the person was shown another command's digest
-        store.approve(a.id, digest=command_digest("systemctl restart sglang"))
-    store.approve(a.id, digest=command_digest(cmd))
+        store.approve(a.id, digest=call_digest("gpu-1", "systemctl restart sglang"))
+    store.approve(a.id, digest=call_digest("gpu-1", cmd))
     with refused("mismatch"):  # the same text once redacted is another command
         store.consume("gpu-1", a.command, approval_id=a.id)
     assert store.consume("gpu-1", cmd, approval_id=a.id).status == "used"
@@ -183,3 +183,51 @@ def test_a_store_of_the_previous_version_is_migrated(tmp_path: Path) -> None:
     assert store.consume("h", secret_cmd, approval_id="a_old").status == "used"
     store.close()
     assert b"ghp_qqqq" not in b"".join(p.read_bytes() for p in tmp_path.iterdir())
+
+
+def test_bound_to_cwd_and_env_as_well(tmp_path: Path) -> None:
+    """The digest binds host, command, cwd and env: an approval of `rm -rf *` in /tmp/scratch runs nowhere else and
+    with no other environment; what the request was for is kept (redacted) to be shown."""
+    store = ApprovalStore(tmp_path / "a.sqlite3")
+    env = {"LC_ALL": "C", "API_TOKEN": "tok-" + "z" * 20}
+    a = store.request("h", "rm -rf *", "r", cwd="/tmp/scratch", env=env)
+    assert (a.cwd, a.env) == ("/tmp/scratch", {"LC_ALL": "C", "API_TOKEN": "[REDACTED]"})
+    assert store.get(a.id) == a
+    for wrong in ({"digest": call_digest("h", "rm -rf *")},
+                  {"digest": call_digest("h", "rm -rf *", cwd="/", env=env)},
+                  {"digest": call_digest("h", "rm -rf *", cwd="/tmp/scratch", env={"LC_ALL": "C"})},
+                  {"digest": a.command_sha256[:6]}):  # too short to bind anything
+        with refused("mismatch"):
+            store.approve(a.id, **wrong)
+    store.approve(a.id, digest=call_digest("h", "rm -rf *", cwd="/tmp/scratch", env=dict(reversed(env.items()))))
+    for cwd, e in ((None, env), ("/", env), ("/tmp/scratch", None), ("/tmp/scratch", {**env, "X": "1"})):
+        with refused("mismatch"):
+            store.consume("h", "rm -rf *", cwd=cwd, env=e, approval_id=a.id)
+        with refused("no_approval"):
+            store.consume("h", "rm -rf *", cwd=cwd, env=e)
+    assert store.consume("h", "rm -rf *", cwd="/tmp/scratch", env=env).id == a.id
+    store.close()
+    assert b"zzzzzzzzzz" not in b"".join(p.read_bytes() for p in tmp_path.iterdir())
+    assert {oct(p.stat().st_mode & 0o777) for p in tmp_path.iterdir()} == {"0o600"}
+
+
+def test_an_approval_of_the_version_before_cwd_binding_still_works_without_cwd_and_env(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "mid.sqlite3"
+    db = sqlite3.connect(path)
+    db.executescript("CREATE TABLE approvals (id TEXT PRIMARY KEY, host TEXT NOT NULL, command TEXT NOT NULL, "
+                     "rule_id TEXT NOT NULL, created_at REAL NOT NULL, expires_at REAL NOT NULL, status TEXT NOT NULL, "
+                     "decided_by TEXT, decided_at REAL, used_at REAL, command_sha256 TEXT);")
+    for aid in ("a_mid1", "a_mid2"):
+        db.execute("INSERT INTO approvals VALUES (?, 'h', 'ls x', 'r', 0, 1e12, 'approved', 'x', 0, NULL, ?)",
+                   (aid, command_sha256("ls x")))
+    db.commit()
+    db.close()
+    store = ApprovalStore(path)
+    assert store.get("a_mid1").binding is None  # type: ignore[union-attr]
+    with refused("mismatch"):
+        store.consume("h", "ls x", cwd="/", approval_id="a_mid1")
+    assert store.consume("h", "ls x", approval_id="a_mid1").status == "used"
+    assert store.consume("h", "ls x").id == "a_mid2"
+    store.close()
