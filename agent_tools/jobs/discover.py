@@ -11,10 +11,10 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from .scripts import status_script
+from .scripts import ENV_LINE_MARK, status_script
 from .wire import HostJobState, WireError, WireReader, parse_status
 
-__all__ = ["COMMAND_HEAD_BYTES", "FoundJob", "discover_script", "parse_discovery"]
+__all__ = ["COMMAND_HEAD_BYTES", "FoundJob", "discover_script", "parse_discovery", "split_env_line"]
 
 #: bytes of each job's command line sent back by the discovery
 COMMAND_HEAD_BYTES = 512
@@ -45,6 +45,19 @@ class FoundJob:
     job_id: str
     created_at: float
     command: str
+
+
+def split_env_line(command: str) -> tuple[str, list[str]]:
+    """A job's ``command`` file split into the command that was asked for and the names of the variables its call
+    gave in ``env`` (the first line the launcher wrote for them, :data:`~agent_tools.jobs.scripts.ENV_LINE_MARK`)."""
+    first, sep, rest = command.partition("\n")
+    if not (sep and first.startswith("export ") and first.endswith(" " + ENV_LINE_MARK)):
+        return command, []
+    try:
+        words = shlex.split(first[len("export ") : -len(ENV_LINE_MARK)])
+    except ValueError:
+        return command, []
+    return rest, [w.split("=", 1)[0] for w in words if "=" in w]
 
 
 def discover_script(base: str, skip: list[str]) -> str:

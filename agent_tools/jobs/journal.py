@@ -5,8 +5,9 @@ what only the controller knows: which host, the budget and deadline, probes, wha
 already been shown, idempotency keys, and in ``meta`` (JSON, so older journals open unchanged) facts such as
 how the host was reached (``meta["connection"]``, :mod:`agent_tools.hosts.reach`). Text is stored redacted
 (:func:`agent_tools.redact.redact`: the command, the cancel reason, every string in ``meta``), whoever writes it
-(a launch, a job rediscovered from a host's job directory, an error message): the raw command stays only in the
-job's directory on the host.
+(a launch, a job rediscovered from a host's job directory, an error message), the working directory too, and an
+idempotency key is kept as its SHA-256: the raw command stays only in the job's directory on the host. The file is
+created 0600 in a 0700 directory (:mod:`agent_tools.private`).
 Path: ``$AGENT_TOOLS_STATE_DIR/journal.sqlite3``, else ``$XDG_STATE_HOME/agent-tools/journal.sqlite3``
 (``~/.local/state/...``).
 
@@ -20,6 +21,7 @@ exited, ... or ``not_started``). Journals written before ``not_started`` existed
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import sqlite3
@@ -33,6 +35,7 @@ import structlog
 
 from ..clock import wall_time
 from ..errors import JobNotFound, JournalError
+from ..private import private_dir, private_file
 from ..redact import redact, redact_obj
 
 __all__ = ["JobRecord", "Journal", "default_state_dir"]
@@ -147,13 +150,15 @@ class Journal:
         """Open the database, create the schema, and check its integrity (cheap for a journal's size)."""
         db: sqlite3.Connection | None = None
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_dir(self.path.parent)
+            private_file(self.path)
             db = sqlite3.connect(str(self.path), timeout=10.0, check_same_thread=False, isolation_level=None)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.executescript(_SCHEMA)
             if db.execute(f"SELECT 1 FROM jobs WHERE {_OLD_NEVER_STARTED} LIMIT 1").fetchone():
                 db.execute(f"UPDATE jobs SET state='unconfirmed' WHERE {_OLD_NEVER_STARTED}")
+            _hash_old_keys(db)
             check = db.execute("PRAGMA quick_check(1)").fetchone()
             if not check or check[0] != "ok":
                 raise _Damaged(f"integrity check failed: {check[0] if check else 'no answer'}")
@@ -266,8 +271,9 @@ class Journal:
         return self._row(rows[0])
 
     def find_idempotent(self, host: str, key: str) -> JobRecord | None:
+        """The job holding idempotency ``key`` on ``host`` (keys are stored as their SHA-256), or None."""
         rows = self._exec(f"SELECT {','.join(_COLUMNS)} FROM jobs WHERE host=? AND idempotency_key=?",
-                          (host, key))
+                          (host, key_digest(key)))
         return self._row(rows[0]) if rows else None
 
     def update(self, job_id: str, **fields: Any) -> None:
@@ -305,14 +311,38 @@ class Journal:
         return not rows
 
 
-#: columns whose text is redacted before it is written (the storage seam for secrets; see the module docstring)
-_REDACTED = ("command", "cancel_reason", "meta")
+#: columns whose text is redacted before it is written (the storage seam for secrets; see the module docstring);
+#: an idempotency key is stored as its SHA-256 (it is only ever compared)
+_REDACTED = ("command", "cwd", "cancel_reason", "meta", "idempotency_key")
+_KEY_PREFIX = "sha256:"
+
+
+def key_digest(key: str) -> str:
+    """How an idempotency key is stored and looked up: ``sha256:`` and the hex SHA-256 of the key (a key already
+    in that form is returned as it is)."""
+    if key.startswith(_KEY_PREFIX) and len(key) == len(_KEY_PREFIX) + 64:
+        return key
+    return _KEY_PREFIX + hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def _redacted(column: str, value: Any) -> Any:
     if value is None:
         return None
+    if column == "idempotency_key":
+        return key_digest(str(value))
     return redact_obj(value) if column == "meta" else redact(str(value))
+
+
+def _hash_old_keys(db: sqlite3.Connection) -> None:
+    """Journals of older versions kept idempotency keys as given: store their digests instead."""
+    rows = db.execute("SELECT job_id, idempotency_key FROM jobs WHERE idempotency_key IS NOT NULL "
+                      "AND idempotency_key NOT LIKE 'sha256:%'").fetchall()
+    if not rows:
+        return
+    db.execute("PRAGMA secure_delete=ON")  # the raw keys leave no copy in free pages
+    for job_id, key in rows:
+        db.execute("UPDATE jobs SET idempotency_key=? WHERE job_id=?", (key_digest(key), job_id))
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 class _Damaged(Exception):

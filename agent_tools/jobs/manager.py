@@ -45,7 +45,7 @@ from ..outcomes import (
 from ..output import OutputView, clean_text, split_budget
 from ..probes.readiness import judge
 from ..redact import redact
-from .discover import discover_script, parse_discovery
+from .discover import discover_script, parse_discovery, split_env_line
 from .hints import JobFacts, guide
 from .journal import JobRecord, Journal, now
 from .scripts import (
@@ -672,7 +672,8 @@ class JobRunner:
         :param exclude: job ids whose state is not to be concluded from this host (they were started on another
             machine than the one the alias reaches now: see :func:`agent_tools.hosts.reach.check_same_machine`).
 
-        A rediscovered command is the raw text of the host's ``command`` file: it is redacted before it is kept
+        A rediscovered command is the raw text of the host's ``command`` file without the line the launcher wrote
+        for the call's ``env`` (its variable names are kept in ``meta.env``): it is redacted before it is kept
         (:func:`agent_tools.redact.redact`), like every command the journal stores.
         :returns: the ids of the jobs that were added to the journal.
         :raises HostError: the host cannot be reached, or did not answer within ``answer_timeout_s``.
@@ -691,9 +692,11 @@ class JobRunner:
                     await proc.close()
         added: list[str] = []
         for f in found:
+            command, env_names = split_env_line(f.command)
+            meta = {"rediscovered": True, **_reached(host), **({"env": env_names} if env_names else {})}
             if f.job_id not in known and _JOB_ID_RE.match(f.job_id) and self.journal.ensure(
-                    JobRecord(job_id=f.job_id, host=host.name, command=redact(f.command), base=self.jobs_dir,
-                              created_at=f.created_at, meta={"rediscovered": True, **_reached(host)})):
+                    JobRecord(job_id=f.job_id, host=host.name, command=redact(command), base=self.jobs_dir,
+                              created_at=f.created_at, meta=meta)):
                 added.append(f.job_id)
         if added:
             log.info("jobs.rediscovered", host=host.name, count=len(added))

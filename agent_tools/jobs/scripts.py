@@ -2,7 +2,8 @@
 
 Layout of a job directory ``$STATE/jobs/<job_id>/`` (created 0700 under umask 077)::
 
-    command   the command line, as given; created exclusively (``set -C``), so a job id is used once
+    command   the command line, as given (after a first line ``export NAME=... # agent-tools: env`` when the call
+              gave env); created exclusively (``set -C``), so a job id is used once
     stdout    everything the command wrote to stdout (raw bytes, never truncated)
     stderr    everything it wrote to stderr
     pid       "<cmd_pid> <cmd_start> <boot_id> <monitor_pid> <monitor_start>" (start = /proc/PID/stat
@@ -45,8 +46,11 @@ from __future__ import annotations
 
 import shlex
 
-__all__ = ["cancel_request", "cancel_script", "launch_request", "launch_script", "status_request", "status_script",
-           "warm_request", "warm_script"]
+__all__ = ["ENV_LINE_MARK", "cancel_request", "cancel_script", "launch_request", "launch_script", "status_request",
+           "status_script", "warm_request", "warm_script"]
+
+ENV_LINE_MARK = "# agent-tools: env"
+"""Ends the first line of a job's ``command`` file when the call gave ``env``: ``export NAME='value' ... # mark``."""
 
 # Shared shell functions. Builtins only where the script runs per command (fork/exec costs ~1 ms each).
 _LIB = r"""
@@ -297,9 +301,8 @@ def _exec(name: str, args: str) -> str:
 
 def _launch_args(base: str, job_id: str, command: str, *, cwd: str | None, mode: str, head_bytes: int,
                  tail_bytes: int, env: dict[str, str] | None) -> str:
-    if env:
-        exports = "".join(f"export {k}={_q(v)}; " for k, v in env.items())
-        command = exports + command
+    if env:  # one first line, marked, so that a rediscovered job shows the command that was asked for
+        command = "export " + " ".join(f"{k}={_q(v)}" for k, v in env.items()) + f" {ENV_LINE_MARK}\n" + command
     return (f"\"{base}\" {_q(job_id)} {_q(cwd or '')} {_q(mode)} {int(head_bytes)} {int(tail_bytes)} "
             f"{_q(command)}")
 
