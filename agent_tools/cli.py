@@ -17,6 +17,7 @@ import os
 import re
 import shlex
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -34,7 +35,7 @@ from .cli_mcp import mcp
 from .display import plain, safe_text
 from .logs import configure_logging
 from .outcomes import result_view
-from .redact import redact, redact_argv, redact_obj
+from .redact import MARK, redact, redact_argv, redact_obj, review_text
 from .tools.toolkit import Toolkit
 
 __all__ = ["app", "main"]
@@ -234,33 +235,29 @@ def _screen_lines(text: Text, width: int) -> int:
     return sum(max(1, -(-len(line.plain) // max(1, width))) for line in text.split("\n"))
 
 
-def _ask_approval(d: dict[str, Any], command: str) -> bool:
-    """Show the whole command verbatim (multi-line kept, nothing cut; paged when it does not fit the screen),
-    the host, the rule and the digest the approval is bound to; ask y/N. Returns the answer."""
-    from .policy.approvals import command_digest
-
-    digest = command_digest(command)
-    if d.get("command_digest") and d["command_digest"] != digest:  # cannot happen unless the command changed
-        _say(("the approval request is for another command; not asking", "red"), console=err)
-        return False
-    shown = redact(command)
-    body = _shown(command)
+def _show_call(d: dict[str, Any], command: str, digest: str, *, hidden: int, stored: bool = False) -> None:
+    """The request a person approves: host, cwd, env, rule, digest, approval id, and the whole command between
+    rules (multi-line kept, nothing cut; paged when it does not fit the screen). ``command`` and ``d["reason"]``
+    are shown as given (already redacted by the caller: certain shapes only, or as stored)."""
     lines = command.count("\n") + 1
-    hidden = shown.count("[REDACTED]") - command.count("[REDACTED]")
-    _say(("needs approval", "bold magenta"), " — ", _shown(d.get("reason") or ""))
+    _say(("needs approval", "bold magenta"), " — ", plain(d.get("reason") or ""))
     _say("  host     ", _shown(d.get("host"), "bold"))
+    _say("  cwd      ", _shown(d["cwd"], "bold") if d.get("cwd") else Text("(the login directory)"))
+    env = d.get("env") or {}
+    _say("  env      ", _shown(" ".join(f"{k}={v}" for k, v in env.items()), "bold") if env else Text("(none given)"))
     _say("  rule     ", _shown(d.get("rule_id") or "(none)"))
-    _say("  digest   ", (digest, "bold"), "  (SHA-256 of the exact command below; the approval is bound to it)")
+    _say("  digest   ", (digest, "bold"), "  (SHA-256 of the host, command, cwd and env shown here; the approval is "
+                                          "bound to it)")
     _say("  approval ", _shown(d.get("approval_id")), f"  (expires in {d.get('expires_s')} s)")
+    body = plain(command)
     note = f"  command  {lines} line(s), {len(command)} character(s), shown exactly between the rules"
-    if hidden > 0:
-        note += f"; {hidden} secret(s) shown as [REDACTED]"
-    if body.plain != shown:
+    if body.plain != command:
         note += "; control/invisible characters shown as escapes"
     _say(note)
-    if _hides_syntax(command, shown):
-        _say(("  warning: a redacted part of this command holds shell syntax (; | & < > $ ` ( ) or a line break): "
-              "it may run more than is shown. The policy decided on the full command.", "bold red"))
+    if hidden:
+        what = ("as stored: secrets were redacted before the request was saved, so a hidden span may hold more than a "
+                "value" if stored else "values of a certain secret shape (tokens, keys, passwords), never code")
+        _say((f"  warning: {hidden} span(s) shown as [REDACTED] ({what}); the digest binds the real text", "bold red"))
     framed = Text.assemble(("─" * 8 + " command " + "─" * 8 + "\n", "dim"), body,
                            ("\n" + "─" * 8 + " end " + "─" * 12, "dim"))
     if _screen_lines(framed, out.size.width) > max(4, out.size.height - _PAGE_MARGIN_LINES):
@@ -271,6 +268,23 @@ def _ask_approval(d: dict[str, Any], command: str) -> bool:
         _say("  (shown in full in the pager)")
     else:
         out.print(framed, highlight=False, soft_wrap=False)
+
+
+def _ask_approval(d: dict[str, Any], command: str, cwd: str | None, reason: str | None = None) -> bool:
+    """Show the call the approval is for (:func:`_show_call`: secrets of certain shape hidden, code never; the
+    policy's ``reason`` as well when given raw) and ask y/N. Returns the answer."""
+    from .policy.approvals import call_digest
+
+    digest = call_digest(str(d.get("host")), command, cwd=cwd)
+    if d.get("command_digest") and d["command_digest"] != digest:  # cannot happen unless the call changed
+        _say(("the approval request is for another call; not asking", "red"), console=err)
+        return False
+    shown, hidden = review_text(command)
+    if _hides_syntax(command, shown):  # cannot happen with certain shapes only; kept as the last guard
+        _say(("  a redacted part of this command holds shell syntax: not asking", "bold red"), console=err)
+        return False
+    _show_call({**d, "cwd": cwd, "reason": review_text(reason)[0] if reason else d.get("reason")}, shown, digest,
+               hidden=hidden)
     host = safe_text(str(d.get("host")))
     return typer.confirm(f"Approve running this command (digest {digest}) on {host}?", default=False)
 
@@ -313,7 +327,7 @@ def run(
 
     With a policy, a command the policy asks about is shown with its approval id: on a TTY you are asked at
     once; otherwise run the same command again with ``--approve ID``. The approval is bound to that exact
-    command and host, expires, and is used once."""
+    host, command and cwd, expires, and is used once (an agent's request: ``agent-tools approvals``)."""
     cmd = " ".join(command)
     args: dict[str, Any] = {"host": host, "command": cmd, "cwd": cwd}
     if budget is not None:
@@ -328,20 +342,24 @@ def run(
                     return {"outcome": "error", "kind": "bad_arguments", "retryable": False,
                             "message": "--approve needs a policy (--policy FILE or $AGENT_TOOLS_POLICY)"}
                 from .policy import ApprovalRefused
+                from .policy.approvals import call_digest
 
-                try:
-                    tk.approvals.approve(approve, by=os.environ.get("USER", "cli"))
+                try:  # only for exactly this call: host, command and cwd (an agent's request: `approvals approve`)
+                    tk.approvals.approve(approve, by=os.environ.get("USER", "cli"),
+                                         digest=call_digest(host, cmd, cwd=cwd))
                 except ApprovalRefused as exc:
                     return {"outcome": "error", "kind": "bad_arguments", "retryable": False,
-                            "message": f"cannot approve {approve}: {exc}"}
+                            "message": f"cannot approve {approve}: {exc}. Nothing was approved or run; `agent-tools "
+                                       f"approvals approve {approve}` approves an agent's request for its own call"}
                 args["approval_id"] = approve
             d = await tk.dispatch("run_command", args)
             if d.get("outcome") == "needs_approval" and not as_json and sys.stdin.isatty() and approve is None:
-                if _ask_approval(d, cmd):
-                    from .policy.approvals import command_digest
+                decision = tk.decide(host, cmd, cwd=cwd)
+                if _ask_approval(d, cmd, cwd, decision.reason if decision is not None else None):
+                    from .policy.approvals import call_digest
 
                     tk.approvals.approve(d["approval_id"], by=os.environ.get("USER", "cli"),  # type: ignore[union-attr]
-                                         digest=command_digest(cmd))
+                                         digest=call_digest(host, cmd, cwd=cwd))
                     d = await tk.dispatch("run_command", dict(args, approval_id=d["approval_id"]))
                 else:
                     tk.approvals.reject(d["approval_id"], by=os.environ.get("USER", "cli"))  # type: ignore[union-attr]
@@ -544,6 +562,100 @@ def _shipped_policies() -> list[Path]:
         if here.is_dir():
             return sorted(here.glob("*.yaml"))
     return []
+
+
+approvals_app = typer.Typer(cls=HelpGroup, no_args_is_help=True,
+                            help="Approve or reject what an agent asked to run (its needs_approval ids), out of band.")
+app.add_typer(approvals_app, name="approvals")
+
+
+def _approval_store() -> Any:
+    from .jobs.journal import default_state_dir
+    from .policy import ApprovalStore
+    from .private import private_dir
+
+    base = default_state_dir()
+    private_dir(base)
+    return ApprovalStore(base / "approvals.sqlite3")
+
+
+@approvals_app.command("list")
+def approvals_list(as_json: JsonOpt = False) -> None:
+    """Pending approval requests (newest last): id, host, rule, digest, cwd and the command as stored (redacted)."""
+    store = _approval_store()
+    pending = store.pending()
+    store.close()
+    if as_json:
+        sys.stdout.write(json.dumps([redact_obj(a.model_dump(mode="json")) for a in pending], indent=2) + "\n")
+        return
+    if not pending:
+        _say("no pending approval requests")
+    for a in pending:
+        first = a.command.split("\n", 1)[0]
+        _say(_shown(a.id, "bold"), " on ", _shown(a.host), f"  digest {a.command_sha256[:12]}  rule ",
+             _shown(a.rule_id), ("  cwd " if a.cwd else ""), _shown(a.cwd or ""), "  ",
+             _shown(first[:70] + (" …" if len(first) > 70 or len(first) < len(a.command) else "")))
+
+
+@approvals_app.command("approve")
+def approvals_approve(
+    approval_id: Annotated[str, typer.Argument(help="the approval id (a_...) from needs_approval")],
+    digest: Annotated[str | None, typer.Option("--digest", metavar="HEX",
+                                               help="the digest shown with the request (needed without a terminal)")
+                      ] = None,
+) -> None:
+    """Approve an agent's request: it is shown (host, cwd, env, rule, digest and the command as stored, secrets
+    redacted) and asked about on a terminal; without one, ``--digest`` must be the request's digest. The agent's
+    call with ``approval_id=ID`` then runs it, once, before the approval expires."""
+    from .policy import ApprovalRefused
+
+    store = _approval_store()
+    try:
+        a = store.get(approval_id)
+        if a is None or a.status in ("used", "rejected") or a.expires_at <= time.time():
+            store.approve(approval_id, by=os.environ.get("USER", "cli"))  # refused, saying why
+            raise typer.Exit(1)
+        if a.status == "approved":
+            _say("already approved: ", _shown(approval_id))
+            return
+        d = {"host": a.host, "cwd": a.cwd, "env": a.env, "rule_id": a.rule_id, "approval_id": a.id,
+             "expires_s": round(a.expires_at - time.time(), 1), "reason": "an agent asked to run this"}
+        hidden = a.command.count(MARK) + sum(str(v).count(MARK) for v in (a.env or {}).values())
+        _show_call(d, a.command, a.command_sha256[:12], hidden=hidden, stored=True)
+        if digest is None:
+            if not sys.stdin.isatty():
+                _say(("error", "red"), " without a terminal, give --digest (the digest shown with the request)",
+                     console=err)
+                raise typer.Exit(2)
+            if not typer.confirm(f"Approve this request (digest {a.command_sha256[:12]}) on "
+                                 f"{safe_text(a.host)}?", default=False):
+                _say("not approved; nothing changed")
+                raise typer.Exit(1)
+            digest = a.command_sha256
+        store.approve(approval_id, by=os.environ.get("USER", "cli"), digest=digest)
+        _say(("approved", "bold green"), " ", _shown(approval_id),
+             ": the agent's call with this approval_id runs it once, before it expires")
+    except ApprovalRefused as exc:
+        _say(("error", "red"), " ", _shown(exc), console=err)
+        raise typer.Exit(1) from exc
+    finally:
+        store.close()
+
+
+@approvals_app.command("reject")
+def approvals_reject(approval_id: Annotated[str, typer.Argument(help="the approval id (a_...)")]) -> None:
+    """Reject an agent's request: its approval id can never be used."""
+    from .policy import ApprovalRefused
+
+    store = _approval_store()
+    try:
+        store.reject(approval_id, by=os.environ.get("USER", "cli"))
+        _say(("rejected", "bold"), " ", _shown(approval_id))
+    except ApprovalRefused as exc:
+        _say(("error", "red"), " ", _shown(exc), console=err)
+        raise typer.Exit(1) from exc
+    finally:
+        store.close()
 
 
 demo_app = typer.Typer(cls=HelpGroup, help="End-to-end examples.", no_args_is_help=True)

@@ -18,7 +18,7 @@ import pytest
 
 import agent_tools
 from agent_tools.display import safe_text
-from agent_tools.policy.approvals import command_digest
+from agent_tools.policy.approvals import call_digest
 
 REPO = Path(agent_tools.__file__).resolve().parent.parent
 POLICY = REPO / "policies" / "default.yaml"
@@ -86,7 +86,7 @@ def test_approval_prompt_shows_the_whole_hostile_command_and_binds_the_yes_to_it
     marker = tmp_path / "approved-ran"
     lines = [f"echo '{h}' >/dev/null" for h in HOSTILE]
     command = "\n".join([f"touch {marker}", *lines, "systemctl restart nginx [a; cat /etc/shadow ; b]"])
-    digest = command_digest(command)
+    digest = call_digest("local", command)
     screen = run_pty(tmp_path, "run", "local", "--policy", str(POLICY), "--", command, answer="n")
     assert control_sequences_left(screen) == []
     shown = visible(screen)
@@ -102,6 +102,26 @@ def test_approval_prompt_shows_the_whole_hostile_command_and_binds_the_yes_to_it
     assert control_sequences_left(screen) == []
 
 
+def test_the_prompt_shows_code_that_looks_like_a_secret_and_says_what_it_hides(tmp_path: Path) -> None:
+    """Redaction must not hide code from the person approving: header-like words (`cookie: ssh.service`, `-name
+    token: -delete`) are shown; a value of certain secret shape is hidden, counted, and the digest binds it."""
+    marker, victim = tmp_path / "approved-ran", tmp_path / "victim"
+    victim.mkdir()
+    password = "pw-QA13" + "k" * 10
+    command = (f"touch {marker} cookie: ssh.service systemd-networkd.service; find {victim} -name token: -delete; "
+               f"mysql --password={password} -e 'select 1' || true")
+    screen = " ".join(visible(run_pty(tmp_path, "run", "local", "--cwd", str(tmp_path), "--policy", str(POLICY), "--",
+                                      command, answer="n")).split())  # lines wrapped at the terminal's width
+    screen = screen.split("Approve running")[0]  # the prompt (the outcome printed after it is redacted fully)
+    assert "cookie: ssh.service systemd-networkd.service" in screen and "-name token: -delete" in screen
+    assert "cookie: [REDACTED]" not in screen  # neither in the command nor in the policy's reason
+    assert "--password=[REDACTED]" in screen and password not in screen
+    assert "1 span(s) shown as [REDACTED]" in screen and "the digest binds the real text" in screen
+    assert f"cwd {tmp_path}" in screen and "env (none given)" in screen
+    assert f"digest {call_digest('local', command, cwd=str(tmp_path))}" in screen
+    assert not marker.exists()
+
+
 def test_a_very_long_command_is_paged_in_full_before_the_prompt(tmp_path: Path) -> None:
     marker = tmp_path / "long-ran"
     command = "\n".join([f"touch {marker}", *(f"echo line-{i:03d} [red]x[/red]" for i in range(300))])
@@ -112,7 +132,7 @@ def test_a_very_long_command_is_paged_in_full_before_the_prompt(tmp_path: Path) 
     for i in range(300):
         assert f"echo line-{i:03d} [red]x[/red]\n" in text  # every line reached the pager, markup as text
     assert "shown in the pager" in visible(screen) and "301 line(s)" in visible(screen)
-    assert f"digest {command_digest(command)}" in text
+    assert f"digest {call_digest('local', command)}" in text
     assert not marker.exists()
 
 
