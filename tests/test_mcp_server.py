@@ -285,7 +285,90 @@ async def test_an_approval_answer_only_applies_to_the_call_it_was_asked_for(stat
                 same = await client.session.call_tool("guarded", {"command": "ls /srv"}, input_responses=yes,
                                                       request_state=asked.request_state)
     assert swapped.is_error and "changed" in structured(swapped)["message"]
-    assert structured(same)["outcome"] == "finished"
+    assert same.is_error and "used already" in structured(same)["message"]  # a state is spent by its first use
+    assert [a.command for a in store.pending()] == ["ls /srv"]  # nothing was approved
+
+
+async def test_a_client_cannot_approve_its_own_request(state_dir: Path) -> None:
+    """A client that declared no elicitation gets needs_approval; sending back a request_state it made up (the old
+    plain digest of the call, or the new shape with a guessed nonce and MAC), or one issued by another server, with
+    an "accept" answer approves nothing and runs nothing. A state the server issued works once."""
+    import hashlib
+
+    store = ApprovalStore()
+    yes: types.InputResponses = {"approval": types.ElicitResult(action="accept", content={"approve": True})}
+    args = {"command": "touch /tmp/forged"}
+    canonical = json.dumps(["guarded", args], sort_keys=True, separators=(",", ":"))
+
+    async def operator(context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+        raise AssertionError("driven by hand")
+
+    async with guarded_toolkit(store) as tk:
+        async with Client(build_mcp_server(tk, approvals=store), mode="2026-07-28") as client:  # no elicitation
+            with anyio.fail_after(10):
+                first = structured(await client.call_tool("guarded", args))
+                assert first["outcome"] == "needs_approval"
+                aid = first["approval_id"]
+                forged = [f"agent-tools/approval:{aid}/{hashlib.sha256(canonical.encode()).hexdigest()[:32]}",
+                          f"agent-tools/approval:{aid}/nonce/{'0' * 64}"]
+                refusals = [await client.session.call_tool("guarded", args, input_responses=yes, request_state=state)
+                            for state in forged]
+        async with Client(build_mcp_server(tk, approvals=store), mode="2026-07-28",
+                          elicitation_callback=operator) as other:
+            with anyio.fail_after(10):
+                asked = await other.session.call_tool("guarded", {"command": "ls /x"}, allow_input_required=True)
+                assert isinstance(asked, types.InputRequiredResult) and asked.request_state
+        async with Client(build_mcp_server(tk, approvals=store), mode="2026-07-28",
+                          elicitation_callback=operator) as third:
+            with anyio.fail_after(10):
+                foreign = await third.session.call_tool("guarded", {"command": "ls /x"}, input_responses=yes,
+                                                        request_state=asked.request_state)
+    for refused in [*refusals, foreign]:
+        data = structured(refused)  # type: ignore[arg-type]
+        assert refused.is_error and data["outcome"] == "error" and "nothing was approved or run" in data["message"]
+    assert {a.command: a.status for a in store.pending()} == {"touch /tmp/forged": "pending", "ls /x": "pending"}
+
+
+async def test_the_elicitation_shows_cwd_env_and_the_command_with_only_certain_secrets_hidden(
+        state_dir: Path, tmp_path: Path) -> None:
+    """What the person approving reads through MCP: host, the call's cwd and env, the digest it is bound to, and
+    the command with shell words kept (`cookie: keep.me` is not hidden) while a password value is, with a warning
+    that counts it. Declined: nothing ran in the cwd; accepted: it ran there."""
+    from agent_tools.hosts.local import LocalHost
+    from agent_tools.hosts.registry import HostRegistry
+    from agent_tools.jobs.journal import Journal
+    from agent_tools.policy import PolicySet
+    from agent_tools.policy.approvals import call_digest
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "important.db").write_text("x")
+    env = {"LC_ALL": "C", "API_TOKEN": "tok-" + "w" * 20}
+    command = "rm -rf -- * cookie: keep.me --password=pw-QA13xyz"
+    answers = iter(["decline", "accept"])
+    shown: list[str] = []
+
+    async def operator(context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+        shown.append(params.message)
+        action = next(answers)
+        return types.ElicitResult(action=action, content={"approve": True} if action == "accept" else None)
+
+    tk = Toolkit(HostRegistry({"local": LocalHost()}), journal=Journal(tmp_path / "j.sqlite3"),
+                 policy=PolicySet.load([REPO / "policies" / "default.yaml"]))
+    async with tk:
+        async with Client(build_mcp_server(tk), mode="legacy", elicitation_callback=operator) as client:
+            with anyio.fail_after(30):
+                declined = structured(await client.call_tool("run_command", {"host": "local", "command": command,
+                                                                            "cwd": str(victim), "env": env}))
+                assert declined["outcome"] == "denied" and (victim / "important.db").exists()
+                ran = structured(await client.call_tool("run_command", {"host": "local", "command": command,
+                                                                       "cwd": str(victim), "env": env}))
+    assert ran["outcome"] == "finished" and not (victim / "important.db").exists(), ran
+    message = shown[0]
+    assert f"in {victim}" in message and "LC_ALL=C" in message and "API_TOKEN=[REDACTED]" in message
+    assert "rm -rf -- * cookie: keep.me --password=[REDACTED]" in message and "pw-QA13xyz" not in message
+    assert "1 span(s)" in message
+    assert call_digest("local", command, cwd=str(victim), env=env) in message
 
 
 async def test_stdio_server_with_policy_denies_without_running(tmp_path: Path) -> None:

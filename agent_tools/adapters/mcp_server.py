@@ -30,13 +30,22 @@ so the dispatch — that is the wait, never the job: jobs run on their host unde
 only stopped by ``job_cancel``. The cancel is logged (``mcp.call_cancelled``).
 
 Approval: when a call ends in ``needs_approval`` and the client declared the elicitation capability, the
-operator is asked through it — by an ``elicitation/create`` request on handshake-era connections, or by an
-``InputRequiredResult`` on 2026-07-28 connections (which forbid server-to-client requests). Accept: the
-approval is recorded (``approvals.approve(approval_id, by="mcp-elicitation")`` when an approval store is
-given or the toolkit has an ``approvals`` attribute) and the call is made again with ``approval_id``.
-Decline/cancel: the approval is rejected and the call returns ``denied``. Without elicitation the
-``needs_approval`` outcome itself is the tool result. Note that elicitation trusts the client: it is as
-strong as the client's promise to show the form to a person.
+operator is asked through it — by an ``elicitation/create`` request on handshake-era connections (the server
+sends it and waits for the answer), or by an ``InputRequiredResult`` on 2026-07-28 connections (which forbid
+server-to-client requests). The form shows the host, the working directory, the environment, the rule, the digest
+the approval is bound to and the whole command, secrets of a certain shape redacted (never code) with a warning
+that counts them. Accept: the approval is recorded (``approvals.approve(approval_id, by="mcp-elicitation")`` when
+an approval store is given or the toolkit has an ``approvals`` attribute) and the call is made again with
+``approval_id``. Decline/cancel: the approval is rejected and the call returns ``denied``. Without elicitation the
+``needs_approval`` outcome itself is the tool result (a person approves out of band: ``agent-tools approvals
+approve ID``).
+
+The ``request_state`` of an ``InputRequiredResult`` is issued by this server and checked on the retry: it holds a
+random nonce and an HMAC-SHA256, under a secret of this server object, of the approval id, the nonce and a digest
+of the exact call; it is single use and expires with ``elicitation_timeout_s``. A state the server did not issue
+(a client that computed one), one used already, a changed call, a connection that is not on a modern protocol
+version or a client that declared no form elicitation is refused: nothing is approved or run. Elicitation still
+trusts the client: it is as strong as the client's promise to show the form to a person.
 
 Transports: :func:`serve_stdio`, and :func:`serve_http` (streamable HTTP with a bearer token and Host/Origin
 checks; see :mod:`agent_tools.adapters.mcp_http`).
@@ -47,7 +56,10 @@ Logs go to stderr only (stdout carries the protocol on stdio); entry points conf
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import secrets
+import time
 from typing import Any, Protocol
 
 import anyio
@@ -58,7 +70,7 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import __version__
 from ..outcomes import Denied, ErrorOutcome, result_view
-from ..redact import redact
+from ..redact import redact, redact_obj, review_text
 from ..tools.toolkit import Toolkit
 from .mcp_http import serve_http
 from .schemas import (
@@ -77,7 +89,7 @@ log = structlog.get_logger(__name__)
 
 APPROVAL_STATE_PREFIX = "agent-tools/approval:"
 """``request_state`` of the ``InputRequiredResult`` that asks for an approval (2026-07-28 connections):
-``PREFIX + approval_id + "/" + digest`` of the tool name and arguments, checked on the retry."""
+``PREFIX + approval_id + "/" + nonce + "/" + HMAC`` (see the module docstring), checked on the retry."""
 
 INSTRUCTIONS = (
     "Shell commands on local and SSH hosts under per-command budgets. run_command always returns one "
@@ -115,6 +127,26 @@ def _call_digest(name: str, arguments: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
+def _approval_message(name: str, arguments: dict[str, Any], outcome: dict[str, Any]) -> str:
+    """The elicitation text: host, cwd, env, rule, digest and the whole command as the agent sent it, secrets of a
+    certain shape redacted (never code), and how many spans that hid."""
+    command = arguments.get("command")
+    if not isinstance(command, str):  # a tool whose approval is not about a command line (write_file: tee PATH)
+        command = str(outcome.get("command") or "")
+    shown, hidden = review_text(command)
+    env = arguments.get("env") if isinstance(arguments.get("env"), dict) else None
+    lines = [f"The agent wants to run ({name}) on {outcome.get('host')}",
+             f"in {arguments.get('cwd') or outcome.get('cwd') or 'the login directory'}",
+             "with env " + (" ".join(f"{k}={v}" for k, v in redact_obj(env).items()) if env else "(none given)") + ":",
+             "", "    " + shown.replace("\n", "\n    "), ""]
+    if hidden:
+        lines.append(f"Warning: {hidden} span(s) of a certain secret shape (tokens, keys, passwords) are shown as "
+                     "[REDACTED]; they are values, never code, and the digest binds the real text.")
+    lines.append(f"Digest {outcome.get('command_digest') or '?'} (SHA-256 of the host, command, cwd and env). Policy "
+                 f"rule {outcome.get('rule_id') or '(none)'} asks first: {outcome.get('reason')}")
+    return "\n".join(lines)
+
+
 def _expected_wait_s(arguments: dict[str, Any]) -> float | None:
     for key in _WAIT_KEYS:
         value = arguments.get(key)
@@ -146,6 +178,9 @@ class McpToolServer:
         self.structured_content = structured_content
         self.approvals = approvals
         self.elicitation_timeout_s = elicitation_timeout_s
+        self._state_key = secrets.token_bytes(32)
+        #: nonce -> monotonic expiry of every request_state issued and not yet answered (single use)
+        self._issued: dict[str, float] = {}
 
     # ------------------------------------------------------------------ tools/list
     def tools(self) -> list[types.Tool]:
@@ -171,12 +206,13 @@ class McpToolServer:
         name = params.name
         arguments = dict(params.arguments or {})
         state = params.request_state
-        if state is not None and state.startswith(APPROVAL_STATE_PREFIX) and params.input_responses is not None:
-            approval_id, _, digest = state[len(APPROVAL_STATE_PREFIX):].partition("/")
-            if digest != _call_digest(name, arguments):
+        if state is not None and state.startswith(APPROVAL_STATE_PREFIX):
+            approval_id, refusal = self._check_state(ctx, state, name, arguments)
+            if refusal is not None or params.input_responses is None:
+                log.warning("mcp.approval_state_refused", tool=name, reason=refusal or "no input_responses")
                 return self._result(name, result_view(ErrorOutcome(
-                    kind="bad_arguments", retryable=False,
-                    message="the call was changed between the approval request and its answer; call again "
+                    kind="approval", retryable=False,
+                    message=f"{refusal or 'the approval answer is missing'}: nothing was approved or run; call again "
                             "without request_state")))
             answer = params.input_responses.get("approval")
             result = await self._after_answer(ctx, name, arguments, approval_id,
@@ -251,6 +287,41 @@ class McpToolServer:
         sink = self.approvals if self.approvals is not None else getattr(self.toolkit, "approvals", None)
         return sink if hasattr(sink, "approve") and hasattr(sink, "reject") else None
 
+    def _issue_state(self, approval_id: str, name: str, arguments: dict[str, Any]) -> str:
+        now = time.monotonic()
+        self._issued = {n: t for n, t in self._issued.items() if t > now}
+        nonce = secrets.token_urlsafe(16)
+        self._issued[nonce] = now + self.elicitation_timeout_s
+        return f"{APPROVAL_STATE_PREFIX}{approval_id}/{nonce}/{self._mac(approval_id, nonce, name, arguments)}"
+
+    def _mac(self, approval_id: str, nonce: str, name: str, arguments: dict[str, Any]) -> str:
+        message = f"{approval_id}/{nonce}/{_call_digest(name, arguments)}".encode()
+        return hmac.new(self._state_key, message, hashlib.sha256).hexdigest()
+
+    def _check_state(self, ctx: ServerRequestContext[Any], state: str, name: str,
+                     arguments: dict[str, Any]) -> tuple[str, str | None]:
+        """``(approval_id, None)`` for a request_state this server issued for exactly this call, not used yet;
+        else ``(approval_id or "", why it is refused)``. The nonce is spent either way."""
+        parts = state[len(APPROVAL_STATE_PREFIX):].split("/")
+        if len(parts) != 3:
+            return "", "the approval state was not issued by this server"
+        approval_id, nonce, mac = parts
+        expiry = self._issued.pop(nonce, None)
+        if expiry is None or expiry <= time.monotonic():
+            return approval_id, "the approval state was not issued by this server, was used already or expired"
+        if not hmac.compare_digest(mac, self._mac(approval_id, nonce, name, arguments)):
+            return approval_id, "the call was changed between the approval request and its answer"
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS or not self._client_elicits(ctx):
+            return approval_id, "this connection cannot answer an approval request (no form elicitation)"
+        return approval_id, None
+
+    @staticmethod
+    def _client_elicits(ctx: ServerRequestContext[Any]) -> bool:
+        caps = ctx.session.client_capabilities
+        elicitation = caps.elicitation if caps is not None else None
+        # an empty elicitation capability means form mode (MCP 2025-11-25)
+        return elicitation is not None and (elicitation.form is not None or elicitation.url is None)
+
     def _takes_approval_id(self, name: str) -> bool:
         spec = next((s for s in self.toolkit.specs if s.name == name), None)
         return spec is not None and "approval_id" in spec.args_model.model_fields
@@ -258,15 +329,9 @@ class McpToolServer:
     async def _ask_operator(self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any],
                             outcome: dict[str, Any]) -> dict[str, Any] | types.InputRequiredResult:
         approval_id = outcome.get("approval_id")
-        caps = ctx.session.client_capabilities
-        elicitation = caps.elicitation if caps is not None else None
-        # an empty elicitation capability means form mode (MCP 2025-11-25)
-        form = elicitation is not None and (elicitation.form is not None or elicitation.url is None)
-        if not isinstance(approval_id, str) or not form or not self._takes_approval_id(name):
+        if not isinstance(approval_id, str) or not self._client_elicits(ctx) or not self._takes_approval_id(name):
             return outcome
-        message = (f"The agent wants to run on {outcome.get('host')}:\n\n    {outcome.get('command')}\n\n"
-                   f"Command digest {outcome.get('command_digest') or '?'} (secrets shown as [REDACTED]). "
-                   f"Policy rule {outcome.get('rule_id') or '(none)'} asks first: {outcome.get('reason')}")
+        message = _approval_message(name, arguments, outcome)
         if ctx.session.can_send_request:
             answer: types.ElicitResult | None = None
             try:
@@ -280,8 +345,7 @@ class McpToolServer:
             request = types.ElicitRequest(params=types.ElicitRequestFormParams(message=message,
                                                                               requested_schema=_APPROVAL_SCHEMA))
             return types.InputRequiredResult(input_requests={"approval": request},
-                                             request_state=f"{APPROVAL_STATE_PREFIX}{approval_id}/"
-                                                           f"{_call_digest(name, arguments)}")
+                                             request_state=self._issue_state(approval_id, name, arguments))
         return outcome
 
     async def _after_answer(self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any],
@@ -331,8 +395,73 @@ def build_mcp_server(
 
 
 async def serve_stdio(server: Server[Any]) -> None:
-    """Serve ``server`` on this process's stdin/stdout until the client closes stdin."""
+    """Serve ``server`` on this process's stdin/stdout until the client closes stdin.
+
+    A request the SDK cannot read because it holds text that is not valid Unicode (a lone surrogate such as
+    ``\\udcff`` in its JSON) gets a JSON-RPC error reply (``-32602``) naming why, instead of no reply at all;
+    nothing of it runs.
+    """
     from mcp.server.stdio import stdio_server
 
     async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+        await server.run(_AnsweringReadStream(read_stream, write_stream), write_stream,
+                         server.create_initialization_options())
+
+
+class _AnsweringReadStream:
+    """The transport's read stream, answering requests that could not be read (see :func:`serve_stdio`)."""
+
+    def __init__(self, inner: Any, write_stream: Any) -> None:
+        self._inner = inner
+        self._write = write_stream
+
+    @property
+    def last_context(self) -> Any:  # the SDK restores the sender's context from here
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        while True:
+            item = await self._inner.receive()
+            reply = _reply_to_unreadable(item) if isinstance(item, Exception) else None
+            if reply is None:
+                return item
+            from mcp.shared.message import SessionMessage
+
+            await self._write.send(SessionMessage(reply))
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _AnsweringReadStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _AnsweringReadStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _reply_to_unreadable(exc: Exception) -> types.JSONRPCError | None:
+    """A JSON-RPC error for a request whose line is JSON but not valid Unicode (a lone surrogate), else None."""
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return None
+    try:
+        raw = errors()[0].get("input")
+        message = json.loads(raw) if isinstance(raw, str) else None
+    except (ValueError, IndexError, TypeError):
+        return None
+    if not isinstance(message, dict) or "method" not in message or not isinstance(message.get("id"), int | str):
+        return None
+    log.warning("mcp.unreadable_request", method=str(message.get("method"))[:60], id=message["id"])
+    return types.JSONRPCError(jsonrpc="2.0", id=message["id"], error=types.ErrorData(
+        code=types.INVALID_PARAMS, message="the request holds text that is not valid Unicode (a lone surrogate such as "
+                                           "\\udcff, from bytes that were not UTF-8): send valid UTF-8 text, writing "
+                                           "such bytes as escapes in the command ($'\\xff'); nothing was run"))
