@@ -1,8 +1,27 @@
-"""Bounded, cleaned views of command output for a model to read.
+r"""Bounded, cleaned views of command output for a model to read.
 
 All bytes stay on the host (in the job's directory); the agent gets a head + tail view with the total
-byte count, a visible truncation marker, ANSI escape sequences removed, carriage-return progress redraws
-collapsed to their final state, NUL bytes shown as ``\\0`` and invalid UTF-8 as U+FFFD.
+byte count and a visible truncation marker.
+
+What cleaning does (:func:`clean_text`), deliberately:
+
+* **Colours and progress redraws are cleaned away**, because they carry nothing a reader needs: SGR sequences
+  (``ESC [ ... m``) are removed, and a line redrawn with ``\r`` collapses to its last state *when it is a progress
+  redraw*: every part of the line reads the same once digits, spaces, bar and spinner characters
+  (``#=>-.|/\*█░▒▓▏▎▍▌▋▊▉%``) are set aside, such as ``[##   ]  10%`` then ``[#### ]  40%``. An erase-line
+  (``ESC [ K``, ``ESC [ 2K``) right after the ``\r`` of such a redraw goes with it. ``\r\n`` is a line end.
+* **Nothing else vanishes without trace.** Every other control sequence and character is shown as a visible
+  escape, character for character (:func:`agent_tools.display.safe_text`): OSC sequences (``ESC ] 52`` clipboard
+  writes, ``ESC ] 0`` titles, ``ESC ] 8`` hyperlinks) as ``\x1b]...\x07``, other CSI sequences (cursor movement,
+  screen and line clears) as ``\x1b[2J``, C1 controls (``\x9b``), BEL, backspace, DEL, bidi overrides and
+  zero-width characters (``\u202e``, ``\u200b``); a ``\r`` redraw that is not a progress bar keeps every part,
+  each ``\r`` shown as ``\r`` (``E…red…G\u202erev H\rOVERWRITTEN`` shows the text the redraw would hide). NUL
+  is ``\0`` and invalid UTF-8 is U+FFFD.
+* **Secrets are redacted** (:func:`agent_tools.redact.redact`). Where a view or a page cuts the stream, the
+  secrets are found with the bytes on both sides of the cut (the host sends :data:`VIEW_CONTEXT_BYTES` more
+  around each cut, :func:`view_request`) and a secret the cut splits is hidden on both sides.
+
+The CLI never writes these views raw: it shows them through :mod:`agent_tools.display`, which escapes again.
 """
 
 from __future__ import annotations
@@ -11,19 +30,20 @@ import re
 
 from pydantic import BaseModel, Field
 
-from .redact import redact
+from .display import safe_text
+from .redact import redact_slice
 
-__all__ = ["OutputView", "clean_text", "make_view", "split_budget"]
+__all__ = ["VIEW_CONTEXT_BYTES", "OutputView", "clean_text", "clean_window", "make_view", "split_budget",
+           "view_request"]
 
-# ECMA-48 CSI sequences, OSC sequences (terminated by BEL or ST), and other two-byte escapes.
-_ANSI_RE = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI ... final byte
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC ... BEL | ST
-    r"|\x1b[@-Z\\-_]"  # 7-bit C1 escapes
-)
-# other C0 control characters that garble a transcript (keep \t and \n; \r handled separately), an ESC left
-# over from an unterminated sequence, and the C1 controls (U+009B is a one-character CSI on some terminals)
-_CTRL_RE = re.compile(r"[\x01-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+VIEW_CONTEXT_BYTES = 4096
+"""Bytes read past each cut of a view or page, only to find secrets that straddle the cut (a PEM private key block
+of a 4096-bit RSA key is about 3.2 KiB)."""
+
+_SGR_RE = re.compile(r"\x1b\[[0-9;:]*m")
+_ERASE_LINE_RE = re.compile(r"^(?:\x1b\[[0-2]?K)+")
+#: characters a progress bar or spinner redraws (set aside when comparing the parts of a ``\r`` redraw)
+_PROGRESS_NOISE_RE = re.compile(r"[\d\s#=>\-.|/\\*%<~_()\[\]:,+\u2580-\u259f\u2800-\u28ff]+")
 
 
 class OutputView(BaseModel):
@@ -47,28 +67,62 @@ class OutputView(BaseModel):
         return self.omitted_bytes > 0
 
 
-def _collapse_cr(line: str) -> str:
-    # A progress bar redraws with "\r": only the last non-empty redraw of a line is what a terminal shows.
-    if "\r" not in line:
-        return line
-    parts = [p for p in line.split("\r") if p]
-    return parts[-1] if parts else ""
+def _progress_key(part: str) -> str:
+    return _PROGRESS_NOISE_RE.sub("", _ERASE_LINE_RE.sub("", part))
+
+
+def _redraws(line: str) -> str:
+    """A line holding ``\\r``: its last state if it is a progress redraw, else every part with ``\\r`` kept (to be
+    shown as an escape)."""
+    parts = [p for p in line.split("\r") if _ERASE_LINE_RE.sub("", p)]
+    if not parts:
+        return ""
+    key = _progress_key(parts[-1])
+    if all(_progress_key(p) == key for p in parts):
+        return _ERASE_LINE_RE.sub("", parts[-1])
+    return line
+
+
+def _clean(data: bytes) -> str:
+    """:func:`clean_text` without the redaction."""
+    text = data.decode("utf-8", errors="replace").replace("\x00", "\\0")
+    text = _SGR_RE.sub("", text).replace("\r\n", "\n")
+    if "\r" in text:
+        text = "\n".join(_redraws(line) if "\r" in line else line for line in text.split("\n"))
+    return safe_text(text)
 
 
 def clean_text(data: bytes) -> str:
-    """Decode ``data`` for reading: UTF-8 with U+FFFD for invalid bytes, NUL as ``\\0``, ANSI escapes
-    removed, ``\\r`` redraws collapsed, other control characters dropped, secrets (tokens, keys, passwords;
-    :func:`agent_tools.redact.redact`) replaced by ``[REDACTED]``: the raw bytes stay on the host only.
+    """Decode ``data`` for reading (see the module docstring): UTF-8 with U+FFFD for invalid bytes, NUL as ``\\0``,
+    colours removed, progress redraws collapsed to their final state, every other control sequence or character
+    shown as a visible escape, secrets (tokens, keys, passwords; :func:`agent_tools.redact.redact`) replaced by
+    ``[REDACTED]``: the raw bytes stay on the host only.
 
     :param data: raw bytes (any encoding; UTF-8 expected).
     :returns: a printable ``str``.
     """
-    text = data.decode("utf-8", errors="replace").replace("\x00", "\\0")
-    text = _ANSI_RE.sub("", text)
-    text = text.replace("\r\n", "\n")
-    if "\r" in text:
-        text = "\n".join(_collapse_cr(line) for line in text.split("\n"))
-    return redact(_CTRL_RE.sub("", text))
+    return clean_window(data, 0, len(data))
+
+
+def clean_window(data: bytes, start: int, end: int) -> str:
+    """:func:`clean_text` of ``data[start:end]``, its secrets found with all of ``data`` around it: a secret that
+    ``start`` or ``end`` cuts is hidden in part as well.
+
+    :param data: the bytes of the slice plus context on both sides.
+    :param start: where the slice begins in ``data`` (bytes; moved back to a UTF-8 character boundary).
+    :param end: where it ends (bytes; likewise).
+    """
+    start, end = _char_boundary(data, start), _char_boundary(data, end)
+    before, part, after = _clean(data[:start]), _clean(data[start:end]), _clean(data[end:])
+    return redact_slice(before + part + after, len(before), len(before) + len(part))
+
+
+def _char_boundary(data: bytes, pos: int) -> int:
+    """``pos`` moved back over UTF-8 continuation bytes (at most 3), so that a cut never splits a character."""
+    p = pos
+    while 0 < p < len(data) and p > pos - 3 and data[p] & 0xC0 == 0x80:
+        p -= 1
+    return p
 
 
 def split_budget(max_bytes: int) -> tuple[int, int]:
@@ -80,7 +134,15 @@ def split_budget(max_bytes: int) -> tuple[int, int]:
     return head, max_bytes - head
 
 
-def make_view(head: bytes, tail: bytes, total_bytes: int, *, stream: str = "stdout", start: int = 0) -> OutputView:
+def view_request(max_bytes: int) -> tuple[int, int]:
+    """The head and tail bytes to ask the host for, for a view of ``max_bytes``: the view's own
+    (:func:`split_budget`) plus :data:`VIEW_CONTEXT_BYTES` each, read only to find secrets across the cuts."""
+    head, tail = split_budget(max_bytes)
+    return head + VIEW_CONTEXT_BYTES, tail + VIEW_CONTEXT_BYTES
+
+
+def make_view(head: bytes, tail: bytes, total_bytes: int, *, stream: str = "stdout", start: int = 0,
+              budget: int | None = None) -> OutputView:
     """Build a view from the raw ``head`` and ``tail`` bytes of a stream of ``total_bytes``.
 
     When ``len(head) + len(tail) >= total_bytes`` the two overlap or meet and the stream is complete:
@@ -91,25 +153,43 @@ def make_view(head: bytes, tail: bytes, total_bytes: int, *, stream: str = "stdo
     :param total_bytes: the size in bytes of the part of the stream viewed (from ``start`` to its end).
     :param stream: ``stdout`` or ``stderr``, named in the marker's ``job_output`` call.
     :param start: the stream offset (bytes) where ``head`` begins (a view of new output starts later than 0).
+    :param budget: the view's size in bytes (:func:`split_budget` of it for head and tail) when ``head`` and
+        ``tail`` were asked for with :func:`view_request`: the bytes past each cut are then context only. None:
+        ``head`` and ``tail`` are the view.
     """
+    if budget is not None:
+        keep_head, keep_tail = split_budget(budget)
+        if not tail:  # the host sent the whole stream
+            if len(head) <= keep_head + keep_tail:
+                return OutputView(text=clean_text(head), total_bytes=total_bytes, omitted_bytes=0, offset=start)
+            tail = head[-(keep_tail + VIEW_CONTEXT_BYTES):]
+        return _cut_view(head, tail, total_bytes, keep_head, keep_tail, stream, start)
     omitted = max(0, total_bytes - len(head) - len(tail))
     if omitted == 0:
         data = head + tail if total_bytes >= len(head) + len(tail) else head
         return OutputView(text=clean_text(data[:total_bytes] if total_bytes else data),
                           total_bytes=total_bytes, omitted_bytes=0, offset=start)
+    return _cut_view(head, tail, total_bytes, len(head), len(tail), stream, start)
+
+
+def _cut_view(head: bytes, tail: bytes, total_bytes: int, keep_head: int, keep_tail: int, stream: str,
+              start: int) -> OutputView:
+    """Head and tail cut to ``keep_head``/``keep_tail`` bytes (at line ends where that loses little); the bytes
+    beyond the cuts only serve redaction."""
+    h = min(keep_head, len(head))
+    t0 = max(0, len(tail) - keep_tail)
     # cut at line boundaries where that loses little, so the model does not read half a line
-    nl = head.rfind(b"\n")
-    if nl >= len(head) // 2:
-        omitted += len(head) - nl - 1
-        head = head[: nl + 1]
-    nl = tail.find(b"\n")
-    if 0 <= nl < len(tail) // 2:
-        omitted += nl + 1
-        tail = tail[nl + 1 :]
-    where = f"offset={start + len(head)}" + (f", stream='{stream}'" if stream != "stdout" else "")
+    nl = head.rfind(b"\n", 0, h)
+    if nl >= h // 2:
+        h = nl + 1
+    nl = tail.find(b"\n", t0)
+    if 0 <= nl - t0 < (len(tail) - t0) // 2:
+        t0 = nl + 1
+    omitted = max(0, total_bytes - h - (len(tail) - t0))
+    where = f"offset={start + h}" + (f", stream='{stream}'" if stream != "stdout" else "")
     marker = f"… [{omitted} bytes omitted; job_output({where}) reads on from there] …\n"
-    head_text = clean_text(head)
+    head_text = clean_window(head, 0, h)
     if head_text and not head_text.endswith("\n"):
         head_text += "\n"
-    return OutputView(text=head_text + marker + clean_text(tail), total_bytes=total_bytes,
+    return OutputView(text=head_text + marker + clean_window(tail, t0, len(tail)), total_bytes=total_bytes,
                       omitted_bytes=omitted, offset=start)

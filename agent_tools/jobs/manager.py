@@ -42,7 +42,7 @@ from ..outcomes import (
     NeedsInput,
     ProbeReport,
 )
-from ..output import OutputView, clean_text, split_budget
+from ..output import VIEW_CONTEXT_BYTES, OutputView, clean_window, view_request
 from ..probes.readiness import judge
 from ..redact import redact
 from .discover import discover_script, parse_discovery, split_env_line
@@ -256,6 +256,11 @@ class JobRunner:
             host problems (they become ``error`` outcomes).
         :raises BadArguments: invalid arguments (also returned as ``error`` by the tools layer).
         """
+        for what, text in (("command", command), ("cwd", cwd or ""), *((f"env {k}", f"{k}={v}")
+                                                                        for k, v in (env or {}).items())):
+            if not _valid_utf8(text):
+                raise BadArguments(f"the {what} holds text that is not valid UTF-8 (bytes that were not UTF-8, or a "
+                                   "lone surrogate): write such bytes with an escape ($'\\xff') and retry")
         shown = redact(display_command if display_command is not None else command)
         if not command.strip():
             raise BadArguments("command is empty")
@@ -305,7 +310,7 @@ class JobRunner:
                 return await self._outcome_of_existing(host, holder, budget_s)
         else:
             self.journal.add(rec)
-        head, tail = split_budget(self.view_bytes)
+        head, tail = view_request(self.view_bytes)  # the view's bytes and context past its cuts
         mode = "bg" if detach_immediately else "fg"
         env_ = dict(env) if env else None
         log.debug("job.start", host=host.name, job_id=job_id, budget_s=budget_s, on_timeout=on_timeout)
@@ -504,7 +509,7 @@ class JobRunner:
                   elapsed: float) -> Finished | NeedsInput:
         out = views.get("stdout", RawView(0, b"", b""))
         err = views.get("stderr", RawView(0, b"", b""))
-        ov, ev = out.view(), err.view()
+        ov, ev = out.view(budget=self.view_bytes), err.view(budget=self.view_bytes)
         sig = _signal_name(code)
         self.journal.update(rec.job_id, state="exited", exit_status=code, signal=sig, finished_at=now(),
                             stdout_seen=out.size, stderr_seen=err.size)
@@ -535,9 +540,9 @@ class JobRunner:
         ov = ev = OutputView()
         if st is not None:
             if "stdout" in st.views:
-                ov = st.views["stdout"].view()
+                ov = st.views["stdout"].view(budget=self.view_bytes)
             if "stderr" in st.views:
-                ev = st.views["stderr"].view()
+                ev = st.views["stderr"].view(budget=self.view_bytes)
             self.journal.update(rec.job_id, stdout_seen=st.stdout_bytes, stderr_seen=st.stderr_bytes)
         hint = next_hint or guide(facts_of(rec, state="running")).next_text()
         log.debug("job.detached", host=rec.host, job_id=rec.job_id, elapsed_s=round(elapsed, 3))
@@ -555,15 +560,15 @@ class JobRunner:
             return self._detached(rec, anyio.current_time() - t0, None,
                                   why=reason + "; the kill did not complete in time: the job may still run",
                                   next_hint=f"job_cancel(job_id='{rec.job_id}')")
-        head, tail = split_budget(self.view_bytes)
+        head, tail = view_request(self.view_bytes)  # the view's bytes and context past its cuts
         st: HostJobState | None = None
         with anyio.move_on_after(0.5):
             try:
                 st = (await self._status(host, [(rec.job_id, 0, 0, head, tail)])).get(rec.job_id)
             except (HostError, WireError):
                 st = None
-        ov = st.views["stdout"].view() if st and "stdout" in st.views else OutputView()
-        ev = st.views["stderr"].view() if st and "stderr" in st.views else OutputView()
+        ov = st.views["stdout"].view(budget=self.view_bytes) if st and "stdout" in st.views else OutputView()
+        ev = st.views["stderr"].view(budget=self.view_bytes) if st and "stderr" in st.views else OutputView()
         return Killed(host=rec.host, command=rec.command, job_id=rec.job_id,
                       signal="KILL" if res.escalated else "TERM", by="budget", reason=reason,
                       survivors=res.survivors, duration_s=round(anyio.current_time() - t0, 3),
@@ -597,7 +602,7 @@ class JobRunner:
             return _error(exc, host.name, rec.command)
         why = "a job with this idempotency key was already started; no second job was launched"
         if status.state == "exited" and status.exit_status is not None:
-            head, tail = split_budget(self.view_bytes)
+            head, tail = view_request(self.view_bytes)  # the view's bytes and context past its cuts
             try:
                 with _answer_within(host, self.answer_timeout_s, "the output of the existing job"):
                     st = (await self._status(host, [(rec.job_id, 0, 0, head, tail)])).get(rec.job_id)
@@ -794,7 +799,7 @@ class JobRunner:
             g = guide(facts_of(rec, detail=_not_started_why(rec)))
             return JobStatus(job_id=job_id, host=rec.host, command=rec.command, state="not_started",
                              elapsed_s=elapsed_of(rec), deadline_s=rec.deadline_s, why=g.why, next=g.next_text())
-        head, tail = split_budget(self.view_bytes)
+        head, tail = view_request(self.view_bytes)  # the view's bytes and context past its cuts
         t_end = anyio.current_time() + wait_s
         t_hard = t_end + self.answer_timeout_s
         first: tuple[str, str] | None = None
@@ -830,8 +835,10 @@ class JobRunner:
         with _answer_within(host, t_hard - anyio.current_time(), "job_status", wait_s + self.answer_timeout_s):
             view_states = await self._status(host, [(job_id, rec.stdout_seen, rec.stderr_seen, head, tail)])
         vst = view_states[job_id]
-        new_out = vst.views["stdout"].view(rec.stdout_seen) if "stdout" in vst.views else OutputView()
-        new_err = vst.views["stderr"].view(rec.stderr_seen) if "stderr" in vst.views else OutputView()
+        new_out = (vst.views["stdout"].view(rec.stdout_seen, budget=self.view_bytes) if "stdout" in vst.views
+                   else OutputView())
+        new_err = (vst.views["stderr"].view(rec.stderr_seen, budget=self.view_bytes) if "stderr" in vst.views
+                   else OutputView())
         # the views were cut at the sizes measured when they were read (RawView.size), which can be later than
         # the job line's sizes: count as seen exactly what was shown
         out_seen = vst.views["stdout"].size if "stdout" in vst.views else vst.stdout_bytes
@@ -911,21 +918,24 @@ class JobRunner:
         if offset < 0 or not 0 < limit <= 1 << 20:
             raise BadArguments("offset must be >= 0 and limit between 1 and 1048576 bytes")
         rec = self.journal.get(job_id)
-        o, e = (offset, 0) if stream == "stdout" else (0, offset)
-        # head-only view of [offset, offset+limit): ask for `limit` head bytes and no tail
-        with _answer_within(host, self.answer_timeout_s, "job_output"):
-            st = (await self._status(host, [(job_id, o, e, limit, 0)]))[job_id]
+        # bytes [offset - C, offset + limit + C): the page plus context on both sides, so that a secret the page's
+        # edges cut is found and hidden (redaction only; the page itself is [offset, offset + limit))
+        start = max(0, offset - VIEW_CONTEXT_BYTES)
+        o, e = (start, 0) if stream == "stdout" else (0, start)
+        st = (await self._status(host, [(job_id, o, e, offset - start + limit + VIEW_CONTEXT_BYTES, 0)]))[job_id]
         if not st.present:
             raise JobNotFound(job_id, f"job {job_id}: its directory is gone from {rec.host}")
         raw = st.views.get(stream, RawView(0, b"", b""))
         total = st.stdout_bytes if stream == "stdout" else st.stderr_bytes
-        data = raw.head
+        window = raw.head
+        lead = offset - start
+        data = window[lead : lead + limit]
         cut = _split_utf8_tail(data) if offset + len(data) < total else 0
         if 0 < cut < len(data):
             data = data[:-cut]  # never split a UTF-8 character across two pages (the next page starts with it)
         nxt = offset + len(data)
         return JobOutput(job_id=job_id, stream=stream, offset=offset, next_offset=nxt, total_bytes=total,
-                         text=clean_text(data), eof=nxt >= total)
+                         text=clean_window(window, lead, lead + len(data)), eof=nxt >= total)
 
     # ------------------------------------------------------------------ cancel
     async def cancel(self, host: Host, job_id: str, *, grace_s: float = 5.0, reason: str = "cancelled on request",
@@ -1079,6 +1089,14 @@ def _launch_window_s(rec: JobRecord) -> float:
     """Seconds after a job is journalled during which its directory may not exist yet: the launch gets the
     call's budget (connect + channel open + exec), plus a margin for clocks and the launcher itself."""
     return (rec.budget_s or 15.0) + 5.0
+
+
+def _valid_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
 
 
 def _split_utf8_tail(data: bytes) -> int:

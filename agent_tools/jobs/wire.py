@@ -76,11 +76,12 @@ class RawView:
     tail: bytes
     stream: str = "stdout"
 
-    def view(self, offset: int = 0) -> OutputView:
-        """The agent-facing view of bytes ``[offset, size)``."""
+    def view(self, offset: int = 0, budget: int | None = None) -> OutputView:
+        """The agent-facing view of bytes ``[offset, size)``; ``budget``: the view's size in bytes when head and
+        tail were asked for with :func:`agent_tools.output.view_request` (the rest is context for redaction)."""
         if not self.tail:
-            return make_view(self.head, b"", len(self.head), stream=self.stream, start=offset)
-        return make_view(self.head, self.tail, self.size - offset, stream=self.stream, start=offset)
+            return make_view(self.head, b"", len(self.head), stream=self.stream, start=offset, budget=budget)
+        return make_view(self.head, self.tail, self.size - offset, stream=self.stream, start=offset, budget=budget)
 
 
 async def read_view(reader: WireReader, words: list[str]) -> tuple[str, RawView]:

@@ -1103,14 +1103,15 @@ class _Walker:
         #: the directories the next command may run in, in source order (see :meth:`track_cd`)
         self.cwds: list[str | None] = list(dict.fromkeys(ctx.cwds))
         #: `set -a` / `set -o allexport` anywhere: every assignment is exported
-        self.allexport = bool(_ALLEXPORT_RE.search(source.decode("utf-8", "replace")))
+        self.allexport = bool(_ALLEXPORT_RE.search(source.decode("utf-8", "surrogateescape")))
         self.tainted: frozenset[str] = ctx.tainted
 
     def text(self, node: tree_sitter.Node) -> str:
-        return self.source[node.start_byte : node.end_byte].decode("utf-8", "replace")
+        # bytes that are not UTF-8 come back as the lone surrogates they were given as (shown as \udcff)
+        return self.source[node.start_byte : node.end_byte].decode("utf-8", "surrogateescape")
 
     def gap(self, start: int, end: int) -> str:
-        return self.source[start:end].decode("utf-8", "replace")
+        return self.source[start:end].decode("utf-8", "surrogateescape")
 
     # -- words --------------------------------------------------------------------------------------------
 

@@ -80,7 +80,7 @@ class _Script:
         self.integer_names: set[str] = set()
 
     def text(self, node: tree_sitter.Node) -> str:
-        return self.source[node.start_byte : node.end_byte].decode("utf-8", "replace")
+        return self.source[node.start_byte : node.end_byte].decode("utf-8", "surrogateescape")
 
     # -- taint ------------------------------------------------------------------------------------------------
 

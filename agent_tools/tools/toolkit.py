@@ -343,6 +343,7 @@ class Toolkit:
                 raw = loaded
             else:
                 raw = dict(arguments)
+            _check_unicode(raw)
             args = spec.args_model.model_validate(raw)
             result = await handler(**args.model_dump())
         except json.JSONDecodeError as exc:
@@ -368,8 +369,9 @@ class Toolkit:
         if self.policy is not None and isinstance(host, str):
             extra = self.policy.redact_patterns(host)  # a policy file's own secret shapes (redact: [...])
         # the one seam of what an agent is shown: every string of every result, whichever path produced it
-        # (outcomes, rediscovered jobs, error messages, probe evidence)
-        return dict(redact_obj(data, extra))
+        # (outcomes, rediscovered jobs, error messages, probe evidence); text that is not valid Unicode (a lone
+        # surrogate from undecodable input) is shown as its escape, so every result can be encoded (JSON-RPC)
+        return dict(_valid_unicode(redact_obj(data, extra)))
 
     # ---------------------------------------------------------------- tools
     async def run_command(
@@ -545,6 +547,40 @@ class Toolkit:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _check_unicode(value: Any, where: str = "arguments") -> None:
+    """:raises BadArguments: a string in ``value`` holds a lone surrogate (bytes that were not UTF-8, or a JSON
+    ``\\udcff``): it could not be sent to a host, stored or shown."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            bad = value[exc.start]
+            raise BadArguments(f"{where} holds text that is not valid UTF-8 ({_escaped(bad)} at character "
+                               f"{exc.start}, from an undecodable byte or a lone surrogate): write such bytes with an "
+                               "escape in the command ($'\\xff', printf '\\377') and retry") from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_unicode(key, f"{where}.{_escaped(str(key))}")
+            _check_unicode(item, f"{where}.{_escaped(str(key))}")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check_unicode(item, f"{where}[{index}]")
+
+
+def _escaped(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _valid_unicode(value: Any) -> Any:
+    if isinstance(value, str):
+        return value if value.isascii() else _escaped(value)
+    if isinstance(value, dict):
+        return {_valid_unicode(k): _valid_unicode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_valid_unicode(v) for v in value]
+    return value
 
 
 def _noted(error: ErrorOutcome, note: str | None) -> ErrorOutcome:
