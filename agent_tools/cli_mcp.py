@@ -75,7 +75,14 @@ def mcp(
     Clients that start the server without passing an environment (MCP Inspector 2.x) lose
     $AGENT_TOOLS_SSH_CONFIG, $AGENT_TOOLS_STATE_DIR and $AGENT_TOOLS_POLICY: pass -F, --state-dir and --policy
     as arguments instead."""
-    from .adapters.mcp_http import TOKEN_ENV, TOKEN_FILE_NAME, InsecureListen, is_loopback, load_or_create_token
+    from .adapters.mcp_http import (
+        TOKEN_ENV,
+        TOKEN_FILE_NAME,
+        InsecureListen,
+        http_url,
+        is_loopback,
+        load_or_create_token,
+    )
     from .adapters.mcp_server import build_mcp_server, serve_http, serve_stdio
     from .jobs.journal import default_state_dir
 
@@ -110,7 +117,7 @@ def mcp(
                 await serve_stdio(server)
                 return
             auth = f"bearer token from {where}" if token is not None else "NO authentication (--no-auth)"
-            _err.print(plain(f"agent-tools MCP server on http://{host}:{port}/mcp (streamable HTTP; {auth})"),
+            _err.print(plain(f"agent-tools MCP server on {http_url(host, port)} (streamable HTTP; {auth})"),
                        highlight=False)
             await serve_http(server, host=host, port=port, token=token, allowed_hosts=tuple(allow_host or ()))
 

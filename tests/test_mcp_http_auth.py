@@ -116,3 +116,39 @@ def test_the_library_refuses_an_unauthenticated_non_loopback_server(tmp_path: Pa
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False,
                          env={**server_env(tmp_path), "PATH": os.environ.get("PATH", "")})
     assert res.stdout.startswith("refused:"), res.stdout + res.stderr
+
+
+async def test_an_ipv6_loopback_server_prints_a_url_clients_can_use(tmp_path: Path) -> None:
+    """`--host ::1`: the startup line names `http://[::1]:PORT/mcp` (brackets, RFC 3986), and that URL works."""
+    import socket
+
+    with socket.socket(socket.AF_INET6) as s:
+        s.bind(("::1", 0))
+        port = s.getsockname()[1]
+    errlog = tmp_path / "http-stderr.log"
+    env = {**server_env(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path)}
+    with errlog.open("w") as log:
+        proc = await anyio.open_process(agent_tools_cmd("--transport", "http", "--host", "::1", "--port", str(port)),
+                                        stdin=None, stdout=log, stderr=log, env=env, cwd=str(tmp_path))
+    try:
+        url = f"http://[::1]:{port}/mcp"
+        with anyio.fail_after(30):
+            while url not in errlog.read_text():
+                assert proc.returncode is None, errlog.read_text()
+                await anyio.sleep(0.1)
+            while True:
+                try:
+                    await (await anyio.connect_tcp("::1", port)).aclose()
+                    break
+                except OSError:
+                    await anyio.sleep(0.1)
+        async with bearer_client(token_of(tmp_path)) as client, \
+                streamable_http_client(url, http_client=client) as (r, w), ClientSession(r, w) as session:
+            with anyio.fail_after(20):
+                await session.initialize()
+                out = structured(await session.call_tool("run_command", {"host": "local", "command": "echo v6"}))
+        assert out["stdout"]["text"] == "v6\n"
+    finally:
+        proc.terminate()
+        with anyio.move_on_after(10):
+            await proc.wait()

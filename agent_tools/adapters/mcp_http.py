@@ -35,7 +35,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import TransportSecuritySettings
 
-__all__ = ["TOKEN_ENV", "TOKEN_FILE_NAME", "InsecureListen", "StaticTokenVerifier", "is_loopback",
+__all__ = ["TOKEN_ENV", "TOKEN_FILE_NAME", "InsecureListen", "StaticTokenVerifier", "http_url", "is_loopback",
            "load_or_create_token", "serve_http", "transport_security"]
 
 log = structlog.get_logger(__name__)
@@ -148,6 +148,12 @@ def transport_security(host: str, port: int,
     )
 
 
+def http_url(host: str, port: int, path: str = "/mcp") -> str:
+    """The URL clients use for ``host`` and ``port`` (an IPv6 address in brackets, RFC 3986: ``http://[::1]:8765/mcp``)."""
+    bare = host.strip("[]")
+    return f"http://[{bare}]:{port}{path}" if ":" in bare else f"http://{bare}:{port}{path}"
+
+
 async def serve_http(server: Server[Any], *, host: str = "127.0.0.1", port: int = 8765, path: str = "/mcp",
                      token: str | None, allowed_hosts: list[str] | tuple[str, ...] = ()) -> None:
     """Serve ``server`` over streamable HTTP at ``http://HOST:PORT/PATH`` (uvicorn) until cancelled or
@@ -171,6 +177,6 @@ async def serve_http(server: Server[Any], *, host: str = "127.0.0.1", port: int 
                 "token_verifier": StaticTokenVerifier(token)}
     app = server.streamable_http_app(streamable_http_path=path, host=host, transport_security=security, **auth)
     config = uvicorn.Config(app, host=host.strip("[]"), port=port, log_level="warning", lifespan="on")
-    log.info("mcp.http_listening", url=f"http://{host}:{port}{path}", auth="bearer" if token else "none",
+    log.info("mcp.http_listening", url=http_url(host, port, path), auth="bearer" if token else "none",
              allowed_hosts=security.allowed_hosts)
     await uvicorn.Server(config).serve()
