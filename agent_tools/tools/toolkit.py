@@ -286,8 +286,9 @@ class Toolkit:
                                     command_digest=appr.command_sha256[:12], rule_id=decision.rule_id,
                                     reason=(decision.reason or "the policy asks for approval") + refused,
                                     expires_s=round(appr.expires_at - appr.created_at, 1),
-                                    next=f"ask the operator to approve {appr.id}; then call again with the same "
-                                         f"arguments and approval_id='{appr.id}'")
+                                    next=f"ask the operator to approve {appr.id} (`agent-tools approvals approve "
+                                         f"{appr.id}`, or the client's approval prompt); then call again with the same "
+                                         f"arguments (host, command, cwd, env) and approval_id='{appr.id}'")
             return outcome
         return None
 
