@@ -319,14 +319,11 @@ def test_random_text_run_as_code_is_never_allowed(default: PolicySet, gpu: Polic
         for ps, host in ((default, "web-1"), (gpu, "gpu-node-1"), (both, "gpu-node-1")):
             d = ps.decide(host, command)
             assert d.decision != "allow", (command, host, d.reason)
-
-
-def test_arithmetic_on_known_values_stays_allowed(default: PolicySet) -> None:
-    """The sinks only count text the policy cannot see: arithmetic on literals and loop counters is still a read."""
+    # only text the policy cannot see counts: arithmetic on literals and loop counters is still a read
     for command in ["x=5; echo $((x + 1))", "for i in 1 2 3; do echo $((i * 2)); done", "echo $((3 * 4))",
                     "n=2; m=n; echo $((m))", "echo ${#HOME}", "ls; echo ${!HO*}",
-                    "read -r line < /etc/hostname; echo $line",
-                    "printf -v out %s ok; echo $out", "test -v HOME && echo set"]:
+                    "read -r line < /etc/hostname; echo $line", "printf -v out %s ok; echo $out",
+                    "test -v HOME && echo set"]:
         d = default.decide("web-1", command)
         assert d.decision == "allow", (command, d.reason)
 
