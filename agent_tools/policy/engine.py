@@ -190,6 +190,12 @@ def _decide_in(command: SimpleCommand, files: Sequence[LoadedPolicy], host: str)
         if matches:
             reason = (f"no rule of {vote_file.path} matches {command.program or 'this command'!r} and its default is "
                       f"{default}, which a rule of a more general file may not weaken")
+        elsewhere = next((r for f in files for r in f.rules if r.rule.cwd is not None
+                          and r.match(command, check_cwd=False) is not None), None)
+        if elsewhere is not None:
+            where = command.cwd if command.cwd is not None else "a directory the policy cannot know for sure"
+            reason += (f" (rule {elsewhere.rule.id} covers it only where the working directory matches "
+                       f"{elsewhere.rule.cwd!r}; it runs in {where})")
         decided = _Decided(command, default, "<default>", reason, None, {}, vote_file.path)
     if command.opaque:
         opaque_reason = command.opaque_reason or "the policy cannot see what this command runs"

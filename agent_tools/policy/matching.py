@@ -106,11 +106,12 @@ class CompiledRule:
                 out.append(tuple(r for d in dirs if (r := join_dir(d, word)) is not None))
         return out
 
-    def match(self, command: SimpleCommand) -> dict[str, str] | None:
-        """Captured words if every condition of the rule holds for ``command``, else None."""
+    def match(self, command: SimpleCommand, *, check_cwd: bool = True) -> dict[str, str] | None:
+        """Captured words if every condition of the rule holds for ``command`` (its ``cwd`` condition left out
+        with ``check_cwd=False``), else None."""
         argv = command.argv
         dynamic = command.dynamic if len(command.dynamic) == len(argv) else [False] * len(argv)
-        if self.cwd is not None and (command.cwd is None or not self.cwd.matches_text(command.cwd)):
+        if check_cwd and self.cwd is not None and (command.cwd is None or not self.cwd.matches_text(command.cwd)):
             return None
         resolved = self._resolved(command)
         args = list(zip(argv[1:], resolved[1:], strict=True))

@@ -352,3 +352,18 @@ def test_random_variables_that_change_what_runs_are_never_allowed(default: Polic
     for env in ({"LC_ALL": "C"}, {"TZ": "UTC", "HF_TOKEN": "hf_x"}, {"CUDA_VISIBLE_DEVICES": "0", "lower": "x"}):
         assert default.decide("web-1", "ls", env=env).decision == "allow", env
     assert default.decide("web-1", "ls", env={"LC_ALL": "$(id)"}).decision == "ask"
+
+
+def test_a_rule_on_cwd_applies_only_where_it_says_and_the_reason_tells(default: PolicySet) -> None:
+    """git-read trusts only the login directory's repository (its config can run programs): elsewhere git asks,
+    and the reason names the rule and where the command runs."""
+    assert default.decide("web-1", "git log --oneline -5").decision == "allow"
+    for command, cwd, where in (("cd /srv/repo && git status", None, "cannot know for sure"),
+                                ("git status", "/srv/repo", "/srv/repo"), ("git status", "work", "~/work")):
+        d = default.decide("web-1", command, cwd=cwd)
+        assert d.decision == "ask" and "rule git-read covers it only where" in d.reason and where in d.reason, d
+    ps = PolicySet.from_text("version: 1\nhosts: ['*']\nrules:\n"
+                             "  - {id: app-git, match: [git, status], cwd: '/srv/app|/srv/app/*', decision: allow}\n")
+    assert ps.decide("h", "git status", cwd="/srv/app/sub").decision == "allow"
+    assert ps.decide("h", "cd /srv/app && git status").decision == "ask"  # cd may have failed: ~ or /srv/app
+    assert ps.decide("h", "git status", cwd="/srv/other").decision == "ask"
