@@ -21,23 +21,35 @@ authentication"; AWS IAM identifiers; GitLab "Personal access tokens").
 
 A value that is shell code rather than a literal (it starts with ``$`` or a backquote: ``TOKEN=$(vault read
 ...)``, ``--password "$PW"``) is left as it is, and unquoted values end at shell operators (``; | & < > (
-)``), so redacting a command line never hides an operator from a person reading it. A ``name: value`` pair is
-only taken as a secret where ``name`` is a key, not a path (``/etc/passwd: no such file``), and not when the
-value is an option (``-name token: -delete``).
+)``), so redacting a command line never hides an operator from a person reading it. A name and its value are on
+one line (``api_key=`` at the end of a line takes nothing from the next), and a quote that opened before the
+name closes the value (``"api_key=" "next word"``). A ``name: value`` pair is only taken as a secret where
+``name`` is a key, not a path (``/etc/passwd: no such file``), and not when the value is an option (``-name
+token: -delete``). Values that are not secrets are left alone wherever they stand: a help text's
+metavariable (``--password PASSWORD``), a placeholder in brackets (``<token>``), a file path
+(``GOOGLE_APPLICATION_CREDENTIALS=/srv/creds.json``).
 
 Certain and uncertain shapes. Provider token shapes, private keys, URL passwords, signed-URL parameters, the values
 of secret-named assignments and options and of the program-specific options above, and ``Authorization`` with a
-scheme are *certain*: the hidden span is a secret value, never code. Header-like ``name: value`` pairs (``Cookie:``
-takes the rest of the line) are not: in a command they may stand for shell words (``systemctl stop x cookie:
-ssh.service``). :func:`redact` hides both (for storage and output); ``redact(..., certain_only=True)`` hides only
-certain ones (for an approval prompt, where a person must see every word that runs; :func:`review_text` also says
-how many spans it hid).
+scheme are *certain*: the hidden span is a secret value, never code. Header-like ``name: value`` pairs (``token:
+x``, ``X-Api-Key: x``, ``Authorization: x``; ``Cookie:`` needs ``name=value`` pairs) are not: in messages the
+words after them are often prose (``using password: YES``, ``secret: not set``, ``passwd: Authentication token
+manipulation error``) and in a command they may stand for shell words (``systemctl stop x cookie:
+ssh.service``). Such a value is hidden only when it is not a placeholder or status word (yes, no, not, set,
+expired, incorrect...) and either looks like a secret (letters with digits or symbols, or a capital after a
+small letter) or is the whole of its item (nothing but a comment or a separator follows on its line).
+:func:`redact` hides both kinds (for storage and output); ``redact(..., certain_only=True)`` hides only certain
+ones (for an approval prompt, where a person must see every word that runs; :func:`review_text` also says how
+many spans it hid).
 
 Process-wide additions (:func:`add_patterns`, :func:`add_secret_values`): the ``redact:`` patterns of every policy
 file loaded in this process and the values of secret-named variables given in a call's ``env`` are applied by every
 call of :func:`redact`, so every path that stores or shows text (journal, approvals, logs, results, cassettes, the
-CLI) hides them. Redaction is best effort: a secret in a shape nobody listed passes through. Extra patterns replace
-their whole match, or only the group named ``secret`` if they have one.
+CLI) hides them. A value a certain rule found is remembered the same way (at most 1024, oldest dropped; only
+values specific enough: 6 characters or more with a letter and a digit, a symbol or an inner capital, or 12 or
+more), so ``smbclient -U user%VALUE`` in a command hides ``VALUE`` where its output or a transcript's tool result
+repeats it bare, later in the same process. Redaction is best effort: a secret in a shape nobody listed passes
+through. Extra patterns replace their whole match, or only the group named ``secret`` if they have one.
 
 Every span is found on the original text and then replaced, so :func:`secret_spans` and :func:`redact_slice` let a
 caller redact a page or a view of a longer text with the context on both sides of the cut (a secret that straddles
@@ -79,16 +91,20 @@ _PRIVATE_KEY_RE = re.compile(
     r"(-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY((?: BLOCK)?)-----)((?:[A-Za-z0-9+/=\s,:.-]|\\[nr])*?)"
     r"(-----END \2PRIVATE KEY\3-----|(?=[^A-Za-z0-9+/=\s,:.\\-])|\Z)"
 )
+#: horizontal whitespace (also redact_argv's separator): a name and its value are on one line
+_HS = r"[^\S\r\n]"
 # the password runs to the last `@` of the authority (`u:p@ss@host`), never past a `/`, `?`, `#` or a quote
 _URL_CREDENTIALS_RE = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@'\"]+:)([^/\s?#'\"]+)@")
 _AUTH_SCHEME_RE = re.compile(
-    r"((?:proxy-)?authorization\s*[:=]\s*[\"']?(?:bearer|basic|token|bot|digest|negotiate)\s+)([^\s\"',;]+)",
+    rf"((?:proxy-)?authorization{_HS}*[:=]{_HS}*[\"']?(?:bearer|basic|token|bot|digest|negotiate){_HS}+)"
+    r"([^\s\"',;]+)",
     re.IGNORECASE,
 )
-_AUTH_HEADER_RE = re.compile(r"((?:proxy-)?authorization\s*[:=]\s*[\"']?)"
+_AUTH_HEADER_RE = re.compile(rf"((?:proxy-)?authorization{_HS}*[:=]{_HS}*[\"']?)"
                              r"(?!(?:bearer|basic|token|bot|digest|negotiate)\s)([^\s\"',;]+)", re.IGNORECASE)
-_API_KEY_HEADER_RE = re.compile(r"\b((?:x-)?api-?key\s*:\s*)([^\s\"',;]+)", re.IGNORECASE)
-_COOKIE_RE = re.compile(r"\b((?:set-)?cookie\s*:\s*)([^\n\"']+)", re.IGNORECASE)
+_API_KEY_HEADER_RE = re.compile(rf"\b((?:x-)?api-?key{_HS}*:{_HS}*)([^\s\"',;]+)", re.IGNORECASE)
+#: a Cookie header's value is `name=value` pairs (RFC 6265), to the end of the line or a quote
+_COOKIE_RE = re.compile(rf"\b((?:set-)?cookie{_HS}*:{_HS}*)([^\s=;,\"']+=[^\n\"']*)", re.IGNORECASE)
 #: an unquoted shell word: stops at whitespace, quotes and shell operators
 _WORD = r"[^\s\"';|&<>()`]+"
 #: a quoted value inside a quoted script, as shlex.quote writes it ('"'"'VALUE'"'"', and deeper): the same run
@@ -97,10 +113,10 @@ _NESTED_SQ = r"(?P<q>['\"]{3,})[^'\"\n]*(?P=q)"
 _QUOTE_RUN_RE = re.compile(r"['\"]{3,}")
 _VALUE = rf"({_NESTED_SQ}|\"[^\"]*\"|'[^']*'|{_WORD})"
 _PASSWORD_FLAG_RE = re.compile(
-    rf"(--(?:[A-Za-z0-9_]+[_-])?(?:pass|bearer|{_SECRET_WORDS})(?:=|\s+)){_VALUE}", re.IGNORECASE
+    rf"(--(?:[A-Za-z0-9_]+[_-])?(?:pass|bearer|{_SECRET_WORDS})(?:=|{_HS}+)){_VALUE}", re.IGNORECASE
 )
 #: openssl/keytool style single-dash options (``-pass pass:x``, ``-passin pass:x``, ``-storepass x``)
-_DASH_PASS_RE = re.compile(rf"(\s-(?:[a-z]+)?pass(?:word|in|out|phrase)?\s+(?:pass:)?)(?!env:|file:|fd:|stdin\b)"
+_DASH_PASS_RE = re.compile(rf"(\s-(?:[a-z]+)?pass(?:word|in|out|phrase)?{_HS}+(?:pass:)?)(?!env:|file:|fd:|stdin\b)"
                            rf"{_VALUE}")
 #: (program, option) pairs whose next word (or attached value, for ``-pX``) is a secret
 _PROGRAM_OPTIONS: tuple[tuple[str, str], ...] = (
@@ -128,13 +144,13 @@ _SIGNED_URL_RE = re.compile(
     re.IGNORECASE,
 )
 _ASSIGNMENT_RE = re.compile(
-    rf"(?<![A-Za-z0-9_/])([\"']?)({_SECRET_NAME})\1(\s*=\s*)(\[REDACTED\]|{_NESTED_SQ}|\"[^\"\n]*\"|'[^'\n]*'|"
+    rf"(?<![A-Za-z0-9_/])([\"']?)({_SECRET_NAME})\1({_HS}*={_HS}*)(\[REDACTED\]|{_NESTED_SQ}|\"[^\"\n]*\"|'[^'\n]*'|"
     rf"[^\s\"',;&|)}}\]<>(`]+)",
     re.IGNORECASE,
 )
 # `name: value` (YAML, JSON, logs): the name is a key (not the end of a path), the value not an option
 _COLON_RE = re.compile(
-    rf"(?<![A-Za-z0-9_/.-])([\"']?)({_SECRET_NAME})\1(\s*:\s*)(?!-)(\[REDACTED\]|{_NESTED_SQ}|\"[^\"\n]*\"|'[^'\n]*'|"
+    rf"(?<![A-Za-z0-9_/.-])([\"']?)({_SECRET_NAME})\1({_HS}*:{_HS}*)(?!-)(\[REDACTED\]|{_NESTED_SQ}|\"[^\"\n]*\"|'[^'\n]*'|"
     rf"[^\s\"',;&|)}}\]<>(`]+)",
     re.IGNORECASE,
 )
@@ -172,17 +188,19 @@ Span = tuple[int, int]
 @dataclass(frozen=True)
 class _Rule:
     """One pattern: where it may apply (``gate`` on the text and its lower case), the group holding the secret,
-    whether quotes around the value are kept (and a ``$...`` value left alone), and whether it is certain."""
+    whether quotes around the value are kept (and a ``$...`` value left alone), whether it is certain, and
+    whether the value found is remembered as a known secret (:func:`_learn`)."""
 
     regex: re.Pattern[str]
     group: int | str
     gate: Callable[[str, str], bool]
     certain: bool
     keep_quotes: bool = True
+    learn: bool = True
 
 
 _RULES: tuple[_Rule, ...] = (
-    _Rule(_PRIVATE_KEY_RE, 4, lambda t, lo: "private key" in lo, True, keep_quotes=False),
+    _Rule(_PRIVATE_KEY_RE, 4, lambda t, lo: "private key" in lo, True, keep_quotes=False, learn=False),
     _Rule(_URL_CREDENTIALS_RE, 2, lambda t, lo: "://" in t, True, keep_quotes=False),
     _Rule(_AUTH_SCHEME_RE, 2, lambda t, lo: "authorization" in lo, True),
     _Rule(_AUTH_HEADER_RE, 2, lambda t, lo: "authorization" in lo, False),
@@ -200,7 +218,7 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(_SIGNED_URL_RE, 2, lambda t, lo: "sig" in lo or "x-amz-" in lo or "credential" in lo, True,
           keep_quotes=False),
     _Rule(_XML_RE, 3, lambda t, lo: "</" in t, True, keep_quotes=False),
-    _Rule(_SHAPES_RE, 0, lambda t, lo: True, True, keep_quotes=False),
+    _Rule(_SHAPES_RE, 0, lambda t, lo: True, True, keep_quotes=False, learn=False),
 )
 _PROGRAM_GATE = re.compile(r"mysql|mariadb|sshpass|redis-cli|docker|podman|nerdctl|ssh-keygen|zip|7z|unrar|ldap|"
                            r"ipmitool|sqlcmd|bcp|mongo")
@@ -210,6 +228,12 @@ _LOCK = threading.Lock()
 _EXTRA: list[re.Pattern[str]] = []
 _VALUES: set[str] = set()
 _MIN_VALUE_CHARS = 6
+#: values found by certain rules, oldest first (a dict as an ordered set), at most _MAX_LEARNED
+_LEARNED: dict[str, None] = {}
+_MAX_LEARNED = 1024
+#: one regex for every known value, rebuilt when the values change (a version counter)
+_KNOWN: list[Any] = [-1, None]
+_VERSION = [0]
 
 
 def add_patterns(patterns: Iterable[str | re.Pattern[str]]) -> None:
@@ -229,7 +253,53 @@ def add_secret_values(values: Iterable[str]) -> None:
     call gave in its ``env``: a command that echoes them must not show them). Values shorter than 6 characters are
     ignored (they would hide ordinary text). Kept in memory only."""
     with _LOCK:
+        before = len(_VALUES)
         _VALUES.update(v for v in values if len(v) >= _MIN_VALUE_CHARS)
+        if len(_VALUES) != before:
+            _VERSION[0] += 1
+
+
+def _learnable(value: str) -> bool:
+    """Whether a value a certain rule found is specific enough to hide wherever it appears again: 6 to 256
+    characters on one line, with a letter, and a digit, a symbol or a capital after a small letter (or 12
+    characters or more), so a plain word such as ``secret`` or ``PASSWORD``, or a number, is never hidden on its
+    own."""
+    if not _MIN_VALUE_CHARS <= len(value) <= 256 or "\n" in value or value.upper() == MARK:
+        return False
+    if not any(c.isalpha() for c in value):
+        return False
+    return len(value) >= 12 or _secret_shaped(value)
+
+
+def _secret_shaped(value: str) -> bool:
+    """Letters with digits or symbols, or a capital after a small letter (``hunter2``, ``p@ss``, ``xYz``)."""
+    return any(c.isalpha() for c in value) and (
+        any(c.isdigit() for c in value) or _SYMBOL_RE.search(value) is not None
+        or _INNER_CAPITAL_RE.search(value) is not None)
+
+
+def _learn(values: list[str]) -> None:
+    """Remember ``values`` (found by certain rules) as known secrets of this process: the same value shown later
+    without a shape around it (a command's ``smbclient -U u%VALUE``, then ``VALUE`` in its output, a transcript's
+    tool result) is hidden too."""
+    with _LOCK:
+        changed = False
+        for value in values:
+            if value not in _LEARNED and value not in _VALUES and _learnable(value):
+                _LEARNED[value] = None
+                changed = True
+        while len(_LEARNED) > _MAX_LEARNED:
+            del _LEARNED[next(iter(_LEARNED))]
+        if changed:
+            _VERSION[0] += 1
+
+
+def _known_values_re() -> re.Pattern[str] | None:
+    """One regex matching every known value (longest first), or None; call with _LOCK held."""
+    if _KNOWN[0] != _VERSION[0]:
+        values = sorted({*_VALUES, *_LEARNED}, key=len, reverse=True)
+        _KNOWN[:] = [_VERSION[0], re.compile("|".join(map(re.escape, values))) if values else None]
+    return _KNOWN[1]  # type: ignore[no-any-return]
 
 
 def _value_span(text: str, start: int, end: int) -> Span | None:
@@ -243,23 +313,95 @@ def _value_span(text: str, start: int, end: int) -> Span | None:
         return (start + n, end - n) if end - start > 2 * n else None
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
         return (start + 1, end - 1) if end - start > 2 else None
-    if value.upper() == MARK:
+    if value.upper() == MARK or _not_a_secret(value, text[max(0, start - 40):start]):
         return None
     return start, end
 
 
-def _assignment_spans(text: str, low: str, certain_only: bool) -> list[Span]:
+#: a help text's metavariable (``--password PASSWORD``, ``--api-key API_KEY``)
+_METAVAR_RE = re.compile(r"[A-Z][A-Z_-]*")
+_METAVAR_WORD_RE = re.compile(r"TOKEN|SECRET|PASS|KEY|PWD|CRED|AUTH")
+_OPTION_BEFORE_RE = re.compile(r"(?:^|\s)-{1,2}[\w-]+(?:=|[^\S\r\n]+)$")
+#: a file path: under a well-known directory, relative to home or here, or naming a file with an extension
+_PATH_RE = re.compile(r"(?:~|\.{1,2})?/[\w.@:+-]+(?:/[\w.@:+-]*)*")
+_PATH_ROOTS = frozenset({"etc", "run", "var", "home", "root", "tmp", "opt", "usr", "srv", "mnt", "dev", "proc", "sys",
+                         "lib", "bin", "sbin", "boot", "media", "data", "workspace", "app", "secrets", "certs"})
+_EXTENSION_RE = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,5}:?$")
+_SYMBOL_RE = re.compile(r"[!@#%^&*+=~?]")
+_INNER_CAPITAL_RE = re.compile(r"[^\W\d_A-Z][^\W\d_a-z]")
+
+
+def _not_a_secret(value: str, before: str) -> bool:
+    """A value in a secret's place that is not one: a help text's metavariable (``--password PASSWORD``,
+    ``--token=TOKEN``; ``before`` is the text before the value), a placeholder in brackets (``<token>``,
+    ``{password}``) or a file path (``/etc/ssl/private/key.pem``, ``~/.netrc``: where a secret is, not the
+    secret)."""
+    if _METAVAR_RE.fullmatch(value) and _METAVAR_WORD_RE.search(value) and _OPTION_BEFORE_RE.search(before):
+        return True
+    if value[:1] + value[-1:] in ("<>", "{}", "[]"):
+        return True
+    if _PATH_RE.fullmatch(value):
+        first = value.lstrip("~.").lstrip("/").split("/", 1)[0]
+        return value[0] in "~." or first in _PATH_ROOTS or _EXTENSION_RE.search(value) is not None
+    return False
+
+
+#: values that stand for "no secret here" in messages (``using password: YES``, ``token: expired``)
+_PLACEHOLDERS = frozenset({
+    "yes", "no", "y", "n", "true", "false", "none", "null", "nil", "not", "set", "unset", "empty", "blank", "expired",
+    "invalid", "incorrect", "wrong", "bad", "required", "missing", "changed", "unchanged", "updated", "ok", "okay",
+    "on", "off", "enabled", "disabled", "unknown", "hidden", "redacted", "masked", "provided", "given", "present",
+    "absent", "supplied", "na", "n/a", "tbd", "todo", "default", "denied", "failed", "refused", "granted", "pending",
+    "error", "success", "valid", "revoked", "found", "is", "was", "for", "of", "the", "a", "an", "to", "in", "and",
+    "or", "from", "by", "with", "too", "short", "long", "weak", "strong", "match", "matches", "mismatch", "again",
+    "accepted", "rejected", "saved", "stored", "used", "generated", "created", "deleted", "removed", "unavailable",
+    # the secret's own name in its place (``New password: Password change has been aborted``)
+    "password", "passwd", "passphrase", "pass", "token", "secret", "key", "credential", "credentials",
+})
+_PLACEHOLDER_RE = re.compile(r"[*xX.#_-]+|\(.*\)")
+#: what may follow a value that ends its item: the end of the line, a comment, a separator or a closing bracket
+_ITEM_END_RE = re.compile(r"[^\S\r\n]*(?:$|[\r\n#,;)}\]\"'])")
+
+
+def _plausible(text: str, start: int, end: int, after: int) -> bool:
+    """Whether the value ``text[start:end]`` of an uncertain ``name: value`` pair (``after`` is where the pair's
+    match ends) is taken for a secret: not a placeholder or status word (``password: YES``, ``secret: not set``),
+    and either shaped like one (letters with digits or symbols, or a capital inside) or the whole of its item
+    (the rest of the line is empty, a comment or a separator), so a word that begins a sentence (``passwd:
+    Authentication token manipulation error``) is left alone."""
+    value = text[start:end]
+    words = value.lower().split()
+    if not words or all(w.strip(".,!") in _PLACEHOLDERS for w in words) or _PLACEHOLDER_RE.fullmatch(value):
+        return False
+    return _secret_shaped(value) or _ITEM_END_RE.match(text, after) is not None
+
+
+def _assignment_spans(text: str, low: str, certain_only: bool, learned: list[str]) -> list[Span]:
     spans: list[Span] = []
-    pairs = [(_ASSIGNMENT_LOW_RE, _ASSIGNMENT_RE)] + ([] if certain_only else [(_COLON_LOW_RE, _COLON_RE)])
-    for fast, slow in pairs:
+    pairs = [(_ASSIGNMENT_LOW_RE, _ASSIGNMENT_RE, True)]
+    if not certain_only:
+        pairs.append((_COLON_LOW_RE, _COLON_RE, False))
+    for fast, slow, certain in pairs:
         # a character whose lower case is longer would shift the spans: read the text itself (slower)
         matches = fast.finditer(low) if len(low) == len(text) else slow.finditer(text)
         for m in matches:
             if not is_secret_name(text[m.start(2):m.end(2)]):
                 continue
-            span = _value_span(text, m.start(4), m.end(4))
-            if span is not None:
-                spans.append(span)
+            vstart, vend = m.start(4), m.end(4)
+            opener = text[m.start(2) - 1] if not m.group(1) and m.start(2) > 0 else ""
+            if opener in ("\"", "'") and not _QUOTE_RUN_RE.match(text, vstart):
+                # `"api_key=" "next word"`: the quote that opened before the name closes the value
+                cut = text.find(opener, vstart, vend)
+                if cut == vstart:
+                    continue
+                if cut > 0:
+                    vend = cut
+            span = _value_span(text, vstart, vend)
+            if span is None or (not certain and not _plausible(text, *span, m.end(4))):
+                continue
+            spans.append(span)
+            if certain:
+                learned.append(text[span[0]:span[1]])
     return spans
 
 
@@ -273,6 +415,7 @@ def secret_spans(text: str, extra_patterns: Iterable[str | re.Pattern[str]] = ()
         return []
     low = text.lower()
     spans: list[Span] = []
+    learned: list[str] = []
     programs = _PROGRAM_GATE.search(text) is not None
     for rule in _RULES:
         if (certain_only and not rule.certain) or not rule.gate(text, low):
@@ -284,24 +427,26 @@ def secret_spans(text: str, extra_patterns: Iterable[str | re.Pattern[str]] = ()
             if start < 0 or start == end:
                 continue
             span = _value_span(text, start, end) if rule.keep_quotes else (start, end)
-            if span is not None:
-                spans.append(span)
+            if span is None or (not rule.certain and not _plausible(text, *span, end)):
+                continue
+            spans.append(span)
+            if rule.certain and rule.learn:
+                learned.append(text[span[0]:span[1]])
     if _SECRET_HINT_RE.search(low):
-        spans += _assignment_spans(text, low, certain_only)
+        spans += _assignment_spans(text, low, certain_only, learned)
+    if learned:
+        _learn(learned)
     with _LOCK:
         extra = [*_EXTRA, *(re.compile(p) if isinstance(p, str) else p for p in extra_patterns)]
-        values = [v for v in _VALUES if v in text]
+        known = _known_values_re()
     for pattern in extra:
         group: int | str = "secret" if "secret" in pattern.groupindex else 0
         for m in pattern.finditer(text):
             start, end = m.span(group)
             if start >= 0 and start < end:
                 spans.append((start, end))
-    for value in values:
-        pos = text.find(value)
-        while pos >= 0:
-            spans.append((pos, pos + len(value)))
-            pos = text.find(value, pos + 1)
+    if known is not None:
+        spans += [m.span() for m in known.finditer(text)]
     return _merge(spans)
 
 

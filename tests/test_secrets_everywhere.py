@@ -63,6 +63,9 @@ def corpus() -> tuple[dict[str, str], list[str]]:
         "api-key-header": "ak" + _alnum(20),
         "curl-user": "cu" + _alnum(14),
         "npm": "npm_" + _alnum(36),
+        "json-password": "jp" + _alnum(14),
+        "yaml-token": "yt" + _alnum(14),
+        "cookie": "ck" + _alnum(14),
     }
     lines = [
         f"HF_TOKEN={raw['hf']}",
@@ -80,6 +83,9 @@ def corpus() -> tuple[dict[str, str], list[str]]:
         f"X-Api-Key: {raw['api-key-header']}",
         f"curl -u alice:{raw['curl-user']} http://127.0.0.1:9/",
         f"npm {raw['npm']}",
+        json.dumps({"user": "bob", "password": raw["json-password"]}),
+        f"  token: {raw['yaml-token']}",
+        f"Cookie: sid={raw['cookie']}; theme=dark",
     ]
     return raw, lines
 

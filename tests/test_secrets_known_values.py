@@ -108,3 +108,84 @@ def test_a_policy_files_redact_patterns_apply_on_every_path(tmp_path: Path, real
     assert (tmp_path / "state" / "approvals.sqlite3").exists() and (tmp_path / "state" / "journal.sqlite3").exists()
     policy.unlink()  # the user's own file names the pattern, not the value
     assert not leaks({"value": value}, tmp_path), leaks({"value": value}, tmp_path)
+
+
+def test_a_secret_a_command_shows_is_hidden_where_it_appears_again(tmp_path: Path, real_sshd: RealSshd) -> None:
+    """``smbclient -U user%VALUE`` shows VALUE as a secret; the command's output and a transcript's tool result
+    repeat VALUE with nothing around it that says so: it is hidden there too (the result, pages, the cassette,
+    the import), while plain words a command gave a secret's place (``PASSWORD=secret``) stay visible."""
+    from .test_secrets_everywhere import claude_transcript
+
+    raw = {"smb": "sm2" + _alnum(14), "mysql": "my3" + _alnum(12)}
+    command = (f"echo smbclient -U user%{raw['smb']} //h/s; echo mysql -p{raw['mysql']} db; DB_PASSWORD=secret true; "
+               f"echo 'got {raw['smb']}'; echo 'and {raw['mysql']}, no secret here'")
+    results: list[Any] = []
+
+    @asynccontextmanager
+    async def hosts() -> AsyncIterator[HostRegistry]:
+        host = ssh_host_for(real_sshd)
+        try:
+            yield HostRegistry({real_sshd.alias: host})
+        finally:
+            await host.aclose()
+
+    session = CassetteSession(tmp_path / "cassette.jsonl", "all", hosts=hosts, state_dir=tmp_path / "state")
+
+    async def scenario() -> str:
+        tk = session.toolkit
+        out = await tk.dispatch("run_command", {"host": real_sshd.alias, "command": command})
+        results.append(out)
+        results.append(await tk.dispatch("job_output", {"job_id": out["job_id"], "offset": 3}))
+        return str(out["job_id"])
+
+    job_id = session.run(scenario)
+    try:
+        text = results[0]["stdout"]["text"]
+        assert "got [REDACTED]\nand [REDACTED], no secret here" in text, text
+        assert "DB_PASSWORD=[REDACTED] true" in results[0]["command"], results[0]["command"]
+        transcript = tmp_path / "session.jsonl"
+        claude_transcript(transcript, command, text.replace("[REDACTED]", raw["smb"]))
+        res = cli(tmp_path, "state-import", "import", "claude-code", str(transcript), "--out-dir",
+                  str(tmp_path / "imported"), log="import")
+        assert res.returncode == 0, res.stdout + res.stderr
+        transcript.unlink()  # the user's own file
+        (tmp_path / "results.json").write_text(json.dumps(results))
+        assert list((tmp_path / "imported").rglob("*.jsonl"))
+        assert not leaks(raw, tmp_path), leaks(raw, tmp_path)
+    finally:
+        subprocess.run(real_sshd.ssh_argv(f"rm -rf .local/state/agent-tools/jobs/{job_id}"), timeout=30, check=False)
+
+
+MESSAGES = ["ERROR 1045 (28000): Access denied for user root@localhost (using password: YES)",
+            "passwd: Authentication token manipulation error", "token: expired, run gh auth login",
+            "secret: not set", "api_key=", "Password: incorrect"]
+
+
+def test_messages_with_secret_words_reach_an_mcp_client_as_they_are(tmp_path: Path, real_sshd: RealSshd) -> None:
+    """qa14: ``secret: not set`` came back as ``secret: [REDACTED] set`` and the echoed ``command`` lost its
+    quotes. Through the real MCP server and client on the real sshd, the command and its output are unchanged,
+    while a real secret next to them is still hidden."""
+    import anyio
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    hidden = "pw9" + _alnum(14)
+    command = "printf '%s\\n' " + " ".join(f'"{m}"' for m in MESSAGES) + f"; echo --password {hidden}"
+
+    async def call() -> dict[str, Any]:
+        params = StdioServerParameters(
+            command=sys.executable, args=["-m", "agent_tools.cli", "mcp", "-F", str(real_sshd.config_path)],
+            env={**os.environ, "AGENT_TOOLS_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(REPO)})
+        with (tmp_path / "server.log").open("w") as errlog:
+            async with stdio_client(params, errlog=errlog) as (r, w), ClientSession(r, w) as session:
+                with anyio.fail_after(60):
+                    await session.initialize()
+                    res = await session.call_tool("run_command", {"host": real_sshd.alias, "command": command})
+        assert res.structured_content is not None
+        return res.structured_content
+
+    out = anyio.run(call)
+    assert out["command"] == command.replace(hidden, "[REDACTED]"), out["command"]
+    assert out["stdout"]["text"] == "\n".join(MESSAGES) + "\n--password [REDACTED]\n", out["stdout"]
+    assert not leaks({"pw": hidden}, tmp_path)
+    subprocess.run(real_sshd.ssh_argv(f"rm -rf .local/state/agent-tools/jobs/{out['job_id']}"), timeout=30,
+                   check=False)

@@ -117,6 +117,14 @@ def test_redact_obj() -> None:
         ("ldapsearch -D cn=x -w QA13ldap", "QA13ldap"),
         ("ipmitool -U admin -P QA13ipmi power status", "QA13ipmi"),
         ("curl --proxy-user bob:QA13proxy http://h/", "QA13proxy"),
+        ("password: hunter2", "hunter2"),
+        ("password: correcthorse", "correcthorse"),
+        ("token: Zq8xW2 expires in 3600 s", "Zq8xW2"),
+        ('{"secret": "not-set-s3cr3t"}', "not-set-s3cr3t"),
+        ("Set-Cookie: sid=QA13cookie; Path=/", "QA13cookie"),
+        ("curl -H 'Cookie: session=QA13sess' x", "QA13sess"),
+        ("DB_PASSWORD=QA13quoted' x", "QA13quoted"),
+        ("mysql -u root -pPASSWORD db", "PASSWORD"),
     ],
 )
 def test_more_secret_shapes(text: str, secret: str) -> None:
@@ -133,6 +141,28 @@ def test_more_secret_shapes(text: str, secret: str) -> None:
         "cat /run/secrets/db_password: permission denied",
         "openssl enc -pass env:PW -in f",
         "ssh-keygen -N '' -f key",
+        # words of messages and commands in a secret's place (qa13, qa14): nothing is hidden, nothing is eaten
+        "ERROR 1045 (28000): Access denied for user root@localhost (using password: YES)",
+        "ERROR 1045 (28000): Access denied for user 'root'@'localhost' (using password: NO)",
+        "passwd: Authentication token manipulation error",
+        "passwd: password unchanged",
+        "New password: Password change has been aborted.",
+        "token: expired, run gh auth login",
+        "secret: not set",
+        "echo customsecret: no",
+        "api_key=\nPassword: incorrect",
+        'printf "%s\\n" "api_key=" "Password: incorrect"; passwd agent',
+        "Enter passphrase:\nsomething else",
+        "x-api-key: missing",
+        "Authorization: denied",
+        "chmod 777 authorization: /etc/shadow: no rule matches 'chmod'",
+        "systemctl stop nginx.service cookie: ssh.service systemd-networkd.service",
+        "echo Cookie: a; rm -rf /tmp/dir",
+        '{"password": "not set", "token": null}',
+        "  --password PASSWORD   the password to log in with\n  --api-key=API_KEY",
+        "GOOGLE_APPLICATION_CREDENTIALS=/srv/app/creds.json python train.py",
+        "SSL_KEY=/etc/ssl/private/server.key nginx",
+        "--password-file ~/.pgpass",
     ],
 )
 def test_ordinary_text_is_not_mangled(text: str) -> None:
@@ -141,10 +171,10 @@ def test_ordinary_text_is_not_mangled(text: str) -> None:
 
 def test_an_approval_prompt_hides_only_certain_shapes_and_counts_them() -> None:
     """In a command a header-like `name: value` may be shell words: at a prompt only certain shapes are hidden."""
-    command = f"systemctl stop nginx.service cookie: ssh.service && curl -H 'Authorization: Bearer {GH}' x"
-    assert redact(command).startswith("systemctl stop nginx.service cookie: [REDACTED]")
+    command = f"curl -H 'X-Api-Key: k3y{GH[4:12]}' -H 'Authorization: Bearer {GH}' x"
+    assert redact(command) == f"curl -H 'X-Api-Key: {MARK}' -H 'Authorization: Bearer {MARK}' x"
     shown, hidden = review_text(command)
-    assert shown == f"systemctl stop nginx.service cookie: ssh.service && curl -H 'Authorization: Bearer {MARK}' x"
+    assert shown == f"curl -H 'X-Api-Key: k3y{GH[4:12]}' -H 'Authorization: Bearer {MARK}' x"
     assert hidden == 1
     assert review_text("HF_TOKEN=abc --password=x ls [REDACTED]") == (f"HF_TOKEN={MARK} --password={MARK} ls {MARK}", 2)
 
