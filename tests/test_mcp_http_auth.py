@@ -79,6 +79,21 @@ async def test_host_and_origin_are_checked_against_dns_rebinding(tmp_path: Path)
         assert ok.status_code == 200, ok.text
 
 
+async def test_a_host_or_origin_that_only_starts_like_an_allowed_one_is_refused(tmp_path: Path) -> None:
+    """qa13: the SDK matches ``localhost:*`` as a prefix, so ``Host: localhost:1@evil.example`` and ``Origin:
+    http://localhost:1.evil.example`` passed; a header that is not host[:port] / scheme://host[:port] is refused."""
+    async with http_server(tmp_path) as url:
+        auth = f"Bearer {token_of(tmp_path)}"
+        port = url.split(":")[2].split("/")[0]
+        for host in ("localhost:1@evil.example", f"127.0.0.1:{port}.evil.example", f"localhost:{port} x"):
+            assert (await post_init(url, Authorization=auth, Host=host)).status_code == 421, host
+        for origin in ("http://localhost:1.evil.example", f"http://127.0.0.1:{port}.evil.example",
+                       "http://localhost:80@evil.example", f"http://localhost:{port}/path", "null"):
+            assert (await post_init(url, Authorization=auth, Origin=origin)).status_code == 403, origin
+        ok = await post_init(url, Authorization=auth, Origin=f"https://127.0.0.1:{port}", Host=f"[::1]:{port}")
+        assert ok.status_code == 200, ok.text
+
+
 async def test_token_from_the_environment(tmp_path: Path) -> None:
     token = "env-given-token-" + "z" * 20
     async with http_server(tmp_path, env_extra={"AGENT_TOOLS_MCP_TOKEN": token}) as url:

@@ -13,7 +13,10 @@ the ``Host`` header must name the address listened on (a loopback name when list
 name given with ``allowed_hosts``), else ``421``; an ``Origin`` that is present must be ``http(s)://`` one of
 those, else ``403`` (a page from another site that a rebinding DNS answer pointed at this port says so in
 both). The SDK lets requests without ``Origin`` through (non-browser clients send none); they still need the
-token.
+token. The SDK compares a name with any port as a prefix (``localhost:`` also starts ``localhost:1@evil.example``
+and ``http://localhost:1.evil.example``), so a ``Host`` or ``Origin`` that is not well formed (RFC 9110 7.2: a
+host and an optional numeric port; RFC 6454: an origin is a scheme, a host and an optional numeric port, nothing
+more) is refused first, with the same ``421``/``403``.
 
 Listening beyond loopback without a token is refused (:class:`InsecureListen`), and a wildcard address
 (``0.0.0.0``, ``::``) needs the names clients will use in ``Host`` (``allowed_hosts``).
@@ -24,6 +27,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import os
+import re
 import secrets
 import stat
 from pathlib import Path
@@ -35,8 +39,8 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import TransportSecuritySettings
 
-__all__ = ["TOKEN_ENV", "TOKEN_FILE_NAME", "InsecureListen", "StaticTokenVerifier", "http_url", "is_loopback",
-           "load_or_create_token", "serve_http", "transport_security"]
+__all__ = ["TOKEN_ENV", "TOKEN_FILE_NAME", "InsecureListen", "StaticTokenVerifier", "WellFormedHostOrigin", "http_url",
+           "is_loopback", "load_or_create_token", "serve_http", "transport_security"]
 
 log = structlog.get_logger(__name__)
 
@@ -148,6 +152,38 @@ def transport_security(host: str, port: int,
     )
 
 
+_AUTHORITY = r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)(?::[0-9]{1,5})?"
+_HOST_HEADER_RE = re.compile(_AUTHORITY)
+_ORIGIN_HEADER_RE = re.compile(rf"https?://{_AUTHORITY}")
+
+
+class WellFormedHostOrigin:
+    """ASGI middleware: an HTTP request whose ``Host`` header is not ``host[:port]`` gets ``421``, one whose
+    ``Origin`` (when present) is not ``http(s)://host[:port]`` gets ``403``, before the SDK's own name checks
+    (which match a name and any port by prefix)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http":
+            headers = {k.lower(): v for k, v in scope.get("headers", [])}
+            host = headers.get(b"host", b"").decode("latin-1")
+            origin = headers.get(b"origin")
+            status = None
+            if host and not _HOST_HEADER_RE.fullmatch(host):
+                status, body = 421, b"Invalid Host header"
+            elif origin is not None and not _ORIGIN_HEADER_RE.fullmatch(origin.decode("latin-1")):
+                status, body = 403, b"Invalid Origin header"
+            if status is not None:
+                log.warning("mcp.http_header_refused", status=status)
+                await send({"type": "http.response.start", "status": status,
+                            "headers": [(b"content-type", b"text/plain; charset=utf-8")]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
 def http_url(host: str, port: int, path: str = "/mcp") -> str:
     """The URL clients use for ``host`` and ``port`` (an IPv6 address in brackets, RFC 3986: ``http://[::1]:8765/mcp``)."""
     bare = host.strip("[]")
@@ -176,7 +212,8 @@ async def serve_http(server: Server[Any], *, host: str = "127.0.0.1", port: int 
         auth = {"auth": AuthSettings(issuer_url=f"http://{listen}:{port}", resource_server_url=None),
                 "token_verifier": StaticTokenVerifier(token)}
     app = server.streamable_http_app(streamable_http_path=path, host=host, transport_security=security, **auth)
-    config = uvicorn.Config(app, host=host.strip("[]"), port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(WellFormedHostOrigin(app), host=host.strip("[]"), port=port, log_level="warning",
+                            lifespan="on")
     log.info("mcp.http_listening", url=http_url(host, port, path), auth="bearer" if token else "none",
              allowed_hosts=security.allowed_hosts)
     await uvicorn.Server(config).serve()
