@@ -348,9 +348,11 @@ def run(
                     tk.approvals.approve(approve, by=os.environ.get("USER", "cli"),
                                          digest=call_digest(host, cmd, cwd=cwd))
                 except ApprovalRefused as exc:
+                    hint = (f"; `agent-tools approvals approve {approve}` approves an agent's request for its own "
+                            "call" if exc.code == "mismatch" else
+                            "; run the command again without --approve for a new approval id")
                     return {"outcome": "error", "kind": "bad_arguments", "retryable": False,
-                            "message": f"cannot approve {approve}: {exc}. Nothing was approved or run; `agent-tools "
-                                       f"approvals approve {approve}` approves an agent's request for its own call"}
+                            "message": f"cannot approve {approve}: {exc}. Nothing was approved or run{hint}"}
                 args["approval_id"] = approve
             d = await tk.dispatch("run_command", args)
             if d.get("outcome") == "needs_approval" and not as_json and sys.stdin.isatty() and approve is None:

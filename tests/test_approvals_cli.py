@@ -97,3 +97,15 @@ def test_state_files_are_private(tmp_path: Path) -> None:
     files = [p for p in state.iterdir() if p.name.startswith(("journal.sqlite3", "approvals.sqlite3"))]
     assert {p.name for p in files} >= {"journal.sqlite3", "approvals.sqlite3"}
     assert {oct(p.stat().st_mode & 0o777) for p in files} == {"0o600"}
+
+
+def test_a_used_approval_points_at_a_new_request_not_at_approvals_approve(tmp_path: Path) -> None:
+    state, marker = tmp_path / "state", tmp_path / "ran"
+    base = ["run", "local", "--policy", str(POLICY), "--json"]
+    asked = json.loads(cli(state, *base, "--", f"touch {marker}").stdout)
+    aid = asked["approval_id"]
+    ran = json.loads(cli(state, *base, "--approve", aid, "--", f"touch {marker}").stdout)
+    assert ran["outcome"] == "finished" and marker.exists(), ran
+    again = json.loads(cli(state, *base, "--approve", aid, "--", f"touch {marker}").stdout)
+    assert "already used" in again["message"] and "again without --approve" in again["message"], again
+    assert "approvals approve" not in again["message"]  # that cannot approve a used id either
