@@ -5,6 +5,10 @@ so a rule on written paths (block devices, ``/etc``) sees ``cp /dev/zero /dev/sd
 ``journalctl --cursor-file=/etc/x`` and ``curl -w '%output{/etc/x}'`` as well as ``> /dev/sda``. A link is a new
 name to write its target through, so ``ln -s /dev/sda /tmp/d`` counts as a write of ``/dev/sda`` too.
 
+A watchdog device is armed by opening it at all (Linux Documentation/watchdog/watchdog-api.rst: "the watchdog is
+activated as soon as /dev/watchdog is opened", and a close without the magic character leaves it running, so the
+machine reboots): ``cat /dev/watchdog`` and ``< /dev/watchdog`` count as writes of it.
+
 A relative file name is also listed resolved against every directory the command may run in (the call's ``cwd``
 and each ``cd`` before it in the command line: ``cd /dev && cp zero sda`` writes ``/dev/sda``). ``~`` stands for
 the login directory (:func:`join_dir`).
@@ -54,14 +58,21 @@ _OUTPUT_OPTIONS: dict[str, tuple[str, ...]] = {
     "openssl": ("-out",), "tar": ("-f", "--file"), "pv": ("-o",), "tcpdump": ("-w",), "sfdisk": ("-O", "--backup-file"),
     "journalctl": ("--cursor-file",), "zstd": ("-o",), "zstdmt": ("-o",), "unzstd": ("-o",), "pzstd": ("-o",),
     "brotli": ("-o", "--output"), "lzop": ("-o",), "gpg": ("-o", "--output"), "gpg2": ("-o", "--output"),
-    "tree": ("-o",), "git": ("--output",), "patch": ("-o", "--output"), "uudecode": ("-o",), "mkisofs": ("-o",),
-    "genisoimage": ("-o",), "xorrisofs": ("-o",), "partclone": ("-o", "-O", "--output", "--overwrite"),
+    "tree": ("-o", "--output"), "git": ("--output",), "patch": ("-o", "--output"), "uudecode": ("-o",),
+    "mkisofs": ("-o",), "genisoimage": ("-o",), "xorrisofs": ("-o",),
+    "partclone": ("-o", "-O", "--output", "--overwrite"),
     "ntfsclone": ("-o", "-O", "--output", "--overwrite"), "ssh-keygen": ("-f",), "find": ("-fprint", "-fprint0",
     "-fprintf", "-fls"), "strace": ("-o", "--output"), "ltrace": ("-o", "--output"), "script": ("-O", "--log-out"),
 }  # fmt: skip
 #: single-dash options that are whole words (``find -fprint FILE``, ``openssl -out FILE``), never getopt clusters
 _WORD_OPTIONS = frozenset({"find", "openssl"})
 _PROC_ROOT_RE = re.compile(r"^/proc/(?:self|thread-self|[0-9]+)/root(?:/(.*))?$")
+#: devices that act when opened, for reading too (a watchdog starts its countdown)
+_ARMED_BY_OPEN_RE = re.compile(r"^/dev/watchdog[0-9]*$")
+#: programs that look at a file's name or inode without opening it (wdctl opens a watchdog with its magic close)
+_STAT_ONLY = frozenset({"ls", "stat", "realpath", "readlink", "basename", "dirname", "test", "[", "[[", "file", "du",
+                        "wdctl", "find", "lsof", "fuser", "udevadm", "namei", "echo", "printf", "which", "type",
+                        "command"})
 _SOCAT_FILE_RE = re.compile(r"^(?:(?:OPEN|CREATE|CREAT|GOPEN|PIPE|FILE):)?([^,:]*/[^,]*)", re.IGNORECASE)
 
 
@@ -132,6 +143,12 @@ def program_writes(program: str, args: Sequence[str]) -> list[str]:
     return out
 
 
+def _armed_by_open(word: str, cwds: Sequence[str | None]) -> bool:
+    """Whether ``word`` names a device that acts when opened (a watchdog), also relative to one of ``cwds``."""
+    names = [word] if word.startswith("/") else [j for c in cwds if (j := join_dir(c, word)) is not None]
+    return any(_ARMED_BY_OPEN_RE.match(normalise_path(n)) for n in names)
+
+
 def _target_directory(args: Sequence[str]) -> str | None:
     for i, a in enumerate(args):
         if a in ("-t", "--target-directory") and i + 1 < len(args):
@@ -151,6 +168,8 @@ def writes_of(argv: Sequence[str], redirects: Sequence[_Redirect], cwds: Sequenc
     targets: list[str] = []
     for redir in redirects:
         if redir.op not in OUTPUT_OPS:
+            if _armed_by_open(redir.target, cwds):
+                targets.append(redir.target)
             continue
         if redir.op == ">&" and (redir.target.isdigit() or redir.target == "-"):
             continue
@@ -160,6 +179,8 @@ def writes_of(argv: Sequence[str], redirects: Sequence[_Redirect], cwds: Sequenc
         targets.extend(a for a in argv[1:] if not a.startswith("-"))
     elif program:
         targets.extend(program_writes(program, argv[1:]))
+    if program not in _STAT_ONLY:  # `ls -l /dev/watchdog` looks at the node, `cat` and `dd if=` open it
+        targets.extend(w for a in argv[1:] if _armed_by_open(w := a.split("=", 1)[-1], cwds))
     out: list[str] = []
     for target in targets:
         if target in ("", "-") or target in BENIGN_WRITE_TARGETS or normalise_path(target) in BENIGN_WRITE_TARGETS:

@@ -278,6 +278,35 @@ def test_random_block_device_writes_are_denied(default: PolicySet, gpu: PolicySe
             assert d.decision == "deny", (full, host, d.decision, d.reason)
 
 
+def test_random_watchdog_opens_are_denied_and_looks_are_not(default: PolicySet, gpu: PolicySet,
+                                                             both: PolicySet) -> None:
+    """Opening a watchdog device arms it, for reading too (Linux watchdog-api.rst): the host reboots when the
+    countdown ends. Any program reading it, by any name and from any directory, is denied; a look at its inode
+    (ls -l, stat) is not."""
+    rng = random.Random(1309)
+    names = ["/dev/watchdog", "/dev/watchdog0", "/dev/watchdog1", "//dev/watchdog", "/dev/./watchdog0",
+             "/dev/../dev/watchdog"]
+    opens = ["cat {w}", "head -c1 {w}", "tail -c1 {w}", "od -N1 {w}", "xxd -l1 {w}", "grep -c x {w}", "cat < {w}",
+             "exec 3<{w}", "dd if={w} of=/dev/null count=1", "wc -c {w}", "cmp {w} /dev/null", "md5sum {w}"]
+    wrappers = ["{c}", "sudo {c}", "timeout 1 {c}", "bash -c {q}", "true; {c}", "nice {c}"]
+    relative_names = ["watchdog", "watchdog0", "./watchdog1", "../dev/watchdog"]
+    for _ in range(150):
+        form = rng.choice(opens)
+        command = form.format(w=rng.choice(names))
+        wrapped = rng.choice(wrappers)
+        if ("<" in command or command.startswith("exec")) and wrapped not in ("{c}", "true; {c}"):
+            wrapped = "bash -c {q}"
+        full = wrapped.format(c=command, q=shlex.quote(command))
+        relative = form.format(w=rng.choice(relative_names))
+        for cwd, text in ((None, full), ("/dev", relative), (None, f"cd /dev && {relative}")):
+            for ps, host in ((default, "web-1"), (gpu, "gpu-node-1"), (both, "gpu-node-1")):
+                d = ps.decide(host, text, cwd=cwd)
+                assert d.decision == "deny", (text, cwd, host, d.decision, d.reason)
+    for look in ("ls -l /dev/watchdog", "stat /dev/watchdog0", "ls -la /dev/ | grep watchdog"):
+        for ps, host in ((default, "web-1"), (gpu, "gpu-node-1")):
+            assert ps.decide(host, look).decision == "allow", look
+
+
 def test_random_relative_device_writes_are_denied(default: PolicySet, gpu: PolicySet, both: PolicySet) -> None:
     """A device named relative to a directory the command line moved to (a cd, a pushd, env -C, sudo -D, the call's
     cwd) is the device."""
