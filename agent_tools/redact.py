@@ -366,14 +366,16 @@ _ITEM_END_RE = re.compile(r"[^\S\r\n]*(?:$|[\r\n#,;)}\]\"'])")
 def _plausible(text: str, start: int, end: int, after: int) -> bool:
     """Whether the value ``text[start:end]`` of an uncertain ``name: value`` pair (``after`` is where the pair's
     match ends) is taken for a secret: not a placeholder or status word (``password: YES``, ``secret: not set``),
-    and either shaped like one (letters with digits or symbols, or a capital inside) or the whole of its item
-    (the rest of the line is empty, a comment or a separator), so a word that begins a sentence (``passwd:
-    Authentication token manipulation error``) is left alone."""
+    and either shaped like one (letters with digits or symbols, a capital inside, or 16 letters and digits
+    or more) or the whole of its item (the rest of the line is empty, a comment or a separator), so a word that
+    begins a sentence (``passwd: Authentication token manipulation error``) is left alone."""
     value = text[start:end]
     words = value.lower().split()
     if not words or all(w.strip(".,!") in _PLACEHOLDERS for w in words) or _PLACEHOLDER_RE.fullmatch(value):
         return False
-    return _secret_shaped(value) or _ITEM_END_RE.match(text, after) is not None
+    if _secret_shaped(value) or (len(value) >= 16 and value.isalnum()):
+        return True
+    return _ITEM_END_RE.match(text, after) is not None
 
 
 def _assignment_spans(text: str, low: str, certain_only: bool, learned: list[str]) -> list[Span]:

@@ -120,6 +120,7 @@ def test_redact_obj() -> None:
         ("password: hunter2", "hunter2"),
         ("password: correcthorse", "correcthorse"),
         ("token: Zq8xW2 expires in 3600 s", "Zq8xW2"),
+        ("token: qwertyuiopasdfghjk expires soon", "qwertyuiopasdfghjk"),
         ('{"secret": "not-set-s3cr3t"}', "not-set-s3cr3t"),
         ("Set-Cookie: sid=QA13cookie; Path=/", "QA13cookie"),
         ("curl -H 'Cookie: session=QA13sess' x", "QA13sess"),
