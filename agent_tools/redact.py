@@ -76,8 +76,9 @@ _SECRET_WORDS = (
 )
 _SECRET_NAME = rf"[A-Za-z0-9_.-]*?{_SECRET_WORDS}"
 _SECRET_KEY_RE = re.compile(rf"^{_SECRET_NAME}$", re.IGNORECASE)
-#: names that end like a secret but hold none
-_NOT_SECRET_RE = re.compile(r"^(?:max|num|min)_?(?:new_)?tokens?$", re.IGNORECASE)
+#: names that end like a secret but hold none (token counts; a host's or a public key, its fingerprint)
+_NOT_SECRET_RE = re.compile(r"^(?:(?:max|num|min)_?(?:new_)?tokens?|(?:ssh_)?host_?keys?|public_?keys?|pub_?keys?)$",
+                            re.IGNORECASE)
 
 
 def is_secret_name(name: str) -> bool:

@@ -57,6 +57,7 @@ def test_redact(text: str, expected: str) -> None:
         "ssh -p 22 host",
         "http://127.0.0.1:30000/health",
         "max_new_tokens: 100",
+        '{"connection": {"host_key": "SHA256:bngkdTXaHsM+qfUOS4CnohStHAuIWt6Uskno1YaDPlQ"}}',
     ],
 )
 def test_leaves_ordinary_text_alone(text: str) -> None:
@@ -88,6 +89,10 @@ def test_redact_obj() -> None:
     assert out == {"env": {"HF_TOKEN": MARK, "HOME": "/root"}, "argv": ["mysql", "-pX"], "n": 3,
                    "t": (f"Authorization: Bearer {MARK}",), "password": MARK}  # fmt: skip
     assert obj["env"]["HF_TOKEN"] == "hf_x"  # input untouched
+    # a host's key fingerprint is public: the journal keeps it to tell the job's machine from another
+    key = {"connection": {"host_key": "SHA256:bngkdTXaHsM+qfUOS4CnohStHAuIWt6Uskno1YaDPlQ",
+                          "public_key": "ssh-ed25519 AAAA"}}
+    assert redact_obj(key) == key
 
 
 @pytest.mark.parametrize(
