@@ -6,6 +6,7 @@ tries to leave a file (or a change) on the host; the host is checked afterwards,
 from __future__ import annotations
 
 import re
+import shlex
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -135,3 +136,20 @@ async def test_over_mcp_the_env_is_decided_too(systemd_hosts: HostPool, tmp_path
         data: dict[str, Any] = res.structured_content or {}
     assert data["outcome"] == "needs_approval" and data["env"] == {"BASH_ENV": f"$(touch {MARK}-mcp)"}, data
     assert host_sh(systemd_hosts, f"ls {MARK}-mcp 2>/dev/null || true").strip() == ""
+
+
+async def test_a_carriage_return_is_not_a_blank_to_bash(tk: Toolkit, systemd_hosts: HostPool) -> None:
+    """tree-sitter-bash reads \\r, \\f and \\v as blanks, bash reads them as part of a word: ``cat\\r/tmp/x.sh``
+    looked like ``cat /tmp/x.sh`` (allowed) and ran ./cat\\r/tmp/x.sh, a program a repository can ship."""
+    work = "/tmp/at13-cr"
+    for n, blank in enumerate(("\\r", "\\f", "\\v")):
+        host_sh(systemd_hosts, f"rm -rf {work}; d={work}/\"$(printf 'cat{blank}')\"/tmp; mkdir -p \"$d\"; "
+                               f"printf '#!/bin/sh\\ntouch {MARK}-blank{n}\\n' > \"$d/x.sh\"; chmod +x \"$d/x.sh\"")
+        command = "cat" + {"\\r": "\r", "\\f": "\f", "\\v": "\v"}[blank] + "/tmp/x.sh"
+        out = await tk.dispatch("run_command", {"host": HOST, "command": command, "cwd": work})
+        assert out["outcome"] == "needs_approval" and "part of a word" in out["reason"], out
+        assert host_sh(systemd_hosts, f"ls {MARK}-blank{n} 2>/dev/null || true").strip() == ""
+        # the attack is real: bash itself runs the program
+        ran = f"cd {work} && bash -c {shlex.quote(command)}; ls {MARK}-blank{n}; rm -f {MARK}-blank{n}"
+        host_sh(systemd_hosts, ran)  # (check=True: the marker is there)
+    host_sh(systemd_hosts, f"rm -rf {work}")

@@ -1081,8 +1081,17 @@ def _language() -> tree_sitter.Language:
     return tree_sitter.Language(tree_sitter_bash.language())
 
 
+#: characters the parser (tree-sitter-bash) reads as blanks but bash reads as part of a word: bash's blanks are
+#: only space and tab (bash(1), DEFINITIONS: "blank: A space or tab"), so `cat\r/tmp/x.sh` runs ./cat\r/tmp/x.sh
+_PARSER_ONLY_BLANK_RE = re.compile(rb"[\r\f\v]")
+_PARSER_ONLY_BLANK_REASON = ("the command line holds {char}, which bash reads as part of a word where the parser "
+                             "reads a space (`cat\\r/tmp/x.sh` runs a program ./cat\\r/tmp/x.sh, not cat)")
+
+
 def _split_words(text: str) -> list[_Word] | None:
     """Split ``text`` into words as the shell would (used for ``env -S``); None if not a plain command."""
+    if _PARSER_ONLY_BLANK_RE.search(text.encode("utf-8", "surrogateescape")):
+        return None
     walker = _Walker(text.encode(), _Ctx())
     node = walker.root
     commands = [c for c in node.children if c.type == "command"]
@@ -1278,6 +1287,10 @@ class _Walker:
     def run(self) -> list[SimpleCommand]:
         if self.root.has_error:
             self.out.append(self.pseudo(self.error_reason(), self.text(self.root)))
+        blank = _PARSER_ONLY_BLANK_RE.search(self.source)
+        if blank is not None:
+            self.out.append(self.pseudo(_PARSER_ONLY_BLANK_REASON.format(char=repr(blank.group().decode())),
+                                        self.source.decode("utf-8", "surrogateescape")))
         sinks, self.tainted = find_sinks(self.source, self.root, self.word_static, self.ctx.tainted)
         self.out.extend(self.pseudo(sink.reason, sink.text) for sink in sinks)
         self.visit(self.root)
