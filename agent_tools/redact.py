@@ -1,23 +1,23 @@
 """Replace secrets in text with ``[REDACTED]``, keeping the name of what was hidden.
 
-Covered: private key blocks (``-----BEGIN ... PRIVATE KEY-----``, also ``AGE-SECRET-KEY-1...``); passwords in
-URLs (``https://user:[REDACTED]@host``, up to the last ``@`` of the authority) and signed-URL query parameters
-(``sig=``, ``X-Amz-Signature=``...); ``Authorization`` / ``Proxy-Authorization`` headers (the scheme is kept),
+Covered: private key blocks (``-----BEGIN ... PRIVATE KEY-----``, also ``AGE-SECRET-KEY-1...``); passwords in URLs
+(``https://user:[REDACTED]@host``, up to the last ``@`` of the authority) and signed-URL query parameters (``sig=``,
+``X-Amz-Signature=``...); ``Authorization`` / ``Proxy-Authorization`` headers (the scheme is kept),
 ``Cookie``/``Set-Cookie`` values and ``X-Api-Key`` style headers; ``--password=x``, ``--password x``, ``--token x``,
 ``--api-key x``, ``--oauth2-bearer x``, ``--passphrase x`` (any option whose name ends in one of the secret names
 below), ``-pass pass:x`` / ``-storepass x`` style options (openssl, keytool); program-specific ones: ``mysql
 -pSECRET``, ``sshpass -p x``, ``curl -u user:pw``, ``redis-cli -a x``, ``docker login -p x``, ``htpasswd -b FILE
-USER PW``, ``smbclient -U user%pw``, ``vault login TOKEN``, ``ssh-keygen -N/-P x``, ``zip/unzip -P x``,
-``ldapsearch -w x``, ``ipmitool -P x``, ``aws configure set aws_secret_access_key x``; ``NAME=value`` / ``name:
-value`` / ``<name>value</name>`` where NAME ends in TOKEN, SECRET, PASSWORD, PASSWD, PASS, _PWD, _PAT, KEY (as in
-``OPENAI_KEY``; ``API_KEY``, ``ACCESS_KEY``...), CREDENTIAL(S) or AUTH_TOKEN (case-insensitive; ``MAX_TOKENS`` and
-``TOKENIZERS_PARALLELISM`` are left alone); and value shapes of common providers: AWS access key ids
-(``AKIA``/``ASIA``), GitHub (``ghp_``, ``gho_``, ``ghu_``, ``ghs_``, ``ghr_``, ``github_pat_``), GitLab
-(``glpat-``), OpenAI/Anthropic style ``sk-...``, Slack ``xox[abprs]-`` and webhook URLs, Hugging Face ``hf_``,
-Google ``AIza...`` and OAuth ``ya29.``, Stripe ``sk_live_``/``rk_live_``/``whsec_``, npm ``npm_``, PyPI
-``pypi-``, Docker Hub ``dckr_pat_``, DigitalOcean ``dop_v1_``, HashiCorp Vault ``hvs.``, Databricks ``dapi``
-and JSON Web Tokens. Shapes are public prefixes documented by each provider (e.g. GitHub "About
-authentication"; AWS IAM identifiers; GitLab "Personal access tokens").
+USER PW``, ``smbclient -U user%pw``, ``vault login TOKEN``, ``ssh-keygen -N/-P x``, ``zip/unzip -P x``, ``ldapsearch
+-w x``, ``ipmitool -P x``, ``aws configure set aws_secret_access_key x``; ``NAME=value`` / ``name: value`` /
+``<name>value</name>`` where NAME ends in TOKEN, SECRET, PASSWORD, PASSWD, PASS, _PWD, _PAT, KEY (as in
+``OPENAI_KEY``; ``API_KEY``, ``ACCESS_KEY``...), CREDENTIAL(S) or AUTH_TOKEN (case-insensitive; ``MAX_TOKENS``,
+``TOKENIZERS_PARALLELISM``, ``host_key`` and ``public_key`` are left alone); and value shapes of common providers:
+AWS access key ids (``AKIA``/``ASIA``), GitHub (``ghp_``, ``gho_``, ``ghu_``, ``ghs_``, ``ghr_``, ``github_pat_``),
+GitLab (``glpat-``), OpenAI/Anthropic style ``sk-...``, Slack ``xox[abprs]-`` and webhook URLs, Hugging Face
+``hf_``, Google ``AIza...`` and OAuth ``ya29.``, Stripe ``sk_live_``/``rk_live_``/``whsec_``, npm ``npm_``, PyPI
+``pypi-``, Docker Hub ``dckr_pat_``, DigitalOcean ``dop_v1_``, HashiCorp Vault ``hvs.``, Databricks ``dapi`` and
+JSON Web Tokens. Shapes are public prefixes documented by each provider (e.g. GitHub "About authentication"; AWS IAM
+identifiers; GitLab "Personal access tokens").
 
 A value that is shell code rather than a literal (it starts with ``$`` or a backquote: ``TOKEN=$(vault read
 ...)``, ``--password "$PW"``) is left as it is, and unquoted values end at shell operators (``; | & < > (
