@@ -97,7 +97,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             "systemd": os.environ.get("AGENT_TOOLS_REQUIRE_SYSTEMD") == "1"}
     for rep in reporter.stats.get("skipped", []):
         for mark, required in need.items():
-            if required and mark in rep.keywords:
+            if required and mark in getattr(rep, "keywords", {}):
                 reporter.write_line(f"REQUIRED {mark} test was skipped: {rep.nodeid}", red=True)
                 session.exitstatus = 1
 
@@ -125,7 +125,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
     command that makes them run — right above pytest's own "N passed, M skipped" line."""
     skipped: dict[str, dict[str, int]] = {}
     for rep in terminalreporter.stats.get("skipped", []):
-        part = next((p for p in _REAL_PARTS if p in rep.keywords), None)
+        part = next((p for p in _REAL_PARTS if p in getattr(rep, "keywords", {})), None)
         if part is None:
             continue
         longrepr = rep.longrepr
@@ -153,3 +153,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.sshd)
         if "systemd_hosts" in names:
             item.add_marker(pytest.mark.systemd)
+            item.add_marker(pytest.mark.xdist_group("systemd-hosts"))  # one worker boots the pool
