@@ -13,6 +13,7 @@ and chained with ``from exc``; nothing above ``hosts/`` catches asyncssh types.
     │   ├── SshConfigError          the SSH client config (or a file it names) cannot be used: fix it
     │   ├── HostChanged             the alias now reaches another machine than the job's (field ``job_id``)
     │   ├── HostUnreachable         connect refused / timed out / DNS failed within the connect deadline
+    │   │   └── ConnectUnfinished   ... not known: the call's own time ran out while connecting (nothing sent)
     │   ├── AuthenticationFailed    the host refused every credential offered
     │   ├── HostKeyError            host key unknown or changed (strict known_hosts)
     │   ├── ConnectionLost          an open connection dropped or stopped answering (exit status unknown)
@@ -37,6 +38,7 @@ __all__ = [
     "AuthenticationFailed",
     "BadArguments",
     "ChannelOpenFailed",
+    "ConnectUnfinished",
     "ConnectionLost",
     "ConnectionRefused",
     "ExecUnconfirmed",
@@ -127,6 +129,16 @@ class HostUnreachable(HostError):
 
     kind = "unreachable"
     retryable = True
+
+
+class ConnectUnfinished(HostUnreachable):
+    """The call's own time (its ``budget_s`` or ``wait_s``) ran out while connecting, before anything says the host
+    is unreachable: the host answered (TCP connected, the SSH handshake or login was under way), or its first
+    SYN was still within TCP's initial retransmission timeout (1 s, RFC 6298 2.1) when the time ran out. No
+    command was sent. A subclass of :class:`HostUnreachable` (handled like it) with its own ``kind``, so the
+    caller is not told that a reachable host is unreachable: retry with more time."""
+
+    kind = "connecting"
 
 
 class AuthenticationFailed(HostError):

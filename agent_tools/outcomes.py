@@ -184,7 +184,8 @@ class ErrorOutcome(ResultModel):
     outcome: Literal["error"] = "error"
     host: str | None = None
     command: str | None = None
-    kind: str = Field(description="unreachable | auth | host_key | unknown_host | ssh_config (the SSH config or a "
+    kind: str = Field(description="unreachable | connecting (time ran out while connecting: retry with more) | "
+                                  "auth | host_key | unknown_host | ssh_config (the SSH config or a "
                                   "file it names cannot be used: fix it) | host_changed (the alias now reaches another "
                                   "machine than the job's: nothing is known of the job there) | bad_arguments | "
                                   "connection_lost | channel_open_failed | busy | start_unconfirmed (the command "

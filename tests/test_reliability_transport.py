@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.abc
 import pytest
 from pydantic import BaseModel
 
@@ -28,6 +29,7 @@ from agent_tools.hosts.registry import HostRegistry
 from agent_tools.hosts.ssh import SshHost, SshSettings
 from agent_tools.jobs.journal import JobRecord, Journal
 from agent_tools.jobs.manager import DEFAULT_JOBS_DIR, new_job_id
+from agent_tools.testing.ssh_files import known_hosts_line, ssh_config_block
 from agent_tools.tools.toolkit import Toolkit
 
 from .sshd import RealSshd, require_real_sshd
@@ -330,3 +332,79 @@ async def test_launch_that_never_reached_the_host_is_not_lost_work(real_sshd: Re
         await tk.aclose()
         tk.journal.close()
     rel.set(lost_jobs=0)
+
+
+# ======================================================================================== 5. budget too short
+async def _gated_proxy(listener: anyio.abc.SocketListener, port: int, gate: anyio.Event) -> None:
+    """Accept TCP connections at once (the host answers), forward them to 127.0.0.1:``port`` only once ``gate``
+    is set: until then the SSH handshake is held, as on a host slow to send its banner."""
+
+    async def pipe(a: anyio.abc.ByteStream, b: anyio.abc.ByteStream) -> None:
+        try:
+            async for chunk in a:
+                await b.send(chunk)
+            await b.send_eof()  # type: ignore[attr-defined]
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass
+
+    async def handle(client: anyio.abc.SocketStream) -> None:
+        async with client:
+            await gate.wait()
+            async with await anyio.connect_tcp("127.0.0.1", port) as upstream, anyio.create_task_group() as tg:
+                tg.start_soon(pipe, client, upstream)
+                await pipe(upstream, client)
+
+    await listener.serve(handle)
+
+
+async def test_a_budget_too_short_to_connect_is_not_unreachable(real_sshd: RealSshd, tmp_path: Path,
+                                                                rel: Rel) -> None:
+    """Fault: a budget too short to connect to a host that answers: 1 ms (spent resolving the config), and 0.5 s
+    while the host's TCP connection is made at once but its SSH handshake is held (a proxy on loopback that
+    forwards only when the test lets it). Before: both said ``unreachable`` ("nothing was started").
+
+    Protection: a call whose time ran out while connecting is ``unreachable`` only when something says the host
+    does not answer (``SshHost.connect_progress``: the TCP connection was not made, and the host is known not to
+    answer or its SYN went unanswered past TCP's initial retransmission timeout); else kind ``connecting``,
+    retryable, with the job id it reserved, journalled ``not_started`` (no exec request went out). A closed port
+    is still ``unreachable``; job_status's long poll on a job of a host still connecting says the same."""
+    server = real_sshd
+    rel.set(fault="budget too short to connect to an answering host (1 ms; 0.5 s with the SSH handshake held)",
+            trials=4, checked="kind connecting (not unreachable), retryable, job id, journal not_started; the next "
+                              "call with time finishes; a closed port stays unreachable")
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    proxy_port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    pub = server.host_key_path.with_name(server.host_key_path.name + ".pub").read_text()
+    (tmp_path / "known_hosts").write_text(known_hosts_line(pub, port=proxy_port))
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(ssh_config_block("held", port=proxy_port, user=server.user, identity_file=server.client_key_path,
+                                    known_hosts=tmp_path / "known_hosts"))
+    paths = [str(server.config_path), str(cfg)]
+    hosts = HostRegistry({name: SshHost(SshSettings(name, config_paths=paths, warm_sessions=0), name=name)
+                          for name in (server.alias, "held", server.dead_alias)})
+    tk = Toolkit(hosts, journal=Journal(tmp_path / "journal.sqlite3"))
+    gate = anyio.Event()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_gated_proxy, listener, server.port, gate)
+            tiny = dump(await tk.run_command(host=server.alias, command="echo never", budget_s=0.001))
+            held = dump(await tk.run_command(host="held", command="echo never", budget_s=0.5))
+            for out, how in ((tiny, "too early to say"), (held, "the host answered: TCP connected")):
+                assert out["outcome"] == "error" and out["kind"] == "connecting", out
+                assert out["retryable"] is True and out["job_id"], out
+                assert how in out["message"] and "nothing was started" in out["message"], out
+                assert tk.journal.get(out["job_id"]).state == "not_started", out
+            # a long poll on a job of the held host: its time runs out while connecting too
+            job = dump(await tk.job_status(job_id=held["job_id"]))
+            assert job["state"] == "not_started", job
+            dead = dump(await tk.run_command(host=server.dead_alias, command="echo never", budget_s=5))
+            assert dead["outcome"] == "error" and dead["kind"] == "unreachable", dead
+            gate.set()
+            for name in (server.alias, "held"):
+                ok = dump(await tk.run_command(host=name, command="echo fine", budget_s=20))
+                assert ok["outcome"] == "finished" and ok["stdout"]["text"].strip() == "fine", ok
+            tg.cancel_scope.cancel()
+    finally:
+        await tk.aclose()
+        tk.journal.close()
+    rel.set(lost_jobs=0, misreported=0)

@@ -17,7 +17,7 @@ from typing import Protocol, runtime_checkable
 import anyio
 from anyio.abc import ByteStream
 
-__all__ = ["ExecResult", "Host", "HostProcess", "run_on"]
+__all__ = ["ConnectProgress", "ExecResult", "Host", "HostProcess", "run_on"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,25 @@ class HostProcess(Protocol):
         non-PTY session on channel close).
         """
         ...
+
+
+@dataclass(frozen=True)
+class ConnectProgress:
+    """How far the newest connect attempt under way has come (:meth:`~agent_tools.hosts.ssh.SshHost.connect_progress`).
+
+    :param waited_s: seconds since the attempt started (loop clock).
+    :param tcp_s: seconds into the attempt at which its TCP connection to the target was made (the host
+        answered: asyncssh's ``SSHClient.connection_made`` runs then, before the version exchange, key exchange
+        and login), or None while it is not made yet (resolving the config, ProxyJump hops, SYNs unanswered).
+    :param unanswered: the host is known not to answer (its last connection died unanswered, or an earlier
+        attempt timed out).
+    :param last_connect_s: how long the last successful connect took, or None if none did yet.
+    """
+
+    waited_s: float
+    tcp_s: float | None
+    unanswered: bool
+    last_connect_s: float | None
 
 
 @runtime_checkable

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import os
 import socket
@@ -62,7 +63,7 @@ from ..errors import (
     SshConfigError,
     UnknownHost,
 )
-from .base import ExecResult, HostProcess
+from .base import ConnectProgress, ExecResult, HostProcess
 from .ssh_config import ResolvedHost
 from .ssh_config import resolve as resolve_config
 
@@ -402,6 +403,12 @@ class _SshProcess(HostProcess):
             self._slots.release(self._generation)
 
 
+@dataclasses.dataclass
+class _AttemptInfo:
+    t0: float
+    tcp_at: float | None = None
+
+
 class SshHost:
     """A remote host over one pooled SSH connection, opened lazily and reopened after a drop.
 
@@ -415,6 +422,8 @@ class SshHost:
         self._conn: asyncssh.SSHClientConnection | None = None
         self._attempts: set[asyncio.Task[asyncssh.SSHClientConnection]] = set()  # connect attempts under way
         self._attempt_t0 = 0.0  # when the newest one started (loop clock)
+        self._attempt_info: dict[asyncio.Task[asyncssh.SSHClientConnection], _AttemptInfo] = {}
+        self._last_connect_s: float | None = None  # how long the last successful connect took
         self._unanswered = False  # the host's last connection died unanswered, or the last attempt timed out
         self._slots = _ChannelSlots(self.settings.max_channels)
         self._waits = 0  # calls waiting for the host's answer now (and ones that just gave up: see _awaiting)
@@ -441,6 +450,18 @@ class SshHost:
         call waiting on it fails within that time if the host stops answering, so a call still waiting on an
         open connection is waiting for a slow host, not a gone one."""
         return self.connected() and self.settings.liveness_timeout_s > 0
+
+    def connect_progress(self) -> ConnectProgress | None:
+        """How far the newest connect attempt under way has come, or None when none is under way (connected,
+        or the last attempt ended). Callers whose time ran out before a session use it to tell "the host does
+        not answer" from "the time was too short to connect" (:class:`~agent_tools.errors.ConnectUnfinished`)."""
+        live = [(t, i) for t, i in self._attempt_info.items() if not t.done()]
+        if not live:
+            return None
+        _, info = max(live, key=lambda ti: ti[1].t0)
+        now = asyncio.get_running_loop().time()
+        return ConnectProgress(waited_s=now - info.t0, tcp_s=None if info.tcp_at is None else info.tcp_at - info.t0,
+                               unanswered=self._unanswered, last_connect_s=self._last_connect_s)
 
     def channels_busy(self) -> bool:
         """True while every session channel slot of the (open) pooled connection is taken, i.e. new calls are
@@ -536,10 +557,13 @@ class SshHost:
         task = live[-1] if live else None
         if task is None or (s.liveness_timeout_s > 0 and len(live) < _MAX_ATTEMPTS
                             and now - self._attempt_t0 > s.liveness_timeout_s):
-            task = asyncio.get_running_loop().create_task(self._attempt())
+            info = _AttemptInfo(asyncio.get_running_loop().time())
+            task = asyncio.get_running_loop().create_task(self._attempt(info))
             task.add_done_callback(_retrieve)
             self._attempts.add(task)
+            self._attempt_info[task] = info
             task.add_done_callback(self._attempts.discard)
+            task.add_done_callback(lambda t: self._attempt_info.pop(t, None))
             self._attempt_t0 = now
         wait_s = s.connect_timeout_s
         if self._unanswered and s.liveness_timeout_s > 0:
@@ -552,13 +576,15 @@ class SshHost:
                                              "not answer; a connect attempt goes on in the background)")
         return task.result()
 
-    async def _attempt(self) -> asyncssh.SSHClientConnection:
-        """One connect attempt; pools its connection (or hands back one pooled meanwhile, closing its own)."""
+    async def _attempt(self, info: _AttemptInfo) -> asyncssh.SSHClientConnection:
+        """One connect attempt; pools its connection (or hands back one pooled meanwhile, closing its own).
+        ``info`` records how far it came (:meth:`connect_progress`)."""
         try:
-            conn = await self._connect()
+            conn = await self._connect(info)
         except HostUnreachable:
             self._unanswered = True
             raise
+        self._last_connect_s = asyncio.get_running_loop().time() - info.t0
         if self._conn is not None and not self._conn.is_closed():
             conn.close()  # another attempt won
             return self._conn
@@ -575,7 +601,7 @@ class SshHost:
             self._unanswered = True
             log.warning("ssh.connection_unanswered", host=self.name, error=str(exc))
 
-    async def _connect(self) -> asyncssh.SSHClientConnection:
+    async def _connect(self, info: _AttemptInfo | None = None) -> asyncssh.SSHClientConnection:
         """One connection as ssh(1) would make it: the config resolved by :mod:`.ssh_config` (``Match final``,
         missing key files skipped), its ``ProxyJump`` hops connected first (each resolved the same way)."""
         s = self.settings
@@ -586,13 +612,13 @@ class SshHost:
             with anyio.fail_after(s.connect_timeout_s):
                 resolved = await self._resolve(target, user=s.username, port=s.port)
                 try:
-                    return await self._open(target, resolved)
+                    return await self._open(target, resolved, info)
                 except asyncssh.HostKeyNotVerifiable:
                     if s.known_hosts_mode != "accept-new":
                         raise
                     if not await self._accept_new_key(resolved):
                         raise
-                    return await self._open(target, resolved)
+                    return await self._open(target, resolved, info)
         except TimeoutError as exc:
             raise HostUnreachable(self.name, f"{self.name}: no SSH connection within "
                                              f"{s.connect_timeout_s:g} s (connect deadline)") from exc
@@ -619,7 +645,8 @@ class SshHost:
             log.info("ssh.identity_files_missing", host=self.name, target=target, skipped=resolved.missing_files)
         return resolved
 
-    async def _open(self, target: str, resolved: ResolvedHost) -> asyncssh.SSHClientConnection:
+    async def _open(self, target: str, resolved: ResolvedHost,
+                    info: _AttemptInfo | None = None) -> asyncssh.SSHClientConnection:
         """Connect to ``target`` with ``resolved``, through its ProxyJump hops (opened here, first hop first; each
         hop closes with the connection tunnelled through it, as in asyncssh's own ProxyJump path)."""
         s = self.settings
@@ -631,7 +658,7 @@ class SshHost:
                                               connect_timeout=s.connect_timeout_s)
                 conn.set_tunnel(tunnel)
                 tunnel = conn
-            kw = dict(s.connect_kwargs(), **resolved.connect_kwargs(), client_factory=lambda: _Client(self))
+            kw = dict(s.connect_kwargs(), **resolved.connect_kwargs(), client_factory=lambda: _Client(self, info))
             if s.client_keys is not None:  # explicit keys in the settings win over the config's
                 kw["client_keys"] = s.client_keys
             conn = await asyncssh.connect(target, **kw, tunnel=tunnel or ())
@@ -891,10 +918,17 @@ class SshHost:
 
 
 class _Client(asyncssh.SSHClient):
-    """Tells its host when asyncssh closes the connection, and why."""
+    """Tells its host when the TCP connection is made (the attempt's ``info``) and when asyncssh closes the
+    connection, and why."""
 
-    def __init__(self, host: SshHost) -> None:
+    def __init__(self, host: SshHost, info: _AttemptInfo | None = None) -> None:
         self._host = host
+        self._info = info
+
+    def connection_made(self, conn: asyncssh.SSHClientConnection) -> None:
+        # asyncssh calls this from its protocol's connection_made: TCP is up, before the SSH version exchange
+        if self._info is not None and self._info.tcp_at is None:
+            self._info.tcp_at = asyncio.get_running_loop().time()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._host._connection_lost(exc)

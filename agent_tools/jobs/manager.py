@@ -24,13 +24,14 @@ from ..errors import (
     AgentToolsError,
     BadArguments,
     ConnectionLost,
+    ConnectUnfinished,
     ExecUnconfirmed,
     HostBusy,
     HostError,
     HostUnreachable,
     JobNotFound,
 )
-from ..hosts.base import Host, HostProcess
+from ..hosts.base import ConnectProgress, Host, HostProcess
 from ..outcomes import (
     Detached,
     ErrorOutcome,
@@ -442,9 +443,9 @@ class JobRunner:
                     host.name, f"{host.name}: every SSH session channel to the host was in use by other calls for "
                                f"the whole {budget_s:g} s budget; nothing was started. Retry, give a larger "
                                "budget_s, or run fewer commands at once"))
-            return self._not_started(rec, HostUnreachable(
-                host.name, f"{host.name}: no session within the {budget_s:g} s budget (connect + channel open); "
-                           "nothing was started"))
+            return self._not_started(rec, _unreached(
+                host, f"{host.name}: no session within the {budget_s:g} s budget (connect + channel open); "
+                      "nothing was started", budget_s, "budget"))
 
         if exit_code is not None and not detach_immediately:
             return self._finished(rec, exit_code, views, elapsed)
@@ -1067,17 +1068,43 @@ def _answer_within(host: Host, limit_s: float, what: str, shown_s: float | None 
 
 def _no_answer(host: Host, what: str, limit_s: float) -> HostError:
     """The error for a call whose time ran out: ``busy`` when every session channel was taken by other calls
-    (the host answers them), ``unreachable`` when there is no connection, ``connection_lost`` otherwise."""
+    (the host answers them), ``unreachable`` (or ``connecting``: :func:`_unreached`) when there is no
+    connection, ``connection_lost`` otherwise."""
     busy = getattr(host, "channels_busy", None)
     if callable(busy) and busy():
         return HostBusy(host.name, f"{host.name}: every SSH session channel to the host was in use by other calls "
                                    f"for the {limit_s:g} s {what} had; retry, or run fewer commands at once")
     connected = getattr(host, "connected", None)
     if callable(connected) and not connected():
-        return HostUnreachable(host.name, f"{host.name}: no SSH connection within the {limit_s:g} s {what} had")
+        return _unreached(host, f"{host.name}: no SSH connection within the {limit_s:g} s {what} had", limit_s,
+                          what)
     return ConnectionLost(host.name, f"{host.name}: no answer from the host within the {limit_s:g} s {what} had "
                                      "(the connection is open but the host did not reply: overloaded, or the "
                                      "network stopped passing packets)")
+
+
+#: TCP's initial retransmission timeout (RFC 6298 2.1: 1 s): a SYN unanswered for longer was lost or dropped
+_TCP_INITIAL_RTO_S = 1.0
+
+
+def _unreached(host: Host, message: str, limit_s: float, what: str) -> HostUnreachable:
+    """The error for a call whose time ran out with no connection: :class:`HostUnreachable` (``message``) only
+    when something says the host does not answer (it is known not to, or the connect attempt's SYN went
+    unanswered past TCP's initial retransmission timeout), else :class:`ConnectUnfinished`: the time was too
+    short to connect (the host answered and the handshake was under way, or its answer was not due yet).
+    Hosts without ``connect_progress`` (not SSH) keep ``message``."""
+    progress = getattr(host, "connect_progress", None)
+    p: ConnectProgress | None = progress() if callable(progress) else None
+    if p is None or (p.tcp_s is None and (p.unanswered or p.waited_s >= _TCP_INITIAL_RTO_S)):
+        return HostUnreachable(host.name, message)
+    if p.tcp_s is not None:
+        how = (f"the host answered: TCP connected {p.tcp_s:.2f} s into the attempt, the SSH handshake and login "
+               "were under way")
+    else:
+        how = f"the attempt was {p.waited_s:.2f} s old: too early to say the host does not answer"
+    last = f"; the last connect took {p.last_connect_s:.2f} s" if p.last_connect_s is not None else ""
+    return ConnectUnfinished(host.name, f"{host.name}: the {limit_s:g} s {what} ran out while connecting ({how}"
+                                        f"{last}); nothing was started. Retry with more time")
 
 
 def _not_started_why(rec: JobRecord) -> str:
