@@ -408,3 +408,77 @@ async def test_a_budget_too_short_to_connect_is_not_unreachable(real_sshd: RealS
         await tk.aclose()
         tk.journal.close()
     rel.set(lost_jobs=0, misreported=0)
+
+
+async def test_max_sessions_2_under_50_mixed_calls(tmp_path: Path, rel: Rel) -> None:
+    """Fault (variant of item 6): sshd ``MaxSessions 2`` and 50 concurrent calls of every kind through one
+    long-lived Toolkit (warm sessions on): 20 short run_command, 10 that detach (budget 0.5 s for a 2 s job)
+    and are then followed with job_status long-polls, 10 read_file, 10 list_jobs.
+
+    Protection: refused opens lower the limit and queue within each call's own time (``ssh._ChannelSlots``):
+    no call fails with channel_open_failed, each short command ran once with its own output, each detached job
+    is followed to its exit; a detaching call whose 0.5 s went by in the queue says ``busy`` only when nothing
+    of it reached the host (its job directory does not exist)."""
+    require_real_sshd()
+    rel.set(fault="sshd MaxSessions 2 under 50 concurrent mixed calls (run, detach + long-poll, read_file, "
+                  "list_jobs, job_output)", trials=50,
+            checked="no channel_open_failed; outputs right; detached jobs followed to exit 0; each ran once; "
+                    "busy only for calls that never reached the host")
+    with RealSshd(max_sessions=2) as server:
+        async with toolkit_for(server.config_path, tmp_path / "journal.sqlite3") as tk:
+            bad: list[str] = []
+            busy: list[str] = []  # detaching calls that found every channel taken for their 0.5 s
+            tag = secrets.token_hex(4)
+
+            async def short(i: int) -> None:
+                o = dump(await bounded(rel, tk.run_command(host=server.alias, command=f"echo s{i}-{tag}",
+                                                           budget_s=60), 90, f"short {i}"))
+                if o["outcome"] != "finished" or o["stdout"]["text"] != f"s{i}-{tag}\n":
+                    bad.append(f"short {i}: {o}")
+
+            async def detach(i: int) -> None:
+                o = dump(await bounded(rel, tk.run_command(host=server.alias, command=f"sleep 2; echo d{i}-{tag}",
+                                                           budget_s=0.5), 60, f"detach {i}"))
+                if o["outcome"] == "error" and o["kind"] == "busy":
+                    busy.append(o["job_id"])  # true if nothing of it reached the host: checked below
+                    return
+                if o["outcome"] not in ("detached", "finished"):
+                    bad.append(f"detach {i}: {o}")
+                    return
+                st = o
+                while o["outcome"] == "detached" and st.get("state", "running") == "running":
+                    st = dump(await bounded(rel, tk.job_status(job_id=o["job_id"], wait_s=5), 60, f"status {i}"))
+                    if st.get("outcome") == "error":
+                        bad.append(f"status {i}: {st}")
+                        return
+                if o["outcome"] == "detached" and (st["state"], st["exit_status"]) != ("exited", 0):
+                    bad.append(f"detach {i} ended {st}")
+
+            async def read(i: int) -> None:
+                o = dump(await bounded(rel, tk.read_file(host=server.alias, path="/etc/hostname"), 60, f"read {i}"))
+                if o.get("outcome") == "error":
+                    bad.append(f"read {i}: {o}")
+
+            async def listing(i: int) -> None:
+                o = dump(await bounded(rel, tk.list_jobs(host=server.alias), 60, f"list {i}"))
+                if o.get("outcome") == "error":
+                    bad.append(f"list_jobs {i}: {o}")
+
+            async with anyio.create_task_group() as tg:
+                for i in range(20):
+                    tg.start_soon(short, i)
+                for i in range(10):
+                    tg.start_soon(detach, i)
+                    tg.start_soon(read, i)
+                    tg.start_soon(listing, i)
+            limit = getattr(tk.hosts.get(server.alias), "channel_limit", None)
+            ran = await tk.run_command(host=server.alias, budget_s=30,
+                                       command=f"cat ~/.local/state/agent-tools/jobs/*/stdout | grep -c {tag}; "
+                                               f"ls -d {' '.join(f'~/.local/state/agent-tools/jobs/{j}' for j in busy)}"
+                                               " 2>/dev/null | wc -l")
+        rel.set(learned_limit=limit, misreported=len(bad), busy_detaching_calls=len(busy))
+    assert not bad, "\n".join(bad[:5])
+    count, busy_dirs = dump(ran)["stdout"]["text"].split()
+    # every short call and every detaching call that was not told "busy" ran exactly once; "busy" ones never ran
+    assert (int(count), int(busy_dirs)) == (30 - len(busy), 0), (dump(ran), busy)
+    assert limit is not None and limit <= 2, limit
