@@ -33,7 +33,7 @@ from agent_tools.testing.ssh_files import known_hosts_line, ssh_config_block
 from agent_tools.tools.toolkit import Toolkit
 
 from .sshd import RealSshd, require_real_sshd
-from .test_reliability import Rel, bounded, dump, job_pid_alive, on_host, settle, toolkit_for
+from .test_reliability import Rel, bounded, dump, job_pid_alive, on_host, settle, toolkit_for, wait_until
 
 if TYPE_CHECKING:
     from tests.hosts.nspawn import HostPool
@@ -482,3 +482,121 @@ async def test_max_sessions_2_under_50_mixed_calls(tmp_path: Path, rel: Rel) -> 
     # every short call and every detaching call that was not told "busy" ran exactly once; "busy" ones never ran
     assert (int(count), int(busy_dirs)) == (30 - len(busy), 0), (dump(ran), busy)
     assert limit is not None and limit <= 2, limit
+
+
+async def test_lossy_link_and_a_stall_during_launch(systemd_hosts: HostPool, tmp_path: Path, rel: Rel) -> None:
+    """Fault (variants of items 5 and 11): the host's sshd port loses 60 % of its packets both ways (not a clean
+    cut: some packets pass, so keepalives now and then get through) under a long-lived Toolkit, while
+    run_command(budget_s=2), job_status(wait_s=2), job_output, job_cancel(grace_s=1) and list_jobs go to it;
+    then a 6 s full stall of the port that begins while launches (budgets 1-4 s) are in flight.
+
+    Protection: each call returns within its own time + 5 s; an answer is true: a call that says nothing was
+    started never ran, an unconfirmed start settles to what the host shows, a cancel that says ``killed``
+    left nothing running, and the next calls after the heal work. A launch whose time ran out in the stall is
+    not ``connecting`` when the host had been asked for a second or more without a TCP answer
+    (``SshHost.connect_progress`` counts from the oldest attempt under way: a newer attempt started next to
+    it a moment before made the host look "too early to say")."""
+    pool, name = systemd_hosts, "at-h2"
+    log = f"/tmp/rel-lossy-{secrets.token_hex(4)}"
+    took: dict[str, float] = {}
+    rel.set(fault="60 % packet loss on the sshd port for 10 s, then a stall beginning during launches, under a "
+                  "long-lived Toolkit", trials=12,
+            checked="every call within own time + 5 s; not-started never ran; unconfirmed settles to the host's "
+                    "truth; killed means gone; calls after the heal work")
+    wrong: list[str] = []
+    async with toolkit_for(pool.ssh_config, tmp_path / "journal.sqlite3") as tk:
+        long = dump(await tk.run_command(host=name, command="for i in $(seq 1 300); do echo $i; sleep 1; done",
+                                         budget_s=1))
+        doomed = dump(await tk.run_command(host=name, command="sleep 300", budget_s=1))
+        assert long["outcome"] == doomed["outcome"] == "detached", (long, doomed)
+        launched: dict[str, dict[str, Any]] = {}
+
+        async def launch(tag: str, budget: float) -> None:
+            launched[tag] = await timed(rel, tk.run_command(host=name, command=f"echo {tag} >> {log}",
+                                                            budget_s=budget), budget, f"run {tag}", took)
+
+        await anyio.to_thread.run_sync(functools.partial(pool.lossy_port, name, 0.6))
+        try:
+            async with anyio.create_task_group() as tg:
+                for i in range(4):
+                    tg.start_soon(launch, f"l{i}", 2.0)
+                tg.start_soon(timed, rel, tk.job_status(job_id=long["job_id"], wait_s=2), 2.0, "status", took)
+                tg.start_soon(timed, rel, tk.job_output(job_id=long["job_id"]), 0.0, "output", took)
+                tg.start_soon(timed, rel, tk.list_jobs(host=name), 0.0, "list_jobs", took)
+                cancel = await timed(rel, tk.job_cancel(job_id=doomed["job_id"], grace_s=1), 1.0, "cancel", took)
+            await anyio.to_thread.run_sync(functools.partial(pool.heal, name))
+            # a stall that begins while launches are in flight (their requests may or may not have gone out)
+            async with anyio.create_task_group() as tg:
+                for i in range(4):
+                    tg.start_soon(launch, f"s{i}", 1.0 + i)
+                await anyio.sleep(0.05)  # fault injection point: the launches have begun
+                await anyio.to_thread.run_sync(functools.partial(pool.stall_port, name))
+                await anyio.sleep(6)  # the stall's duration
+                await anyio.to_thread.run_sync(functools.partial(pool.heal, name))
+        finally:
+            await anyio.to_thread.run_sync(functools.partial(pool.heal, name))
+        if cancel.get("state") == "killed":
+            alive, _, _ = await job_pid_alive(pool, name, doomed["job_id"])
+            if alive:
+                wrong.append(f"cancel said killed but the job runs: {cancel}")
+        ran = Counter((await on_host(pool, name, f"cat {log} 2>/dev/null; rm -f {log}")).stdout.split())
+        for tag, out in launched.items():
+            if not out.get("job_id"):
+                wrong.append(f"{tag}: no job id: {out}")
+                continue
+            if out["outcome"] == "error" and out["kind"] != "start_unconfirmed" and ran[tag]:
+                wrong.append(f"{tag} said {out['kind']} ({out['message']!r}) but ran")
+            final = await settle_start(rel, tk, out["job_id"], 40)
+            want = ("exited", 0) if ran[tag] else ("not_started", None)
+            if (final["state"], final.get("exit_status")) != want:
+                wrong.append(f"{tag}: ran {ran[tag]}x, job_status says {final}")
+            if tag in ("s1", "s2", "s3") and out["outcome"] == "error" and out["kind"] == "connecting" \
+                    and "TCP connected" not in out["message"]:
+                # 2-4 s into a stall nothing answers SYNs: "too early to say" would be false
+                wrong.append(f"{tag}: 'connecting' 2 s or more into the stall: {out['message']}")
+        if max(ran.values(), default=0) > 1:
+            wrong.append(f"a command ran twice: {ran}")
+        after = await timed(rel, tk.job_status(job_id=long["job_id"], wait_s=1), 1.0, "status after", took)
+        if after.get("state") != "running":
+            wrong.append(f"the long job after the heal: {after}")
+        await tk.job_cancel(job_id=long["job_id"], grace_s=1)
+        kinds = Counter(o["outcome"] if o["outcome"] != "error" else o["kind"] for o in launched.values())
+    rel.set(outcomes=dict(kinds), misreported=len(wrong), **{f"took_{k}_s": v for k, v in took.items()})
+    assert not wrong, "\n".join(wrong)
+
+
+async def test_a_host_asked_long_ago_is_unreachable_not_connecting(systemd_hosts: HostPool, tmp_path: Path,
+                                                                   rel: Rel) -> None:
+    """Fault: a partitioned host; one call (budget 6 s) has been waiting for a connection for more than
+    ``liveness_timeout_s`` (3 s) when a second call (budget 0.5 s) comes, which starts a new connect attempt
+    next to the old one (``SshHost.connection``); its time runs out 0.5 s into that attempt.
+
+    Protection: ``SshHost.connect_progress`` counts from the oldest attempt under way, so the second call says
+    ``unreachable`` (the host was asked 3.5 s before without a TCP answer), not ``connecting`` ("too early to
+    say": the age of the newest attempt)."""
+    pool, name = systemd_hosts, "at-h1"
+    rel.set(fault="a second call during a partition while an older connect attempt is under way", trials=2,
+            checked="both calls unreachable, none connecting")
+    async with toolkit_for(pool.ssh_config, tmp_path / "journal.sqlite3") as tk:
+        host = tk.hosts.get(name)
+        assert isinstance(host, SshHost)
+        outs: dict[str, dict[str, Any]] = {}
+
+        async def call(tag: str, budget: float) -> None:
+            outs[tag] = dump(await bounded(rel, tk.run_command(host=name, command="true", budget_s=budget), 30, tag))
+
+        await anyio.to_thread.run_sync(pool.partition, name)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, "first", 6.0)
+
+                async def old_enough() -> bool:
+                    p = host.connect_progress()
+                    return p is not None and p.waited_s > host.settings.liveness_timeout_s + 0.2
+
+                await wait_until(old_enough, 10, "the first connect attempt to be older than liveness_timeout_s")
+                await call("second", 0.5)
+        finally:
+            await anyio.to_thread.run_sync(pool.heal, name)
+    assert outs["second"]["kind"] == "unreachable", outs["second"]
+    assert outs["first"]["kind"] == "unreachable", outs["first"]

@@ -79,12 +79,14 @@ class HostProcess(Protocol):
 
 @dataclass(frozen=True)
 class ConnectProgress:
-    """How far the newest connect attempt under way has come (:meth:`~agent_tools.hosts.ssh.SshHost.connect_progress`).
+    """How far the connect attempts under way have come (:meth:`~agent_tools.hosts.ssh.SshHost.connect_progress`).
 
-    :param waited_s: seconds since the attempt started (loop clock).
-    :param tcp_s: seconds into the attempt at which its TCP connection to the target was made (the host
+    :param waited_s: seconds since the oldest attempt under way started (loop clock): how long the host has
+        been asked.
+    :param tcp_s: seconds into an attempt at which its TCP connection to the target was made (the host
         answered: asyncssh's ``SSHClient.connection_made`` runs then, before the version exchange, key exchange
-        and login), or None while it is not made yet (resolving the config, ProxyJump hops, SYNs unanswered).
+        and login), or None while no attempt under way made one (resolving the config, ProxyJump hops, SYNs
+        unanswered).
     :param unanswered: the host is known not to answer (its last connection died unanswered, or an earlier
         attempt timed out).
     :param last_connect_s: how long the last successful connect took, or None if none did yet.

@@ -452,16 +452,19 @@ class SshHost:
         return self.connected() and self.settings.liveness_timeout_s > 0
 
     def connect_progress(self) -> ConnectProgress | None:
-        """How far the newest connect attempt under way has come, or None when none is under way (connected,
+        """How far the connect attempts under way have come, or None when none is under way (connected,
         or the last attempt ended). Callers whose time ran out before a session use it to tell "the host does
         not answer" from "the time was too short to connect" (:class:`~agent_tools.errors.ConnectUnfinished`)."""
-        live = [(t, i) for t, i in self._attempt_info.items() if not t.done()]
+        live = [i for t, i in self._attempt_info.items() if not t.done()]
         if not live:
             return None
-        _, info = max(live, key=lambda ti: ti[1].t0)
         now = asyncio.get_running_loop().time()
-        return ConnectProgress(waited_s=now - info.t0, tcp_s=None if info.tcp_at is None else info.tcp_at - info.t0,
-                               unanswered=self._unanswered, last_connect_s=self._last_connect_s)
+        made = [i for i in live if i.tcp_at is not None]
+        tcp_s = min(i.tcp_at - i.t0 for i in made if i.tcp_at is not None) if made else None
+        # the oldest attempt tells how long the host has been asked without answering (a newer one may have
+        # been started next to it a moment ago: see connection())
+        return ConnectProgress(waited_s=now - min(i.t0 for i in live), tcp_s=tcp_s, unanswered=self._unanswered,
+                               last_connect_s=self._last_connect_s)
 
     def channels_busy(self) -> bool:
         """True while every session channel slot of the (open) pooled connection is taken, i.e. new calls are

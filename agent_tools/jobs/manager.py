@@ -1101,7 +1101,7 @@ def _unreached(host: Host, message: str, limit_s: float, what: str) -> HostUnrea
         how = (f"the host answered: TCP connected {p.tcp_s:.2f} s into the attempt, the SSH handshake and login "
                "were under way")
     else:
-        how = f"the attempt was {p.waited_s:.2f} s old: too early to say the host does not answer"
+        how = f"the host was asked {p.waited_s:.2f} s before: too early to say it does not answer"
     last = f"; the last connect took {p.last_connect_s:.2f} s" if p.last_connect_s is not None else ""
     return ConnectUnfinished(host.name, f"{host.name}: the {limit_s:g} s {what} ran out while connecting ({how}"
                                         f"{last}); nothing was started. Retry with more time")

@@ -1005,6 +1005,17 @@ class HostPool:
                   "DROP"])
         _run(["ip", "netns", "exec", ns, "iptables", "-I", "OUTPUT", "-p", "tcp", "--sport", str(port), "-j", "DROP"])
 
+    def lossy_port(self, name: str, loss: float, port: int = 22) -> None:
+        """Drop each packet of TCP ``port`` of the host (both ways) with probability ``loss`` (0..1; iptables
+        ``-m statistic --mode random``): a lossy link rather than a cut one. ``heal`` undoes it."""
+        if not 0.0 < loss <= 1.0:
+            raise ValueError(f"loss is a probability in (0, 1], got {loss!r}")
+        ns = self.host(name).netns
+        self.heal(name)
+        for chain, flag in (("INPUT", "--dport"), ("OUTPUT", "--sport")):
+            _run(["ip", "netns", "exec", ns, "iptables", "-I", chain, "-p", "tcp", flag, str(port), "-m",
+                  "statistic", "--mode", "random", "--probability", f"{loss:g}", "-j", "DROP"])
+
     def heal(self, name: str) -> None:
         ns = self.host(name).netns
         _run(["ip", "netns", "exec", ns, "iptables", "-F", "INPUT"])
