@@ -18,7 +18,7 @@ EXITS = {"none": None, "zero": 0, "nonzero": 3}
 # a phrase it must not contain); "*" matches anything. The most specific row wins; every combination must be
 # matched by exactly one most specific row.
 TABLE: dict[tuple[str, str, str], tuple[str | None, bool, str, str]] = {
-    ("*", "failed", "*"): ("service_status", True, "did not become ready", "done"),
+    ("*", "failed", "*"): ("service_status", True, "readiness failed: read", "done"),
     ("*", "deadline_exceeded", "*"): ("service_status", True, "was not ready by its deadline", "done"),
     ("running", "none", "*"): ("job_status", False, "to keep following", "done"),
     ("running", "pending", "*"): ("job_status", False, "until readiness is ready", "done"),

@@ -332,6 +332,8 @@ async def test_elapsed_freezes_at_exit(systemd_hosts: HostPool, tmp_path: Path, 
     await install_unit(pool, host, "rr-quick.service", "Type=notify\nNotifyAccess=all\nExecStart=/bin/sh -c "
                                                        "'systemd-notify --ready; exec sleep infinity'")
     async with toolkit_for(pool.ssh_config, tmp_path / "journal.sqlite3") as tk:
+        # connected first: a 0.3 s budget is for the job, not for connecting on a loaded machine
+        assert dump(await tk.run_command(host=host, command="true", budget_s=30))["outcome"] == "finished"
         short = dump(await tk.run_command(host=host, command="sleep 1", budget_s=0.3))
         marker = dump(await tk.run_command(host=host, command="sleep 4", budget_s=0.3))
         doomed = dump(await tk.run_command(host=host, command="sleep 300", budget_s=0.3))
@@ -360,3 +362,168 @@ async def test_elapsed_freezes_at_exit(systemd_hosts: HostPool, tmp_path: Path, 
         for key, values in looks.items():
             assert len(set(values)) == 1, f"{key}: elapsed_s changed between looks: {values}"
     await on_host(pool, host, "systemctl stop rr-quick.service")
+
+
+SURVIVOR = r'''
+import http.server, os, signal, sys, time
+port, mode = int(sys.argv[1]), sys.argv[2]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = f"pid {os.getpid()}\n".encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+if mode == "ignore-term":  # the old server answers on until systemd's SIGKILL at TimeoutStopSec
+    signal.signal(signal.SIGTERM, lambda *a: print("ignoring SIGTERM", flush=True))
+while True:  # a new server whose port is still taken keeps trying (and its unit stays active)
+    try:
+        srv = http.server.HTTPServer(("127.0.0.1", port), H)
+        break
+    except OSError as exc:
+        print(f"bind failed: {exc}", flush=True)
+        time.sleep(0.5)
+if mode == "child" and os.fork() != 0:  # the main process idles; its child serves (and survives KillMode=process)
+    while True:
+        time.sleep(100)
+print(f"READY pid {os.getpid()}", flush=True)
+srv.serve_forever()
+'''
+
+
+async def test_old_server_that_survives_or_ignores_the_stop(systemd_hosts: HostPool, tmp_path: Path,
+                                                            rel: Rel) -> None:
+    """Fault (variants of item 2): the old server outlives the restart's stop. (a) ``KillMode=process``: the old
+    main process is stopped but its serving child lives on and keeps the port; the new server cannot bind and
+    retries, its unit ``active/running``: ``http`` answered 200 from the old child and readiness said ``ready``.
+    (b) a Type=exec server that ignores SIGTERM answers until systemd's SIGKILL at ``TimeoutStopSec=6``, probed
+    with a ``port`` probe.
+
+    Protection: a passed http/port probe of an address on the host itself counts only when a process holding
+    the listening socket started after the unit's new activation (``checks._only_new_listeners``: ss(8) and
+    /proc/PID/stat start times against ``InactiveExitTimestampMonotonic``): (a) stays ``pending`` with the old
+    pid as evidence until that child is killed, then reads ``ready`` with the new process answering; (b) reads
+    ``ready`` only against the new process."""
+    pool = systemd_hosts
+    host = "at-h1"
+    cases = {"rr-survivor.service": (39131, "child", "Type=simple\nKillMode=process\n", "http"),
+             "rr-ignore-term.service": (39132, "ignore-term", "Type=exec\nTimeoutStopSec=6\n", "port")}
+    rel.set(fault="old server outlives the stop (KillMode=process child keeps the port; SIGTERM ignored until "
+                  "SIGKILL)", trials=len(cases),
+            checked="never ready while the port's holder is older than the restart; ready once the new process "
+                    "serves (its pid answers)")
+    await on_host(pool, host, f"mkdir -p /opt/rr && printf '%s' {shlex.quote(SURVIVOR)} > /opt/rr/survivor.py")
+    for name, (port, mode, service, _kind) in cases.items():
+        await install_unit(pool, host, name, f"{service}ExecStart=/usr/bin/python3 -u /opt/rr/survivor.py {port} "
+                                             f"{mode}")
+        await on_host(pool, host, f"systemctl restart {name}")
+    wrong: list[str] = []
+    async with toolkit_for(pool.ssh_config, tmp_path / "journal.sqlite3") as tk:
+
+        async def serving_pid(port: int) -> str:
+            out = dump(await tk.http_get(host=host, url=f"http://127.0.0.1:{port}/"))
+            return str(out.get("body") or "").strip() if out.get("status") == 200 else ""
+
+        async def case(name: str, port: int, kind: str) -> None:
+            await wait_until(lambda: _answers(serving_pid, port), 30, f"{name} to serve", step_s=0.2)
+            old = await serving_pid(port)
+            probe = ({"kind": "http", "url": f"http://127.0.0.1:{port}/"} if kind == "http"
+                     else {"kind": "port", "port": port})
+            out = dump(await tk.restart_service(host=host, unit=name, probes=[probe]))
+            assert out["outcome"] == "detached", out
+            end = anyio.current_time() + 60
+            killed = False
+            while True:
+                st = dump(await tk.job_status(job_id=out["job_id"], wait_s=1))
+                now_serving = await serving_pid(port)
+                if st["readiness"] == "ready" and not await _new_process(pool, host, name, now_serving, old):
+                    wrong.append(f"{name}: ready while {now_serving} answers (the old server was {old}): "
+                                 f"{st['why']}")
+                if settled(st) or anyio.current_time() > end:
+                    break
+                if name == "rr-survivor.service" and not killed and "older than this restart" in st["why"]:
+                    assert now_serving == old, (now_serving, old)  # the fault holds: the old child answers
+                    await on_host(pool, host, f"kill {old.split()[1]}")
+                    killed = True
+            if st["readiness"] != "ready":
+                wrong.append(f"{name}: readiness {st['readiness']}, want ready once the new process serves: {st}")
+            if name == "rr-survivor.service" and not killed:
+                wrong.append(f"{name}: the old child's answer was never named as the old process's: {st['why']}")
+
+        async with anyio.create_task_group() as tg:
+            for name, (port, _mode, _service, kind) in cases.items():
+                tg.start_soon(case, name, port, kind)
+    rel.set(misreported=len(wrong))
+    for name in cases:
+        await on_host(pool, host, f"systemctl kill -s KILL {name}; systemctl stop {name}; true")
+    assert not wrong, "\n".join(wrong)
+
+
+async def _new_process(pool: HostPool, host: str, name: str, serving: str, old: str) -> bool:
+    """Ground truth: the answering process (``pid N``) is not the old server and is in the unit's cgroup."""
+    if not serving or serving == old:
+        return False
+    res = await on_host(pool, host, f"grep -q {shlex.quote(name)} /proc/{serving.split()[1]}/cgroup && echo yes")
+    return res.stdout.strip() == "yes"
+
+
+async def _answers(serving_pid: Callable[[int], Any], port: int) -> bool:
+    return bool(await serving_pid(port))
+
+
+#: (unit, host, [Service] body, the unit's last line that must be in `why`); every one of them fails
+DYING: list[tuple[str, str, str, str]] = [
+    ("rv-exec-3s.service", "at-h1", "Type=exec\nExecStart=/bin/bash -c 'echo up; sleep 3; echo exec3-dying; exit 2'",
+     "exec3-dying"),
+    ("rv-exec-8s.service", "at-h1", "Type=exec\nExecStart=/bin/bash -c 'echo up; sleep 8; echo exec8-dying; exit 2'",
+     "exec8-dying"),
+    ("rv-fork-pidfile-8s.service", "at-h1", "Type=forking\nPIDFile=/run/rv-fork.pid\nExecStart=/bin/bash -c "
+     "'(echo $BASHPID > /run/rv-fork.pid; sleep 8; echo fork8-dying; exit 6) & sleep 0.2; exit 0'", "fork8-dying"),
+    ("rv-oneshot-8s.service", "at-h2", "Type=oneshot\nExecStart=/bin/bash -c 'sleep 8; echo oneshot8-dying; exit 5'",
+     "oneshot8-dying"),
+    ("rv-notify-3s.service", "at-h2", "Type=notify\nNotifyAccess=all\nExecStart=/bin/bash -c 'systemd-notify "
+     "--ready; sleep 3; echo notify3-dying; exit 1'", "notify3-dying"),
+    ("rv-notify-8s.service", "at-h2", "Type=notify\nNotifyAccess=all\nExecStart=/bin/bash -c 'sleep 1; "
+     "systemd-notify --ready; sleep 8; echo notify8-dying; exit 1'", "notify8-dying"),
+    ("rv-always-3s.service", "at-h1", "Type=simple\nRestart=always\nRestartSec=1\nExecStart=/bin/bash -c "
+     "'sleep 3.5; echo always-dying; exit 1'", "always-dying"),
+]
+
+
+async def test_units_dying_at_3_and_8_s_read_failed(systemd_hosts: HostPool, tmp_path: Path, rel: Rel) -> None:
+    """Fault (variants of item 1): units of every type dying 3 s and 8 s after the start: Type=exec, a forking
+    daemon with a PIDFile, a oneshot, notify units after READY=1, and a Restart=always unit dying 3.5 s in (just
+    past the 3 s settle window, so it may be reported ready first).
+
+    Protection: readiness turns ``failed`` on the next look after the host says the invocation ended, with the
+    unit's last line and systemd's own lines as evidence; and ``next`` says readiness failed without claiming
+    the unit never became ready (``hints.guide``: it said "it did not become ready" after a unit that had been
+    ready died)."""
+    pool = systemd_hosts
+    rel.set(fault="units of every type dying 3 s and 8 s after the start", trials=len(DYING),
+            checked="failed with the unit's last line and systemd's lines; next true for ready-then-failed")
+    for name, host, service, _line in DYING:
+        await install_unit(pool, host, name, service)
+    problems: list[str] = []
+    async with toolkit_for(pool.ssh_config, tmp_path / "journal.sqlite3") as tk:
+
+        async def case(name: str, host: str, line: str) -> None:
+            out = dump(await tk.restart_service(host=host, unit=name))
+            seen: list[dict[str, Any]] = []
+            st = await follow(rel, tk, out["job_id"], until=lambda s: s["readiness"] == "failed", limit_s=60,
+                              seen=seen)
+            for needle in (line, "Main process exited"):
+                if needle not in st["why"]:
+                    problems.append(f"{name}: {needle!r} missing from why: {st['why'][:600]}")
+            if any(s["readiness"] == "ready" for s in seen) and "did not become ready" in st["next"]:
+                problems.append(f"{name}: ready, then failed, but next says {st['next']!r}")
+            if "readiness failed" not in st["next"]:
+                problems.append(f"{name}: next {st['next']!r}")
+
+        async with anyio.create_task_group() as tg:
+            for name, host, _service, line in DYING:
+                tg.start_soon(case, name, host, line)
+    for name, host, *_ in DYING:
+        await on_host(pool, host, f"systemctl stop {name}; systemctl reset-failed {name} 2>/dev/null; true")
+    rel.set(misreported=len(problems))
+    assert not problems, "\n".join(problems)

@@ -140,9 +140,10 @@ def guide(f: JobFacts) -> Guidance:
     failed = f.state in ("killed", "lost", "not_started") or (f.state == "exited" and cls != "zero")
     nexts: tuple[NextCall, ...]
     if f.readiness in FINAL_READINESS:
-        word = "did not become ready" if f.readiness == "failed" else "was not ready by its deadline"
+        # "failed" also follows "ready" (the unit died later: see probes.readiness), so it is not "never ready"
+        word = "readiness failed" if f.readiness == "failed" else "it was not ready by its deadline"
         nexts = (*inspect, *(() if inspect else (stderr,)),
-                 NextCall(None, note=f"it {word}: read the evidence in why, fix the cause, then try again"))
+                 NextCall(None, note=f"{word}: read the evidence in why, fix the cause, then try again"))
         if f.state == "running":
             nexts += (cancel,)
         return Guidance(summary, ready_why or both(), nexts, True)

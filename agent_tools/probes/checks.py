@@ -4,7 +4,19 @@ A job's probes are checked in two steps (:func:`check_probes`): first its ``syst
 others, and those count only against the new process: while a unit is not active in its new invocation (the
 old process may still be answering during ``deactivating/stop-sigterm``), an ``http``, ``port`` or ``log``
 probe is not checked and reads ``not_yet``; a log line seen earlier stops counting when the unit's
-invocation changes, and journal lines of other invocations never count.
+invocation changes, and journal lines of other invocations never count. An ``http`` or ``port`` probe of an
+address on the host itself that passed counts only when a process holding the listening socket started after
+the units' new activation began (one more round trip): a process of the old invocation that survived the
+restart (``KillMode=process``/``mixed``/``none``, a daemon that escaped its parent) or another program on
+the port can answer while the unit's new process is not serving.
+
+Facts: proc(5): ``/proc/PID/stat`` field 22 is the process's start time in clock ticks since boot
+(``getconf CLK_TCK``), the clock of ``CLOCK_MONOTONIC`` on a machine that never suspended, the clock of
+systemd's ``*TimestampMonotonic`` properties (microseconds); ``InactiveExitTimestampMonotonic`` is when the unit
+left ``inactive``/``failed`` for its current activation (its ``ExecStartPre=`` included; stamped just after the
+first process of the activation was forked, as ``ExecMainStartTimestampMonotonic`` is after the main one).
+ss(8) ``-ltnpH`` lists listening TCP sockets with the processes holding them (only one's own processes unless
+root).
 """
 
 from __future__ import annotations
@@ -219,6 +231,88 @@ async def _hostmem(host: Host, p: HostMemoryProbe) -> ProbeResult:
                        f"available {avail / 2**30:.1f} GiB", details=mem)
 
 
+#: addresses that mean the probe's host itself (a listener there is a process of that host)
+_LOCAL = frozenset({"localhost", "0.0.0.0", "::", "::1", "ip6-localhost"})
+
+
+def _local_port(spec: dict[str, Any]) -> int | None:
+    """The TCP port an ``http``/``port`` probe spec reaches on the probe's host itself, or None (another host)."""
+    if spec.get("kind") == "port":
+        address, port = str(spec.get("address") or "127.0.0.1"), spec.get("port")
+    elif spec.get("kind") == "http":
+        parts = urlsplit(str(spec.get("url") or ""))
+        try:
+            address, port = parts.hostname or "", parts.port or 80
+        except ValueError:
+            return None
+    else:
+        return None
+    if address in _LOCAL or address.startswith("127."):
+        return int(port) if isinstance(port, int) else None
+    return None
+
+
+#: systemd stamps a unit's activation (InactiveExit, ExecMainStart) just after it forked the process, which the
+#: kernel stamps at fork, cut to a clock tick: 14 ms earlier was seen on an idle host. A process started at most
+#: this long before the stamp counts as the new activation's.
+_SPAWN_SLACK_US = 500_000
+
+
+def listeners_command(ports: list[int]) -> str:
+    """A shell command printing ``clk TICKS`` and, per listening TCP socket on one of ``ports``, ``listen PORT
+    PID START_TICKS`` for each process holding it that this user can see (see the module docstring)."""
+    filt = " or ".join(f"sport = :{p}" for p in sorted(set(ports)))
+    return ("echo clk $(getconf CLK_TCK 2>/dev/null || echo 100); "
+            f"ss -ltnpH {shlex.quote(filt)} 2>/dev/null | while read -r _s _r _q local _peer procs; do "
+            "port=${local##*:}; for pid in $(printf '%s\\n' \"$procs\" | grep -o 'pid=[0-9]*' | cut -d= -f2); do "
+            "st=$(sed 's/.*) //' /proc/$pid/stat 2>/dev/null | cut -d' ' -f20); "
+            "[ -n \"$st\" ] && echo listen $port $pid $st; done; done; true")
+
+
+def parse_listeners(text: str) -> dict[int, list[tuple[int, float]]]:
+    """``listeners_command``'s output: port -> [(pid, start time in microseconds since boot)]."""
+    clk = 100.0
+    out: dict[int, list[tuple[int, float]]] = {}
+    for line in text.splitlines():
+        words = line.split()
+        try:
+            if len(words) == 2 and words[0] == "clk":
+                clk = float(words[1]) or 100.0
+            elif len(words) == 4 and words[0] == "listen":
+                out.setdefault(int(words[1]), []).append((int(words[2]), int(words[3]) / clk * 1e6))
+        except ValueError:
+            continue
+    return out
+
+
+async def _only_new_listeners(host: Host, specs: list[dict[str, Any]], results: list[ProbeResult | None],
+                              since_us: int) -> None:
+    """Turn a passed local ``http``/``port`` probe to ``not_yet`` when every process seen holding its listening
+    socket started before ``since_us`` (host monotonic microseconds: the units' new activation began), i.e. the
+    answer came from a process older than the restart. One round trip; no change when the listeners cannot be
+    seen (no ``ss``, another user's process, a host error)."""
+    ports = {i: port for i, spec in enumerate(specs)
+             if (r := results[i]) is not None and r.state == "passed" and (port := _local_port(spec)) is not None}
+    if not ports:
+        return
+    try:
+        res = await run_on(host, listeners_command(list(ports.values())))
+    except HostError:
+        return
+    seen = parse_listeners(res.stdout.decode("utf-8", "replace"))
+    for i, port in ports.items():
+        owners = seen.get(port, [])
+        if owners and all(start < since_us - _SPAWN_SLACK_US for _, start in owners):
+            r = results[i]
+            assert r is not None
+            pids = ", ".join(str(pid) for pid, _ in owners[:4])
+            results[i] = ProbeResult(
+                r.kind, r.target, "not_yet",
+                f"{r.evidence}, but from a process older than this restart (port {port} held by pid {pids}, started "
+                "before the unit's new activation: a process of the old invocation that survived the restart, "
+                "e.g. KillMode=process, or another program): not the new process", r.updates, r.details)
+
+
 def _target(spec: dict[str, Any]) -> str:
     return str(spec.get("unit") or spec.get("path") or spec.get("url")
                or (f"{spec.get('address', '127.0.0.1')}:{spec['port']}" if spec.get("port") else spec.get("kind")))
@@ -328,4 +422,17 @@ async def check_probes(host: Host, specs: list[dict[str, Any]]) -> list[ProbeRes
     async with anyio.create_task_group() as tg:
         for i in checked:
             tg.start_soon(one, i, gate, invocations.get(str(specs[i].get("unit") or "")))
+    if units and not waiting:
+        starts = [t for i in units if (r := results[i]) is not None and r.details.get("new_active")
+                  for key in ("InactiveExitTimestampMonotonic", "ExecMainStartTimestampMonotonic")
+                  if (t := _int(r.details.get(key)))]
+        if starts:
+            await _only_new_listeners(host, specs, results, min(starts))
     return [r for r in results if r is not None]
+
+
+def _int(value: object) -> int | None:
+    try:
+        return int(str(value)) if value not in (None, "") else None
+    except ValueError:
+        return None

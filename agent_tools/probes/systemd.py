@@ -48,7 +48,8 @@ __all__ = ["DEFAULT_SETTLE_S", "NOTIFY_TYPES", "UNIT_PROPS", "InvocationEnds", "
 #: the unit properties a systemd_unit probe reads (systemctl(1) show -p)
 UNIT_PROPS = ("ActiveState,SubState,Result,ExecMainStatus,ExecMainCode,NRestarts,InvocationID,TimeoutStartUSec,"
               "Type,MainPID,ActiveEnterTimestampMonotonic,ActiveExitTimestampMonotonic,"
-              "ExecMainExitTimestampMonotonic,ConditionTimestampMonotonic,ConditionResult,AssertResult")
+              "ExecMainExitTimestampMonotonic,ConditionTimestampMonotonic,ConditionResult,AssertResult,"
+              "InactiveExitTimestampMonotonic,ExecMainStartTimestampMonotonic")
 
 #: types whose "active" means ready (READY=1, the bus name): no settle window by default
 NOTIFY_TYPES = frozenset({"notify", "notify-reload", "dbus"})
