@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import re
+import secrets
 import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -133,3 +137,45 @@ def test_choose_subnet_skips_taken_routes_and_names_the_blocker() -> None:
     wide = [(ipaddress.IPv4Network("10.0.0.0/8"), "10.0.0.0/8 dev corp0")]
     with pytest.raises(HarnessError, match=re.escape("10.0.0.0/8 dev corp0")):
         choose_subnet(wide)
+
+
+def test_choose_subnet_reads_real_routes_in_a_network_namespace(tmp_path: Path) -> None:
+    """12.12 on real parts: the harness reads routes and addresses with ip(8) as the kernel has them. In a
+    network namespace of this test only (nothing on the machine changes), the preferred subnet is an address of
+    an interface (a veth pair with both ends inside) and the next candidates are under a routed /18: the first
+    free /24 past them is chosen;
+    with 10.0.0.0/8 routed, choosing fails once, naming that route."""
+    from tests.hosts.nspawn import SUBNET_CANDIDATES
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root for ip netns")
+    ns = f"at-subnet-{secrets.token_hex(3)}"
+    first = SUBNET_CANDIDATES[0]
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); from tests.hosts.nspawn import choose_subnet, "
+             "HarnessError\ntry:\n    print('chose', choose_subnet())\nexcept HarnessError as exc:\n"
+             "    print('error', exc)")
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", "-n", ns, *args], check=True, capture_output=True)
+
+    def choose() -> str:
+        root = str(Path(__file__).resolve().parents[1])
+        return subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", probe, root], check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        ip("link", "add", "dummy0", "type", "veth", "peer", "name", "dummy1")  # both ends in the namespace
+        for dev in ("dummy0", "dummy1"):
+            ip("link", "set", dev, "up")
+        ip("addr", "add", f"{first}.5/24", "dev", "dummy0")
+        second = ipaddress.IPv4Network(f"{SUBNET_CANDIDATES[1]}.0/18", strict=False)
+        ip("route", "add", str(second), "dev", "dummy0")
+        want = next(c for c in SUBNET_CANDIDATES
+                    if not ipaddress.IPv4Network(f"{c}.0/24").overlaps(second) and c != first)
+        assert choose() == f"chose {want}"
+        ip("route", "add", "10.0.0.0/8", "dev", "dummy0")
+        out = choose()
+        assert out.startswith("error") and "10.0.0.0/8 dev dummy0" in out, out
+    finally:
+        subprocess.run(["ip", "netns", "delete", ns], check=False)
