@@ -67,9 +67,13 @@ async def settle_start(rel: Rel, tk: Toolkit, job_id: str, limit_s: float) -> di
 
 
 # ================================================================================================ 1. long-lived
-async def test_partition_under_a_long_lived_toolkit(systemd_hosts: HostPool, tmp_path: Path, rel: Rel) -> None:
-    """Fault: iptables DROP of all the host's traffic under one long-lived Toolkit with the default SSH settings
-    (keepalive 10 s × 3, a pooled connection and a warm session: how the MCP server runs).
+@pytest.mark.parametrize("cut", ["netns-drop", "veth-down"])
+async def test_partition_under_a_long_lived_toolkit(systemd_hosts: HostPool, tmp_path: Path, rel: Rel,
+                                                    cut: str) -> None:
+    """Fault: iptables DROP of all the host's traffic in its network namespace (``netns-drop``), or its veth end
+    on the machine's bridge down (``veth-down``: the cut is outside the host), under one long-lived Toolkit with
+    the default SSH settings (keepalive 10 s × 3, a pooled connection and a warm session: how the MCP server
+    runs).
 
     Protections: while a call waits for the host, keepalives go at liveness pace and a connection that answers
     nothing for ``liveness_timeout_s`` is closed, not waited on (``SshHost._awaiting``); connect attempts are
@@ -81,7 +85,8 @@ async def test_partition_under_a_long_lived_toolkit(systemd_hosts: HostPool, tmp
     pool, name = systemd_hosts, "at-h1"
     marker = f"/tmp/rel-partition-{secrets.token_hex(4)}"
     took: dict[str, float] = {}
-    rel.set(fault="partition (iptables DROP in the host's netns) under one long-lived Toolkit, default SSH settings",
+    rel.set(fault=f"partition ({'iptables DROP in the host netns' if cut == 'netns-drop' else 'host veth down'}) under "
+                  "one long-lived Toolkit, default SSH settings",
             trials=1, checked="job_status(wait_s=2), job_output, run_command(budget_s=1), job_cancel(grace_s=1), "
                               "list_jobs(host), wait_for(deadline_s=2), restart_service and job_status again each "
                               "return within own time + 5 s as unreachable/connection_lost (run: with its job id); "
@@ -96,7 +101,7 @@ async def test_partition_under_a_long_lived_toolkit(systemd_hosts: HostPool, tmp
         host = tk.hosts.get(name)
         assert isinstance(host, SshHost)
         await host.wait_warm()  # a ready warm session on the pooled connection, as in a long-lived server
-        await anyio.to_thread.run_sync(pool.partition, name)
+        await anyio.to_thread.run_sync(pool.partition if cut == "netns-drop" else pool.unplug, name)
         try:
             calls: list[tuple[str, float, Callable[[], Awaitable[BaseModel]]]] = [
                 ("job_status(wait_s=2)", 2.0, lambda: tk.job_status(job_id=job_id, wait_s=2)),

@@ -1016,10 +1016,17 @@ class HostPool:
             _run(["ip", "netns", "exec", ns, "iptables", "-I", chain, "-p", "tcp", flag, str(port), "-m",
                   "statistic", "--mode", "random", "--probability", f"{loss:g}", "-j", "DROP"])
 
+    def unplug(self, name: str) -> None:
+        """Cut the host off from the machine's side: its veth end on the bridge goes down (the host sees its
+        eth0 lose carrier; nothing inside the host changes, its firewall included). ``heal`` undoes it."""
+        _run(["ip", "link", "set", self.host(name).veth, "down"])
+
     def heal(self, name: str) -> None:
-        ns = self.host(name).netns
+        host = self.host(name)
+        ns = host.netns
         _run(["ip", "netns", "exec", ns, "iptables", "-F", "INPUT"])
         _run(["ip", "netns", "exec", ns, "iptables", "-F", "OUTPUT"])
+        _run(["ip", "link", "set", host.veth, "up"])
 
     def run(
         self,
