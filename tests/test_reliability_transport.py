@@ -372,7 +372,8 @@ async def test_a_budget_too_short_to_connect_is_not_unreachable(real_sshd: RealS
     does not answer (``SshHost.connect_progress``: the TCP connection was not made, and the host is known not to
     answer or its SYN went unanswered past TCP's initial retransmission timeout); else kind ``connecting``,
     retryable, with the job id it reserved, journalled ``not_started`` (no exec request went out). A closed port
-    is still ``unreachable``; job_status's long poll on a job of a host still connecting says the same."""
+    is still ``unreachable``; job_status on a running job of the held host says ``connecting`` too once its
+    wait_s + answer_timeout_s are over (``jobs.manager._no_answer``)."""
     server = real_sshd
     rel.set(fault="budget too short to connect to an answering host (1 ms; 0.5 s with the SSH handshake held)",
             trials=4, checked="kind connecting (not unreachable), retryable, job id, journal not_started; the next "
@@ -399,9 +400,16 @@ async def test_a_budget_too_short_to_connect_is_not_unreachable(real_sshd: RealS
                 assert out["retryable"] is True and out["job_id"], out
                 assert how in out["message"] and "nothing was started" in out["message"], out
                 assert tk.journal.get(out["job_id"]).state == "not_started", out
-            # a long poll on a job of the held host: its time runs out while connecting too
             job = dump(await tk.job_status(job_id=held["job_id"]))
             assert job["state"] == "not_started", job
+            # a look at a running job of the held host: its time (wait_s + answer_timeout_s) runs out while the
+            # SSH handshake is still held
+            running = JobRecord(job_id=new_job_id(), host="held", command="sleep 600", base=DEFAULT_JOBS_DIR,
+                                created_at=time.time() - 5, budget_s=1.0, state="running")
+            tk.journal.add(running)
+            look = dump(await tk.job_status(job_id=running.job_id, wait_s=0.5))
+            assert look["outcome"] == "error" and look["kind"] == "connecting", look
+            assert "the host answered: TCP connected" in look["message"], look
             dead = dump(await tk.run_command(host=server.dead_alias, command="echo never", budget_s=5))
             assert dead["outcome"] == "error" and dead["kind"] == "unreachable", dead
             gate.set()
