@@ -367,6 +367,23 @@ async def test_elapsed_freezes_at_exit(systemd_hosts: HostPool, tmp_path: Path, 
 SURVIVOR = r'''
 import http.server, os, signal, sys, time
 port, mode = int(sys.argv[1]), sys.argv[2]
+if mode == "proxy":  # a reverse proxy of another unit: PORT forwards to PORT+1
+    import socket, threading
+    def pipe(a, b):
+        while data := a.recv(65536):
+            b.sendall(data)
+        b.shutdown(socket.SHUT_WR)
+    lsock = socket.create_server(("127.0.0.1", port))
+    print("proxy READY", flush=True)
+    while True:
+        c, _ = lsock.accept()
+        try:
+            u = socket.create_connection(("127.0.0.1", port + 1))
+        except OSError:
+            c.close()
+            continue
+        threading.Thread(target=pipe, args=(c, u), daemon=True).start()
+        threading.Thread(target=pipe, args=(u, c), daemon=True).start()
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         body = f"pid {os.getpid()}\n".encode()
@@ -403,16 +420,22 @@ async def test_old_server_that_survives_or_ignores_the_stop(systemd_hosts: HostP
     the listening socket started after the unit's new activation (``checks._only_new_listeners``: ss(8) and
     /proc/PID/stat start times against ``InactiveExitTimestampMonotonic``): (a) stays ``pending`` with the old
     pid as evidence until that child is killed, then reads ``ready`` with the new process answering; (b) reads
-    ``ready`` only against the new process."""
+    ``ready`` only against the new process. (c) A server probed through a reverse proxy of another unit (older
+    than the restart) reads ``ready``: a listener outside the unit's cgroup is not held against it."""
     pool = systemd_hosts
     host = "at-h1"
     cases = {"rr-survivor.service": (39131, "child", "Type=simple\nKillMode=process\n", "http"),
-             "rr-ignore-term.service": (39132, "ignore-term", "Type=exec\nTimeoutStopSec=6\n", "port")}
+             "rr-ignore-term.service": (39132, "ignore-term", "Type=exec\nTimeoutStopSec=6\n", "port"),
+             # probed through a reverse proxy (another unit, older than the restart): its answers are the new
+             # server's once that serves, and must not be held against it
+             "rr-behind-proxy.service": (39134, "plain", "Type=simple\n", "proxied")}
     rel.set(fault="old server outlives the stop (KillMode=process child keeps the port; SIGTERM ignored until "
                   "SIGKILL)", trials=len(cases),
             checked="never ready while the port's holder is older than the restart; ready once the new process "
                     "serves (its pid answers)")
     await on_host(pool, host, f"mkdir -p /opt/rr && printf '%s' {shlex.quote(SURVIVOR)} > /opt/rr/survivor.py")
+    await install_unit(pool, host, "rr-proxy.service", "ExecStart=/usr/bin/python3 -u /opt/rr/survivor.py 39133 proxy")
+    await on_host(pool, host, "systemctl restart rr-proxy.service")
     for name, (port, mode, service, _kind) in cases.items():
         await install_unit(pool, host, name, f"{service}ExecStart=/usr/bin/python3 -u /opt/rr/survivor.py {port} "
                                              f"{mode}")
@@ -428,6 +451,7 @@ async def test_old_server_that_survives_or_ignores_the_stop(systemd_hosts: HostP
             await wait_until(lambda: _answers(serving_pid, port), 30, f"{name} to serve", step_s=0.2)
             old = await serving_pid(port)
             probe = ({"kind": "http", "url": f"http://127.0.0.1:{port}/"} if kind == "http"
+                     else {"kind": "http", "url": f"http://127.0.0.1:{port - 1}/"} if kind == "proxied"
                      else {"kind": "port", "port": port})
             out = dump(await tk.restart_service(host=host, unit=name, probes=[probe]))
             assert out["outcome"] == "detached", out
@@ -441,7 +465,7 @@ async def test_old_server_that_survives_or_ignores_the_stop(systemd_hosts: HostP
                                  f"{st['why']}")
                 if settled(st) or anyio.current_time() > end:
                     break
-                if name == "rr-survivor.service" and not killed and "older than this restart" in st["why"]:
+                if name == "rr-survivor.service" and not killed and "of the old invocation" in st["why"]:
                     assert now_serving == old, (now_serving, old)  # the fault holds: the old child answers
                     await on_host(pool, host, f"kill {old.split()[1]}")
                     killed = True
@@ -454,7 +478,7 @@ async def test_old_server_that_survives_or_ignores_the_stop(systemd_hosts: HostP
             for name, (port, _mode, _service, kind) in cases.items():
                 tg.start_soon(case, name, port, kind)
     rel.set(misreported=len(wrong))
-    for name in cases:
+    for name in (*cases, "rr-proxy.service"):
         await on_host(pool, host, f"systemctl kill -s KILL {name}; systemctl stop {name}; true")
     assert not wrong, "\n".join(wrong)
 

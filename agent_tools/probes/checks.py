@@ -5,10 +5,11 @@ others, and those count only against the new process: while a unit is not active
 old process may still be answering during ``deactivating/stop-sigterm``), an ``http``, ``port`` or ``log``
 probe is not checked and reads ``not_yet``; a log line seen earlier stops counting when the unit's
 invocation changes, and journal lines of other invocations never count. An ``http`` or ``port`` probe of an
-address on the host itself that passed counts only when a process holding the listening socket started after
-the units' new activation began (one more round trip): a process of the old invocation that survived the
-restart (``KillMode=process``/``mixed``/``none``, a daemon that escaped its parent) or another program on
-the port can answer while the unit's new process is not serving.
+address on the host itself that passed does not count when every process holding the listening socket is in
+the unit's cgroup and started before the units' new activation began (one more round trip): a process of the
+old invocation that survived the restart (``KillMode=process``/``mixed``/``none``) can answer while the unit's
+new process is not serving. A listener of another unit or program (a reverse proxy in front of the unit)
+is left alone: what answers through it cannot be told from here.
 
 Facts: proc(5): ``/proc/PID/stat`` field 22 is the process's start time in clock ticks since boot
 (``getconf CLK_TCK``), the clock of ``CLOCK_MONOTONIC`` on a machine that never suspended, the clock of
@@ -24,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -260,37 +262,57 @@ _SPAWN_SLACK_US = 500_000
 
 def listeners_command(ports: list[int]) -> str:
     """A shell command printing ``clk TICKS`` and, per listening TCP socket on one of ``ports``, ``listen PORT
-    PID START_TICKS`` for each process holding it that this user can see (see the module docstring)."""
+    PID START_TICKS CGROUP`` for each process holding it that this user can see (see the module docstring;
+    CGROUP is the process's cgroup v2 path, proc(5) ``/proc/PID/cgroup``, or ``-``)."""
     filt = " or ".join(f"sport = :{p}" for p in sorted(set(ports)))
     return ("echo clk $(getconf CLK_TCK 2>/dev/null || echo 100); "
             f"ss -ltnpH {shlex.quote(filt)} 2>/dev/null | while read -r _s _r _q local _peer procs; do "
             "port=${local##*:}; for pid in $(printf '%s\\n' \"$procs\" | grep -o 'pid=[0-9]*' | cut -d= -f2); do "
             "st=$(sed 's/.*) //' /proc/$pid/stat 2>/dev/null | cut -d' ' -f20); "
-            "[ -n \"$st\" ] && echo listen $port $pid $st; done; done; true")
+            "cg=$(sed -n 's/^0:://p' /proc/$pid/cgroup 2>/dev/null); "
+            "[ -n \"$st\" ] && echo listen $port $pid $st \"${cg:--}\"; done; done; true")
 
 
-def parse_listeners(text: str) -> dict[int, list[tuple[int, float]]]:
-    """``listeners_command``'s output: port -> [(pid, start time in microseconds since boot)]."""
+@dataclass(frozen=True)
+class Listener:
+    """A process holding a listening socket: ``pid``, its start (``start_us``, microseconds since boot) and its
+    cgroup v2 path (``cgroup``, "" when unknown)."""
+
+    pid: int
+    start_us: float
+    cgroup: str
+
+
+def parse_listeners(text: str) -> dict[int, list[Listener]]:
+    """``listeners_command``'s output: port -> the processes holding its listening sockets."""
     clk = 100.0
-    out: dict[int, list[tuple[int, float]]] = {}
+    out: dict[int, list[Listener]] = {}
     for line in text.splitlines():
         words = line.split()
         try:
             if len(words) == 2 and words[0] == "clk":
                 clk = float(words[1]) or 100.0
-            elif len(words) == 4 and words[0] == "listen":
-                out.setdefault(int(words[1]), []).append((int(words[2]), int(words[3]) / clk * 1e6))
+            elif len(words) in (4, 5) and words[0] == "listen":
+                cg = words[4] if len(words) == 5 and words[4] != "-" else ""
+                out.setdefault(int(words[1]), []).append(Listener(int(words[2]), int(words[3]) / clk * 1e6, cg))
         except ValueError:
             continue
     return out
 
 
+def _in_unit(cgroup: str, units: set[str]) -> bool:
+    """Whether a cgroup v2 path is one of ``units``' (``/system.slice/NAME`` or below it)."""
+    parts = cgroup.split("/")
+    return any(u in parts for u in units)
+
+
 async def _only_new_listeners(host: Host, specs: list[dict[str, Any]], results: list[ProbeResult | None],
-                              since_us: int) -> None:
+                              since_us: int, units: set[str]) -> None:
     """Turn a passed local ``http``/``port`` probe to ``not_yet`` when every process seen holding its listening
-    socket started before ``since_us`` (host monotonic microseconds: the units' new activation began), i.e. the
-    answer came from a process older than the restart. One round trip; no change when the listeners cannot be
-    seen (no ``ss``, another user's process, a host error)."""
+    socket is one of ``units``' (its cgroup) and started before ``since_us`` (host monotonic microseconds: the
+    units' new activation began): the answer came from a process of the old invocation. One round trip; no
+    change when the listeners cannot be seen (no ``ss``, another user's process, a host error) or one of them
+    is another unit's or program's (a reverse proxy in front of the unit answers for it)."""
     ports = {i: port for i, spec in enumerate(specs)
              if (r := results[i]) is not None and r.state == "passed" and (port := _local_port(spec)) is not None}
     if not ports:
@@ -302,15 +324,15 @@ async def _only_new_listeners(host: Host, specs: list[dict[str, Any]], results: 
     seen = parse_listeners(res.stdout.decode("utf-8", "replace"))
     for i, port in ports.items():
         owners = seen.get(port, [])
-        if owners and all(start < since_us - _SPAWN_SLACK_US for _, start in owners):
+        if owners and all(o.start_us < since_us - _SPAWN_SLACK_US and _in_unit(o.cgroup, units) for o in owners):
             r = results[i]
             assert r is not None
-            pids = ", ".join(str(pid) for pid, _ in owners[:4])
+            pids = ", ".join(str(o.pid) for o in owners[:4])
             results[i] = ProbeResult(
                 r.kind, r.target, "not_yet",
-                f"{r.evidence}, but from a process older than this restart (port {port} held by pid {pids}, started "
-                "before the unit's new activation: a process of the old invocation that survived the restart, "
-                "e.g. KillMode=process, or another program): not the new process", r.updates, r.details)
+                f"{r.evidence}, but from a process of the old invocation (port {port} held by pid {pids}, in the "
+                "unit's cgroup and started before its new activation: it survived the restart, e.g. "
+                "KillMode=process): not the new process", r.updates, r.details)
 
 
 def _target(spec: dict[str, Any]) -> str:
@@ -427,7 +449,8 @@ async def check_probes(host: Host, specs: list[dict[str, Any]]) -> list[ProbeRes
                   for key in ("InactiveExitTimestampMonotonic", "ExecMainStartTimestampMonotonic")
                   if (t := _int(r.details.get(key)))]
         if starts:
-            await _only_new_listeners(host, specs, results, min(starts))
+            await _only_new_listeners(host, specs, results, min(starts),
+                                      {r.target for i in units if (r := results[i]) is not None})
     return [r for r in results if r is not None]
 
 
