@@ -46,6 +46,7 @@ __all__ = [
     "JobOutput",
     "JobStatus",
     "Killed",
+    "Leftover",
     "NeedsApproval",
     "NeedsInput",
     "Outcome",
@@ -79,8 +80,16 @@ class ProbeReport(ResultModel):
     evidence: str = Field(default="", description="what was seen (unit state, HTTP status, matched line)")
 
 
+class Leftover(ResultModel):
+    """A process the command started that still ran after the command itself exited."""
+
+    pid: int
+    command: str = Field(description="its command line (/proc/PID/cmdline, spaces for NULs, first 200 bytes)")
+
+
 class Finished(ResultModel):
-    """The command exited within its budget."""
+    """The command exited within its budget. Processes it started that still run are ``leftovers``; ``next`` then
+    names the call that stops them."""
 
     outcome: Literal["finished"] = "finished"
     host: str
@@ -91,6 +100,9 @@ class Finished(ResultModel):
     stdout: OutputView = Field(default_factory=OutputView)
     stderr: OutputView = Field(default_factory=OutputView)
     job_id: str = Field(description="job id under which the full output stays on the host")
+    leftovers: list[Leftover] = Field(default_factory=list, description="processes it started that still run "
+                                                                        "(first 20); job_cancel stops them")
+    next: str = ""
 
 
 class NeedsInput(ResultModel):
@@ -141,6 +153,8 @@ class Killed(ResultModel):
     reason: str
     survivors: Annotated[list[int], SHOWN] = Field(default_factory=list,
                                                   description="pids of the job still alive (should be [])")
+    unchecked: str = Field(default="", description="what the survivor check could not see (empty: it could see "
+                                                   "every process of the job, by its cgroup)")
     duration_s: float
     exit_status: int | None = None
     stdout: OutputView = Field(default_factory=OutputView)
@@ -247,6 +261,8 @@ class JobCancelResult(ResultModel):
     escalated: list[int] = Field(default_factory=list, description="pids that needed KILL after the grace")
     survivors: Annotated[list[int], SHOWN] = Field(default_factory=list,
                                                   description="pids still alive afterwards (want [])")
+    unchecked: str = Field(default="", description="what the survivor check could not see (empty: it could see "
+                                                   "every process of the job, by its cgroup)")
     message: str
 
 

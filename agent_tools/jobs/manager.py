@@ -40,6 +40,7 @@ from ..outcomes import (
     JobOutput,
     JobStatus,
     Killed,
+    Leftover,
     NeedsInput,
     ProbeReport,
 )
@@ -321,6 +322,7 @@ class JobRunner:
         written = False  # the launch request was written to a warm session (not yet answered)
         exit_code: int | None = None
         views: dict[str, RawView] = {}
+        leftovers: list[Leftover] = []
         launch_error: str | None = None
         relaunch_found = False  # the second try found the job started by the first (see below)
         refused = False  # the launcher said it could not set the job up (it never ran the command)
@@ -354,6 +356,9 @@ class JobRunner:
                                 launch_error, refused = " ".join(words[1:]), not started
                             elif words[0] == "exit":
                                 exit_code = int(words[1]) if words[1].lstrip("-").isdigit() else None
+                            elif words[0] == "left" and len(words) > 1 and words[1].isdigit():
+                                leftovers.append(Leftover(pid=int(words[1]),
+                                                          command=redact(" ".join(words[2:]).strip())))
                             elif words[0] == "view":
                                 name, raw = await read_view(reader, words)
                                 views[name] = raw
@@ -448,7 +453,7 @@ class JobRunner:
                       "nothing was started", budget_s, "budget"))
 
         if exit_code is not None and not detach_immediately:
-            return self._finished(rec, exit_code, views, elapsed)
+            return self._finished(rec, exit_code, views, elapsed, leftovers)
 
         if detach_immediately and started:
             return self._detached(rec, elapsed, None, why="the rule says detach at once; the job runs on "
@@ -507,7 +512,7 @@ class JobRunner:
                     "command again before that, unless with the same idempotency_key")
 
     def _finished(self, rec: JobRecord, code: int, views: dict[str, RawView],
-                  elapsed: float) -> Finished | NeedsInput:
+                  elapsed: float, leftovers: list[Leftover] | None = None) -> Finished | NeedsInput:
         out = views.get("stdout", RawView(0, b"", b""))
         err = views.get("stderr", RawView(0, b"", b""))
         ov, ev = out.view(budget=self.view_bytes), err.view(budget=self.view_bytes)
@@ -533,8 +538,14 @@ class JobRunner:
                                   job_id=rec.job_id,
                                   next=f"it needs an interactive terminal, which commands here do not get: "
                                        f"use {instead_of(rec.command)}")
+        left = leftovers or []
+        if left:
+            log.info("job.leftovers", host=rec.host, job_id=rec.job_id, pids=[p.pid for p in left])
         return Finished(host=rec.host, command=rec.command, exit_status=code, signal=sig,
-                        duration_s=round(elapsed, 3), stdout=ov, stderr=ev, job_id=rec.job_id)
+                        duration_s=round(elapsed, 3), stdout=ov, stderr=ev, job_id=rec.job_id, leftovers=left,
+                        next=(f"{len(left)} process(es) it started still run (leftovers): "
+                              f"job_cancel(job_id='{rec.job_id}') stops them; leave them if they are meant to run on"
+                              if left else ""))
 
     def _detached(self, rec: JobRecord, elapsed: float, st: HostJobState | None, *, why: str,
                   next_hint: str | None = None) -> Detached:
@@ -572,7 +583,8 @@ class JobRunner:
         ev = st.views["stderr"].view(budget=self.view_bytes) if st and "stderr" in st.views else OutputView()
         return Killed(host=rec.host, command=rec.command, job_id=rec.job_id,
                       signal="KILL" if res.escalated else "TERM", by="budget", reason=reason,
-                      survivors=res.survivors, duration_s=round(anyio.current_time() - t0, 3),
+                      survivors=res.survivors, unchecked=res.unchecked,
+                      duration_s=round(anyio.current_time() - t0, 3),
                       exit_status=st.exit_code if st else None, stdout=ov, stderr=ev)
 
     async def _release_unstarted(self, host: Host, prior: JobRecord) -> JobRecord | None:
@@ -960,6 +972,8 @@ class JobRunner:
         signalled: list[int] = []
         escalated: list[int] = []
         survivors: list[int] = []
+        how = ""  # "cgroup PATH" or "- REASON" (see the cancel script)
+        was: int | None = None  # the command's exit status, when it had ended before the cancel
         missing = False
         with _answer_within(host, limit_s, "job_cancel"):
             warm = await self._take_warm(host, _WARM_WAIT_S)
@@ -975,6 +989,10 @@ class JobRunner:
                         pids = [int(w) for w in words[1:] if w.isdigit()]
                         if words[0] == "missing":
                             missing = True
+                        elif words[0] == "was":
+                            was = int(words[1]) if words[1].lstrip("-").isdigit() else None
+                        elif words[0] == "how":
+                            how = " ".join(words[1:])
                         elif words[0] == "targets":
                             signalled = pids
                         elif words[0] == "escalated":
@@ -1009,20 +1027,38 @@ class JobRunner:
                 await anyio.sleep(0.05)
         if state == "running":
             state = "killed"
+        unchecked = _unchecked(how)
         if not signalled:
-            msg = "nothing of the job was running; no signal sent"
+            msg = ("nothing of the job was running; no signal sent" if not unchecked else
+                   "nothing of the job was found running; no signal sent (see unchecked for what could not be "
+                   "checked)")
         else:
-            msg = (f"sent TERM to {len(signalled)} process(es)"
-                   + (f", KILL to {len(escalated)} that outlived the {grace_s:g} s grace" if escalated else "")
-                   + ("; no survivors" if not survivors else f"; SURVIVORS: {survivors}"))
+            whose = (f"the command had exited with status {was} before; {len(signalled)} process(es) it left "
+                     "running were sent TERM" if was is not None else f"sent TERM to {len(signalled)} process(es)")
+            msg = (whose + (f", KILL to {len(escalated)} that outlived the {grace_s:g} s grace" if escalated else "")
+                   + (f"; SURVIVORS: {survivors}" if survivors else
+                      "; no survivors" if not unchecked else
+                      "; none of those survived (see unchecked for what could not be checked)"))
         log.info("job.cancelled", host=rec.host, job_id=job_id, by=by, signalled=len(signalled),
-                 escalated=len(escalated), survivors=survivors)
+                 escalated=len(escalated), survivors=survivors, checked=how.split(" ")[0] or "-", was=was)
         final_state: Literal["killed", "exited", "lost"] = (
-            "exited" if state == "exited" and not signalled else "lost" if state == "lost" else "killed")
+            "exited" if state == "exited" and (not signalled or was is not None) else
+            "lost" if state == "lost" else "killed")
         if final_state == "killed":
             self.journal.update(job_id, state="killed", finished_at=now())
         return JobCancelResult(job_id=job_id, host=rec.host, state=final_state, signalled=signalled,
-                               escalated=escalated, survivors=survivors, message=msg)
+                               escalated=escalated, survivors=survivors, unchecked=unchecked, message=msg)
+
+
+def _unchecked(how: str) -> str:
+    """What a survivor check could not see, from the cancel script's ``how`` line (``cgroup PATH``: nothing was out
+    of its sight; ``- REASON``: the job has no cgroup, so processes that left both its session and its environment
+    marker, e.g. by ``env -i setsid``, could not be found)."""
+    if how.startswith("cgroup "):
+        return ""
+    reason = how.removeprefix("-").strip() or "the host did not say how it looked"
+    return (f"processes of the job that left both its session and its environment (env -i with setsid) cannot be "
+            f"found without a cgroup, and the job has none ({reason})")
 
 
 def _dead_on_arrival(warmed: bool, answered: bool, t_open: float) -> bool:

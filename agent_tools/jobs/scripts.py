@@ -14,12 +14,27 @@ Layout of a job directory ``$STATE/jobs/<job_id>/`` (created 0700 under umask 07
               where unknown), written with one write(2) after the command ended; absent (or, for an
               instant, empty) while running. The run time is taken from the host's own clock.
     cancel    why the job was cancelled (written before any signal is sent)
+    cgroup    how the job's processes are found: the path of its cgroup (``/sys/fs/cgroup/...scope``), or
+              ``- REASON`` when it has none (no systemd, no systemd-run, a user manager that stops at logout,
+              systemd-run refused: then ``scope.err`` holds what systemd-run said)
 
 Process layout: the launcher (one SSH session, or one local ``sh``) forks a *monitor* subshell with
 stdin/stdout on /dev/null; the monitor starts the command in a session of its own (``setsid``), so the
-command's process group id equals its pid and the monitor survives a kill of that group. The command and
-every descendant carry ``AGENT_TOOLS_JOB=<job_id>`` in their environment, so descendants that left the
-process group (``setsid``, double-forked daemons) are still found by a scan of ``/proc/*/environ``. Nothing
+command's process group id equals its pid and the monitor survives a kill of that group. Where the host runs
+systemd, the command runs in a transient scope of its own, ``agent-tools-<job_id>.scope``: ``systemd-run
+--scope`` as root, ``systemd-run --user --scope`` for a user whose manager lingers (without linger the user's
+manager, and every scope in it, is stopped at the last logout: ``loginctl enable-linger``; logind.conf(5)).
+``systemd-run --scope`` executes the command itself once the scope exists (systemd-run(1)), so the pid is the
+job's; its cgroup (cgroups(7), v2) holds every descendant whatever they do to their environment or session, and
+is what cancel lists (``cgroup.procs``) and kills (``cgroup.kill``, Linux 5.14+). Costs one D-Bus round trip
+(~30-40 ms) per job. A scope that cannot be made is found out at launch: systemd-run then exits without
+running the command (no ``cgroup`` path written), and the monitor starts it without one. Without a scope the
+job is followed by its session and process group (both ids are the command's pid) and by the marker: the command
+and every descendant carry ``AGENT_TOOLS_JOB=<job_id>`` in their environment, so descendants that left the
+process group (``setsid``, double-forked daemons) are still found by a scan of ``/proc/*/environ``; one that
+left both (``env -i setsid``) is out of sight, and every survivor check says so (``- REASON``). When the command
+ends, the launcher lists what of the job still runs (``left`` lines) after waiting, up to 2 s, for those of them
+that hold the job's output files open and are running (a ``tee`` fed by the command) to settle. Nothing
 of the job holds the SSH channel's pipes, so a background grandchild holding stdout can never hang the call,
 and closing the channel (SSH drop, detach) leaves the job running: without a pty neither sshd nor the kernel
 signals the session's processes when the channel or the launcher goes away (sshd(8): a session without a
@@ -40,6 +55,9 @@ Every script is a shell function (``at_launch``, ``at_status``, ``at_cancel``) r
 
 Wire format (stdout of the scripts): header lines ``@@AT <word> <fields...>\\n``; a ``view`` header is
 followed by exactly ``head_len + tail_len`` raw bytes.
+The launch report adds ``left PID CMDLINE`` for each process the command left running (first 20, command lines
+cut at 200 bytes); the cancel report ``was RC`` (the command had ended before), ``how cgroup PATH`` or ``how -
+REASON``, then ``targets``, ``escalated`` and ``survivors`` pid lists.
 """
 
 from __future__ import annotations
@@ -79,6 +97,49 @@ at_sizes() { # DIR -> sets os es (bytes of stdout and stderr); no wc when both a
   [ "$2" = stdout ] && os=$1 && [ "$4" = stderr ] && es=$3
   return 0
 }
+at_targets() { # DIR ID -> at_t: live pids of the job; at_how: "cgroup PATH" (its cgroup's members were listed) or
+               # "- REASON" (no cgroup: its session, process group and marker were searched); at_grp: its group id
+  at_t=; at_grp=; l=; read -r l < "$1/cgroup" 2>/dev/null
+  case $l in
+  /*)
+    at_how="cgroup $l"
+    for p in $(cat "$l/cgroup.procs" "$l"/*/cgroup.procs "$l"/*/*/cgroup.procs 2>/dev/null); do at_add "$p"; done
+    ;;
+  *)
+    at_how="- ${l#- }"; [ -n "$l" ] || at_how="- the job directory has no record of a cgroup"
+    pl=; read -r pl < "$1/pid" 2>/dev/null
+    # the command is its session's and process group's leader (setsid), so both ids are its pid; they name the
+    # job's processes unless that pid now belongs to another process (the kernel does not reuse a pid while a
+    # group or session has that id, so a live process with that pid and another start time means the job's
+    # group is gone)
+    for p in $(awk -v pl="$pl" 'BEGIN {
+        split(pl, P, " "); cp = P[1]; cs = P[2]
+        if (cp !~ /^[0-9]+$/) exit
+        f = "/proc/" cp "/stat"; line = ""
+        if ((getline line < f) > 0) { sub(/.*\) /, "", line); split(line, F, " "); if (cs != "-" && F[20] != cs) exit }
+        close(f); print "g" cp
+        for (i = 1; i < ARGC; i++) {
+          line = ""; if ((getline line < ARGV[i]) > 0) {
+            pid = line; sub(/ .*/, "", pid); sub(/.*\) /, "", line); split(line, F, " ")
+            if (F[1] != "Z" && (F[3] == cp || F[4] == cp)) print pid
+          }
+          close(ARGV[i])
+        }
+        exit }' /proc/[0-9]*/stat 2>/dev/null); do
+      case $p in g*) at_grp=${p#g};; *) at_add "$p";; esac
+    done
+    ;;
+  esac
+  for f in $(grep -lzxF "AGENT_TOOLS_JOB=$2" /proc/[0-9]*/environ 2>/dev/null); do
+    p=${f#/proc/}; at_add "${p%/environ}"
+  done
+  return 0
+}
+at_add() { # PID: add it to at_t when it is alive (not a zombie) and not there yet
+  case " $at_t " in *" $1 "*) return 0;; esac
+  at_alive "$1" - && at_t="$at_t $1"
+  return 0
+}
 """
 
 _LAUNCH = r"""
@@ -108,14 +169,11 @@ export SYSTEMD_COLORS=0 NO_COLOR=1 GIT_TERMINAL_PROMPT=0 PIP_NO_INPUT=1 LESS=FRX
 # the monitor: starts the command in a session of its own, records its pid, waits, records the exit status
 (
   t0=-; read -r t0 _ 2>/dev/null </proc/uptime
-  AGENT_TOOLS_JOB=$id setsid "$sh_" -c "$cmd" </dev/null >"$d/stdout" 2>"$d/stderr" &
-  pid=$!
-  cs=-; s=; if read -r s < "/proc/$pid/stat" 2>/dev/null; then s=${s##*) }; set -- $s; cs=${20}; fi
-  mp=-; ms=-; s=; if read -r s < /proc/self/stat 2>/dev/null; then mp=${s%% *}; s=${s##*) }; set -- $s; ms=${20}; fi
-  boot=-; read -r boot < /proc/sys/kernel/random/boot_id 2>/dev/null
-  printf '%s %s %s %s %s\n' "$pid" "$cs" "$boot" "$mp" "$ms" > "$d/pid"
+  at_spawn "$d" "$id" "$sh_" "$cmd"
   wait "$pid"
-  rc=$?; t1=-; read -r t1 _ 2>/dev/null </proc/uptime
+  rc=$?
+  if at_unscoped "$d"; then at_spawn "$d" "$id" "$sh_" "$cmd" plain; wait "$pid"; rc=$?; fi
+  t1=-; read -r t1 _ 2>/dev/null </proc/uptime
   printf '%s\n%s %s\n' "$rc" "$t0" "$t1" > "$d/exit"
 ) </dev/null >/dev/null 2>"$d/monitor.err" &
 mpid=$!
@@ -129,10 +187,78 @@ rpid=$!
 exec 3<&-
 wait "$mpid"
 kill "$rpid" 2>/dev/null
-at_report "$d" "$hb" "$tb"
+at_report "$d" "$hb" "$tb" "$id"
 }
-at_report() { # DIR HEAD TAIL: the job's exit status and output views, then exit
+at_spawn() { # DIR ID SHELL COMMAND [plain]: start the command as the job, in a transient systemd scope (a cgroup of
+             # its own) when the host has one for this user, else (or with "plain") as it is; write DIR/pid; set pid
+  sd=$1 sc=
+  if [ -n "${5:-}" ]; then :
+  elif [ ! -d /run/systemd/system ]; then printf '%s\n' "- the host does not run systemd" > "$1/cgroup"
+  elif ! command -v systemd-run >/dev/null 2>&1; then printf '%s\n' "- systemd-run is not installed" > "$1/cgroup"
+  elif [ -w /run/systemd/system ]; then sc=--system
+  else
+    u=${USER:-${LOGNAME:-$(id -un)}}
+    if [ ! -S "${XDG_RUNTIME_DIR:-/run/user/$(id -u)}/systemd/private" ]; then
+      printf '%s\n' "- $u has no systemd user manager" > "$1/cgroup"
+    elif [ ! -e "/var/lib/systemd/linger/$u" ]; then
+      printf '%s\n' "- $u's systemd user manager stops at logout (no linger: loginctl enable-linger $u)" > "$1/cgroup"
+    else
+      sc=--user; export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/run/user/$(id -u)}"
+    fi
+  fi
+  at_sc=$sc
+  if [ -n "$sc" ]; then
+    # systemd-run --scope moves itself into a new scope and then executes the command (so the pid stays the
+    # job's); the trampoline records the scope's cgroup, gives the job its stderr and becomes the command
+    AGENT_TOOLS_JOB=$2 systemd-run "$sc" --scope --quiet --collect --unit="agent-tools-$2" \
+      --description="agent-tools job $2" /bin/sh -c '
+      m=/sys/fs/cgroup; [ -e $m/cgroup.controllers ] || m=/sys/fs/cgroup/unified
+      c=; while IFS= read -r l; do case $l in 0::/*) c=$m${l#0::}; break;; esac; done < /proc/self/cgroup
+      [ -e "$c/cgroup.procs" ] || c="- no cgroup v2 hierarchy to follow the scope by"
+      printf "%s\n" "$c" > "$1/cgroup" || exit 126; exec 2>"$1/stderr"; exec setsid "$2" -c "$3"' at-job "$1" "$3" "$4" \
+      </dev/null >"$1/stdout" 2>"$1/scope.err" &
+  else
+    AGENT_TOOLS_JOB=$2 setsid "$3" -c "$4" </dev/null >"$1/stdout" 2>"$1/stderr" &
+  fi
+  pid=$!
+  cs=-; s=; if read -r s < "/proc/$pid/stat" 2>/dev/null; then s=${s##*) }; set -- $s; cs=${20}; fi
+  mp=-; ms=-; s=; if read -r s < /proc/self/stat 2>/dev/null; then mp=${s%% *}; s=${s##*) }; set -- $s; ms=${20}; fi
+  boot=-; read -r boot < /proc/sys/kernel/random/boot_id 2>/dev/null
+  printf '%s %s %s %s %s\n' "$pid" "$cs" "$boot" "$mp" "$ms" > "$sd/pid"
+}
+at_unscoped() { # DIR: 0 when a scope was asked for and systemd-run ended without starting the command (it said why
+                # in DIR/scope.err): then the command is to be started without one (unless cancelled meanwhile)
+  [ -n "$at_sc" ] && [ ! -s "$1/cgroup" ] && [ ! -e "$1/cancel" ] || return 1
+  e=; read -r e < "$1/scope.err" 2>/dev/null
+  printf '%s\n' "- systemd-run could not make a scope: ${e:-no reason given}" > "$1/cgroup"
+  return 0
+}
+at_report() { # DIR HEAD TAIL ID: the job's exit status, the processes it left running, its output views; exit
 rc=-; read -r rc < "$1/exit" 2>/dev/null
+at_targets "$1" "$4"
+if [ -n "$at_t" ]; then
+  # Processes of the job outlived the command. Those that hold its output files open and are running (R) or in
+  # disk sleep (D) may be writing what the command sent them (a tee of `exec > >(tee log)`): wait, up to 2 s, for
+  # them to settle, so that the views below hold it. A writer that sleeps (S) waits for input: not waited for.
+  i=0
+  while [ "$i" -lt 100 ]; do
+    busy=
+    for p in $at_t; do
+      s=; read -r s < "/proc/$p/stat" 2>/dev/null || continue
+      s=${s##*) }
+      case $s in R*|D*) ls -l "/proc/$p/fd" 2>/dev/null | grep -qF -e " -> $1/stdout" -e " -> $1/stderr" && busy=1;; esac
+      [ -n "$busy" ] && break
+    done
+    [ -n "$busy" ] || break
+    sleep 0.02 2>/dev/null || sleep 1; i=$(( i + 1 ))
+  done
+  at_targets "$1" "$4"
+  n=0
+  for p in $at_t; do
+    n=$(( n + 1 )); [ "$n" -gt 20 ] && break
+    printf '@@AT left %s %s\n' "$p" "$(tr '\000\n' '  ' < "/proc/$p/cmdline" 2>/dev/null | head -c 200)"
+  done
+fi
 at_sizes "$1"
 if [ "$os" = 0 ] && [ "$es" = 0 ]; then  # no output: the whole report in one write
   printf '@@AT exit %s\n@@AT view stdout 0 0 0 \n@@AT view stderr 0 0 0 \n@@AT end\n' "$rc"; exit 0
@@ -216,44 +342,33 @@ _CANCEL = r"""
 at_cancel() { # JOB_DIR ID GRACE_TENTHS REASON
 d=$1; id=$2; grace=$3; reason=$4
 [ -d "$d" ] || { printf '@@AT missing\n'; exit 0; }
+rc=; read -r rc < "$d/exit" 2>/dev/null
+[ -n "$rc" ] && printf '@@AT was %s\n' "$rc"  # the command had ended: what is found now is what it left running
 printf '%s\n' "$reason" > "$d/cancel"
-pl=; read -r pl < "$d/pid" 2>/dev/null
-set -- $pl
-cp=${1:--}; cs=${2:--}
-grp=; at_alive "$cp" "$cs" && grp=$cp
-targets() { # live pids of the job: its process group, plus anything carrying the job's marker
-  t=
-  if [ -n "$grp" ]; then
-    for f in /proc/[0-9]*/stat; do
-      s=; read -r s < "$f" 2>/dev/null || continue
-      p=${s%% *}; s=${s##*) }; set -- $s
-      [ "$3" = "$grp" ] && [ "$1" != Z ] && t="$t $p"
-    done
-  fi
-  for f in $(grep -lzxF "AGENT_TOOLS_JOB=$id" /proc/[0-9]*/environ 2>/dev/null); do
-    p=${f#/proc/}; p=${p%/environ}
-    at_alive "$p" - && case " $t " in *" $p "*) ;; *) t="$t $p";; esac
-  done
-  printf '%s' "$t"
-}
-first=$(targets)
+at_targets "$d" "$id"
+first=$at_t
+printf '@@AT how %s\n' "$at_how"
 printf '@@AT targets%s\n' "$first"
 [ -n "$first" ] || { printf '@@AT survivors\n'; exit 0; }
+grp=$at_grp
 [ -n "$grp" ] && kill -TERM -- "-$grp" 2>/dev/null
 for p in $first; do kill -TERM "$p" 2>/dev/null; done
 i=0; n=$grace
 while [ "$i" -lt "$n" ]; do
-  left=$(targets); [ -z "$left" ] && break
+  at_targets "$d" "$id"; [ -z "$at_t" ] && break
   sleep 0.1 2>/dev/null || sleep 1; i=$(( i + 1 ))
 done
-left=$(targets)
-if [ -n "$left" ]; then
+at_targets "$d" "$id"
+if [ -n "$at_t" ]; then
+  left=$at_t
   printf '@@AT escalated%s\n' "$left"
+  case $at_how in cgroup\ *) [ -e "${at_how#cgroup }/cgroup.kill" ] && echo 1 2>/dev/null > "${at_how#cgroup }/cgroup.kill";; esac
   [ -n "$grp" ] && kill -KILL -- "-$grp" 2>/dev/null
   for p in $left; do kill -KILL "$p" 2>/dev/null; done
-  i=0; while [ "$i" -lt 20 ]; do left=$(targets); [ -z "$left" ] && break; sleep 0.1 2>/dev/null; i=$(( i + 1 )); done
+  i=0; while [ "$i" -lt 20 ]; do at_targets "$d" "$id"; [ -z "$at_t" ] && break; sleep 0.1 2>/dev/null; i=$(( i + 1 )); done
 fi
-printf '@@AT survivors%s\n' "$(targets)"
+at_targets "$d" "$id"
+printf '@@AT survivors%s\n' "$at_t"
 exit 0
 }
 """

@@ -1,0 +1,179 @@
+"""Issue 12, items 7-9: cancel finds every process of a job, leftovers are reported, output is complete.
+
+On the nspawn systemd hosts a job runs in a transient systemd scope (a cgroup of its own: ``systemd-run --scope``
+as root, ``systemd-run --user --scope`` for a user whose manager lingers), so a process that dropped the job's
+environment marker and left its session (``env -i setsid``) is still found and killed. Without a scope (the
+loopback sshd: no systemd on this machine; a user without linger) the job is followed by its session, process
+group and marker, and every survivor check says what it could not see instead of "no survivors".
+
+Ground truth comes from the host itself (``pool.run`` enters the host's namespaces; /proc on this machine for the
+loopback sshd).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio
+import pytest
+
+from agent_tools.hosts.ssh import SshHost
+from agent_tools.jobs.manager import JobRunner
+from agent_tools.outcomes import Detached, Finished, result_view
+
+from .conftest import ssh_host_for
+from .sshd import RealSshd
+from .test_reliability import on_host, toolkit_for
+
+if TYPE_CHECKING:
+    from tests.hosts.nspawn import HostPool
+
+
+def _pids_with(token: str) -> list[int]:
+    """Pids on this machine whose command line holds ``token`` (ground truth for the loopback sshd)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if token in (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+    return found
+
+
+async def _until(cond: Callable[[], Awaitable[bool]], what: str, limit_s: float = 15) -> None:
+    """Bounded polling on a condition on another process or machine."""
+    with anyio.move_on_after(limit_s):
+        while not await cond():  # noqa: ASYNC110
+            await anyio.sleep(0.1)
+        return
+    raise AssertionError(f"timed out after {limit_s:g} s waiting for {what}")
+
+
+@pytest.fixture
+async def sshd_host(real_sshd: RealSshd) -> AsyncIterator[SshHost]:
+    host = ssh_host_for(real_sshd)
+    try:
+        yield host
+    finally:
+        await host.aclose()
+
+
+# ----------------------------------------------------------------------------------- the nspawn systemd hosts
+@pytest.mark.parametrize("user", ["root", "agent"])
+async def test_cancel_kills_env_stripped_setsid_child_in_scope(systemd_hosts: HostPool, tmp_path: Path,
+                                                               user: str) -> None:
+    """``(env -i setsid sleep 781 &); sleep 500``: the sleep drops the marker and the session, yet the cancel
+    kills it (it is in the job's scope) and says "no survivors" with nothing left unchecked."""
+    pool, name = systemd_hosts, "at-h1"
+    alias = pool.hosts[name].ssh_alias if user == "root" else pool.hosts[name].ssh_alias_agent
+    if user == "agent":
+        await on_host(pool, name, "loginctl enable-linger agent")
+    try:
+        async with toolkit_for(pool.ssh_config, tmp_path / "journal.sqlite3") as tk:
+            out = await tk.run_command(host=alias, command="(env -i setsid sleep 781 &); sleep 500", budget_s=1)
+            assert isinstance(out, Detached), result_view(out)
+
+            async def started() -> bool:
+                return bool((await on_host(pool, name, "pgrep -x -f 'sleep 781' || true")).stdout.split())
+
+            await _until(started, "sleep 781 on the host")
+            res = await tk.job_cancel(job_id=out.job_id, grace_s=1.0)
+            assert res.state == "killed", result_view(res)
+            assert res.unchecked == "" and "no survivors" in res.message and res.survivors == [], result_view(res)
+            assert len(res.signalled) >= 2, result_view(res)
+            left = (await on_host(pool, name, "pgrep -f '^sleep (781|500)$' || true")).stdout.split()
+            assert left == [], f"survivors on the host: {left}"
+
+            # the same sleep left behind by a command that finished: reported, then stopped by job_cancel
+            fin = await tk.run_command(host=alias, command="(env -i setsid sleep 782 &); echo ok", budget_s=10)
+            assert isinstance(fin, Finished) and fin.exit_status == 0, result_view(fin)
+            assert [lo.command for lo in fin.leftovers] == ["sleep 782"], result_view(fin)
+            assert f"job_cancel(job_id='{fin.job_id}')" in fin.next
+            res = await tk.job_cancel(job_id=fin.job_id, grace_s=1.0)
+            assert res.state == "exited" and res.signalled == [fin.leftovers[0].pid], result_view(res)
+            assert "no survivors" in res.message and res.unchecked == "", result_view(res)
+            assert (await on_host(pool, name, "pgrep -x -f 'sleep 782' || true")).stdout.split() == []
+    finally:
+        await on_host(pool, name, "pkill -x -f 'sleep (781|782|500)'; loginctl disable-linger agent; true")
+
+
+async def test_no_scope_says_what_it_could_not_check(systemd_hosts: HostPool, tmp_path: Path) -> None:
+    """A user whose systemd manager stops at logout (no linger) gets no scope (the job would die with the user's
+    manager): the cancel names what it could not check and why, and never says "no survivors"."""
+    pool, name = systemd_hosts, "at-h1"
+    await on_host(pool, name, "loginctl disable-linger agent")
+    try:
+        async with toolkit_for(pool.ssh_config, tmp_path / "journal.sqlite3") as tk:
+            out = await tk.run_command(host=pool.hosts[name].ssh_alias_agent,
+                                       command="(env -i setsid sleep 783 &); sleep 500", budget_s=1)
+            assert isinstance(out, Detached), result_view(out)
+
+            async def started() -> bool:
+                return bool((await on_host(pool, name, "pgrep -x -f 'sleep 783' || true")).stdout.split())
+
+            await _until(started, "sleep 783 on the host")
+            res = await tk.job_cancel(job_id=out.job_id, grace_s=1.0)
+            assert res.state == "killed", result_view(res)
+            assert "no survivors" not in res.message and "env -i" in res.unchecked, result_view(res)
+            assert "enable-linger agent" in res.unchecked, result_view(res)
+    finally:
+        await on_host(pool, name, "pkill -x -f 'sleep (783|500)'; true")
+
+
+# ------------------------------------------------------------------------------- the loopback sshd (no systemd)
+async def test_fallback_cancel_says_what_it_could_not_check(sshd_host: SshHost, runner: JobRunner) -> None:
+    """No systemd on this machine: the env-stripped setsid sleep is out of sight, and the cancel says so."""
+    token = f"sleep 78{secrets.randbelow(10**6)}"
+    try:
+        out = await runner.run(sshd_host, f"(env -i setsid {token} &); sleep 500", budget_s=1)
+        assert isinstance(out, Detached), result_view(out)
+
+        async def started() -> bool:
+            return bool(_pids_with(token))
+
+        await _until(started, token)
+        res = await runner.cancel(sshd_host, out.job_id, grace_s=1.0)
+        assert res.state == "killed" and res.signalled, result_view(res)
+        assert "no survivors" not in res.message, result_view(res)
+        assert "does not run systemd" in res.unchecked and "env -i" in res.unchecked, result_view(res)
+    finally:
+        for pid in _pids_with(token):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+async def test_leftovers_are_reported_and_cancel_stops_them(sshd_host: SshHost, runner: JobRunner) -> None:
+    """``sleep 30 & echo done`` finishes at once, exit 0, and lists the still running sleep with the call that
+    stops it; job_cancel on the finished job kills it and says the command itself had exited."""
+    token = f"sleep 30.{secrets.randbelow(10**6)}"
+    out = await runner.run(sshd_host, f"{token} & echo done", budget_s=10)
+    assert isinstance(out, Finished) and out.exit_status == 0 and out.stdout.text == "done\n", result_view(out)
+    assert [lo.command for lo in out.leftovers] == [token], result_view(out)
+    assert out.leftovers[0].pid in _pids_with(token)
+    assert f"job_cancel(job_id='{out.job_id}')" in out.next
+    res = await runner.cancel(sshd_host, out.job_id, grace_s=1.0)
+    assert res.state == "exited" and res.signalled == [out.leftovers[0].pid], result_view(res)
+    assert "had exited with status 0" in res.message, result_view(res)
+    assert _pids_with(token) == []
+    again = await runner.run(sshd_host, "echo quiet", budget_s=10)
+    assert isinstance(again, Finished) and again.leftovers == [] and again.next == "", result_view(again)
+
+
+async def test_output_of_a_tee_is_complete(sshd_host: SshHost, runner: JobRunner, tmp_path: Path) -> None:
+    """``exec > >(tee -a LOG) 2>&1 && echo ok``: the tee writes ``ok`` to the job's stdout after the command's
+    shell exited; the finished result holds it every time (the report waits for the tee to finish)."""
+    log_file = tmp_path / "t.log"
+    os.chmod(tmp_path, 0o777)  # the sshd login user writes the log
+    for i in range(5):
+        out = await runner.run(sshd_host, f"exec > >(tee -a {log_file}) 2>&1 && echo ok", budget_s=10)
+        assert isinstance(out, Finished) and out.exit_status == 0, result_view(out)
+        assert out.stdout.text == "ok\n", (i, result_view(out))
+        assert out.leftovers == [], result_view(out)
