@@ -177,3 +177,26 @@ async def test_output_of_a_tee_is_complete(sshd_host: SshHost, runner: JobRunner
         assert isinstance(out, Finished) and out.exit_status == 0, result_view(out)
         assert out.stdout.text == "ok\n", (i, result_view(out))
         assert out.leftovers == [], result_view(out)
+
+
+async def test_scope_refused_at_launch_runs_the_command_once_without(systemd_hosts: HostPool,
+                                                                     tmp_path: Path) -> None:
+    """A ``systemd-run`` that cannot make the scope (here one earlier in PATH that fails as systemd-run does) is
+    found out at launch: the command runs once, without a scope, and the cancel names systemd-run's words."""
+    pool, name = systemd_hosts, "at-h1"
+    fake = "/usr/local/bin/systemd-run"
+    await on_host(pool, name, f"printf '#!/bin/sh\\necho \"Failed to start transient scope unit: test refusal\" >&2\\n"
+                              f"exit 1\\n' > {fake} && chmod 755 {fake}")
+    try:
+        async with toolkit_for(pool.ssh_config, tmp_path / "journal.sqlite3") as tk:
+            out = await tk.run_command(host=pool.hosts[name].ssh_alias, command="echo once; sleep 30 & wait",
+                                       budget_s=1)
+            assert isinstance(out, Detached), result_view(out)
+            res = await tk.job_cancel(job_id=out.job_id, grace_s=1.0)
+            assert res.state == "killed" and "no survivors" not in res.message, result_view(res)
+            assert "systemd-run could not make a scope: Failed to start transient scope unit: test refusal" in \
+                res.unchecked, result_view(res)
+            page = await tk.job_output(job_id=out.job_id)
+            assert page.text == "once\n", page
+    finally:
+        await on_host(pool, name, f"rm -f {fake}")
