@@ -100,37 +100,47 @@ at_sizes() { # DIR -> sets os es (bytes of stdout and stderr); no wc when both a
 at_targets() { # DIR ID -> at_t: live pids of the job; at_how: "cgroup PATH" (its cgroup's members were listed) or
                # "- REASON" (no cgroup: its session, process group and marker were searched); at_grp: its group id
   at_t=; at_grp=; l=; read -r l < "$1/cgroup" 2>/dev/null
-  case $l in
-  /*)
+  case $l in /*)
     at_how="cgroup $l"
     for p in $(cat "$l/cgroup.procs" "$l"/*/cgroup.procs "$l"/*/*/cgroup.procs 2>/dev/null); do at_add "$p"; done
-    ;;
-  *)
-    at_how="- ${l#- }"; [ -n "$l" ] || at_how="- the job directory has no record of a cgroup"
-    pl=; read -r pl < "$1/pid" 2>/dev/null
-    # the command is its session's and process group's leader (setsid), so both ids are its pid; they name the
-    # job's processes unless that pid now belongs to another process (the kernel does not reuse a pid while a
-    # group or session has that id, so a live process with that pid and another start time means the job's
-    # group is gone)
-    for p in $(awk -v pl="$pl" 'BEGIN {
-        split(pl, P, " "); cp = P[1]; cs = P[2]
-        if (cp !~ /^[0-9]+$/) exit
-        f = "/proc/" cp "/stat"; line = ""
-        if ((getline line < f) > 0) { sub(/.*\) /, "", line); split(line, F, " "); if (cs != "-" && F[20] != cs) exit }
-        close(f); print "g" cp
-        for (i = 1; i < ARGC; i++) {
-          line = ""; if ((getline line < ARGV[i]) > 0) {
-            pid = line; sub(/ .*/, "", pid); sub(/.*\) /, "", line); split(line, F, " ")
-            if (F[1] != "Z" && (F[3] == cp || F[4] == cp)) print pid
-          }
-          close(ARGV[i])
-        }
-        exit }' /proc/[0-9]*/stat 2>/dev/null); do
-      case $p in g*) at_grp=${p#g};; *) at_add "$p";; esac
-    done
-    ;;
+    return 0;;
   esac
-  for f in $(grep -lzxF "AGENT_TOOLS_JOB=$2" /proc/[0-9]*/environ 2>/dev/null); do
+  at_how="- ${l#- }"; [ -n "$l" ] || at_how="- the job directory has no record of a cgroup"
+  pl=; read -r pl < "$1/pid" 2>/dev/null
+  # One awk reads every /proc/PID/stat. The command leads its session and process group (setsid), so both ids are
+  # its pid: they name the job's processes unless that pid now belongs to another process (the kernel does not
+  # reuse a pid while a group or session has that id, so a live process with that pid and another start time
+  # means the job's group is gone). Only processes started since the command can carry its marker: the awk reads
+  # their environments itself when it can split a file at NUL bytes (checked on its own environment), else it
+  # names them ("c" lines) for grep.
+  cand=
+  for p in $(AT_NUL=1 awk -v pl="$pl" -v want="AGENT_TOOLS_JOB=$2" 'function marked(pid,   e, env, n, E, k) {
+      e = "/proc/" pid "/environ"; env = ""; RS = "\001"; getline env < e; close(e); RS = "\n"
+      n = split(env, E, "\000"); for (k = 1; k <= n; k++) if (E[k] == want) return 1
+      return 0 }
+    BEGIN {
+      nul = 0; RS = "\001"; env = ""; getline env < "/proc/self/environ"; close("/proc/self/environ"); RS = "\n"
+      n = split(env, E, "\000"); for (k = 1; k <= n; k++) if (E[k] == "AT_NUL=1") nul = 1
+      split(pl, P, " "); cp = P[1]; cs = P[2]; grp = (cp ~ /^[0-9]+$/)
+      if (grp) {
+        f = "/proc/" cp "/stat"; line = ""
+        if ((getline line < f) > 0) { sub(/.*\) /, "", line); split(line, F, " "); if (cs != "-" && F[20] != cs) grp = 0 }
+        close(f)
+      }
+      if (grp) print "g" cp
+      for (i = 1; i < ARGC; i++) {
+        line = ""; r = (getline line < ARGV[i]); close(ARGV[i])
+        if (r <= 0) continue
+        pid = line; sub(/ .*/, "", pid); sub(/.*\) /, "", line); split(line, F, " ")
+        if (F[1] == "Z") continue
+        if (grp && (F[3] == cp || F[4] == cp)) print pid
+        else if (cs !~ /^[0-9]+$/ || F[20] + 0 >= cs + 0) { if (!nul) print "c" pid; else if (marked(pid)) print pid }
+      }
+      exit }' /proc/[0-9]*/stat 2>/dev/null); do
+    case $p in g*) at_grp=${p#g};; c*) cand="$cand /proc/${p#c}/environ";; *) at_add "$p";; esac
+  done
+  [ -n "$cand" ] || return 0
+  for f in $(grep -lzxF "AGENT_TOOLS_JOB=$2" $cand 2>/dev/null); do
     p=${f#/proc/}; at_add "${p%/environ}"
   done
   return 0
