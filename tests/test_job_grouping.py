@@ -200,3 +200,25 @@ async def test_scope_refused_at_launch_runs_the_command_once_without(systemd_hos
             assert page.text == "once\n", page
     finally:
         await on_host(pool, name, f"rm -f {fake}")
+
+
+async def test_signal_from_outside_is_told_from_an_exit(sshd_host: SshHost, runner: JobRunner) -> None:
+    """Status 137 from ``exit 137`` is an exit (no signal); a job whose process someone else killed with SIGKILL
+    is ``killed`` by a signal from outside, not ``exited``."""
+    out = await runner.run(sshd_host, "exit 137", budget_s=10)
+    assert isinstance(out, Finished) and out.exit_status == 137 and out.signal is None, result_view(out)
+    token = f"sleep 300.{secrets.randbelow(10**6)}"
+    job = await runner.run(sshd_host, token, budget_s=0.5)
+    assert isinstance(job, Detached), result_view(job)
+
+    async def started() -> bool:
+        return bool(_pids_with(token))
+
+    await _until(started, token)
+    for pid in _pids_with(token):
+        os.kill(pid, signal.SIGKILL)
+    st = await runner.job_status(sshd_host, job.job_id, wait_s=10)
+    assert st.state == "killed" and st.signal == "KILL" and "from outside" in st.why, st
+    ended = await runner.run(sshd_host, "sleep 0.3; exit 143", budget_s=0.1)
+    st = await runner.job_status(sshd_host, ended.job_id, wait_s=10) if isinstance(ended, Detached) else None
+    assert st is not None and st.state == "exited" and st.exit_status == 143 and st.signal is None, st

@@ -323,6 +323,7 @@ class JobRunner:
         exit_code: int | None = None
         views: dict[str, RawView] = {}
         leftovers: list[Leftover] = []
+        ended = "-"  # how the command ended: exit | signal | - (see HostJobState.ended)
         launch_error: str | None = None
         relaunch_found = False  # the second try found the job started by the first (see below)
         refused = False  # the launcher said it could not set the job up (it never ran the command)
@@ -356,6 +357,7 @@ class JobRunner:
                                 launch_error, refused = " ".join(words[1:]), not started
                             elif words[0] == "exit":
                                 exit_code = int(words[1]) if words[1].lstrip("-").isdigit() else None
+                                ended = words[2] if len(words) > 2 else "-"
                             elif words[0] == "left" and len(words) > 1 and words[1].isdigit():
                                 leftovers.append(Leftover(pid=int(words[1]),
                                                           command=redact(" ".join(words[2:]).strip())))
@@ -453,7 +455,7 @@ class JobRunner:
                       "nothing was started", budget_s, "budget"))
 
         if exit_code is not None and not detach_immediately:
-            return self._finished(rec, exit_code, views, elapsed, leftovers)
+            return self._finished(rec, exit_code, views, elapsed, leftovers, ended)
 
         if detach_immediately and started:
             return self._detached(rec, elapsed, None, why="the rule says detach at once; the job runs on "
@@ -470,7 +472,7 @@ class JobRunner:
             except (HostError, WireError) as exc:
                 log.warning("job.status_after_budget_failed", job_id=job_id, error=str(exc))
         if st is not None and st.present and st.exit_code is not None:
-            return self._finished(rec, st.exit_code, st.views, anyio.current_time() - t0)
+            return self._finished(rec, st.exit_code, st.views, anyio.current_time() - t0, ended=st.ended)
         if written and not sent and (st is None or not st.present):
             return self._unconfirmed(rec, f"{host.name}: no answer from the host within the {budget_s:g} s budget "
                                           "to a launch request written to a ready session (hung, overloaded, or "
@@ -512,13 +514,16 @@ class JobRunner:
                     "command again before that, unless with the same idempotency_key")
 
     def _finished(self, rec: JobRecord, code: int, views: dict[str, RawView],
-                  elapsed: float, leftovers: list[Leftover] | None = None) -> Finished | NeedsInput:
+                  elapsed: float, leftovers: list[Leftover] | None = None, ended: str = "-") -> Finished | NeedsInput:
+        """``ended``: how the command ended (``exit``, ``signal``, ``-``: :attr:`HostJobState.ended`); a status above
+        128 names a signal unless the command is known to have exited with it, and a job a signal killed is
+        journalled ``killed``."""
         out = views.get("stdout", RawView(0, b"", b""))
         err = views.get("stderr", RawView(0, b"", b""))
         ov, ev = out.view(budget=self.view_bytes), err.view(budget=self.view_bytes)
-        sig = _signal_name(code)
-        self.journal.update(rec.job_id, state="exited", exit_status=code, signal=sig, finished_at=now(),
-                            stdout_seen=out.size, stderr_seen=err.size)
+        sig = _signal_name(code) if ended != "exit" else None
+        self.journal.update(rec.job_id, state="killed" if ended == "signal" else "exited", exit_status=code,
+                            signal=sig, finished_at=now(), stdout_seen=out.size, stderr_seen=err.size)
         log.debug("job.finished", host=rec.host, job_id=rec.job_id, exit_status=code, duration_s=round(elapsed, 3))
         if code != 0:
             prompt = find_prompt(ev.text, ov.text)
@@ -759,12 +764,18 @@ class JobRunner:
             state, why = "lost", "the job directory is missing on the host (deleted, or never started)"
         elif st.exit_code is not None:
             code = st.exit_code
-            sig = _signal_name(code)
-            if st.cancelled and code > 128:
+            sig = _signal_name(code) if st.ended != "exit" else None
+            if st.cancelled and sig:
                 state, why = "killed", f"cancelled: {st.cancel_reason or rec.cancel_reason or 'on request'}"
+            elif st.ended == "signal" and sig:
+                state, why = "killed", (f"killed by signal {sig} from outside agent-tools (kill, the OOM killer, a "
+                                        "shutdown): it did not exit by itself")
+            elif st.ended == "exit" and code > 128:
+                state, why = "exited", f"exited with status {code} (it exited by itself: no signal killed it)"
             else:
-                state, why = "exited", f"exited with status {code}" + (f" (signal {sig} by the shell's 128+N "
-                                                                        "convention)" if sig else "")
+                state, why = "exited", f"exited with status {code}" + (
+                    f" (signal {sig} by the shell's 128+N convention; whether a signal killed it or it exited with "
+                    "that status, this host's shell does not tell)" if sig else "")
         elif st.boot_id and st.current_boot and st.boot_id != st.current_boot:
             state, why = "lost", (f"the host rebooted (boot id {st.boot_id[:8]}… → {st.current_boot[:8]}…) and "
                                   "no exit status was written: the job died with it")

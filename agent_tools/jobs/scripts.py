@@ -11,8 +11,12 @@ Layout of a job directory ``$STATE/jobs/<job_id>/`` (created 0700 under umask 07
               across PID reuse
     exit      the exit status as the shell reports it (128+N for signal N), then a second line with the
               host's uptime (``/proc/uptime``, seconds) when the command started and when it ended (``-``
-              where unknown), written with one write(2) after the command ended; absent (or, for an
-              instant, empty) while running. The run time is taken from the host's own clock.
+              where unknown), then how it ended: ``exit`` (it exited, with that status even above 128),
+              ``signal`` (a signal killed it) or ``-`` (not known: told by dash's ``jobs -l``, which still
+              lists a job ``wait`` reported, "Done(137)" or "Killed"; bash as ``/bin/sh`` does not); written
+              with one write(2) after the command ended; absent (or, for an instant, empty) while running.
+              The run time is taken from the host's own clock.
+    jobs      the monitor's ``jobs -l`` (only when the status was above 128)
     cancel    why the job was cancelled (written before any signal is sent)
     cgroup    how the job's processes are found: the path of its cgroup (``/sys/fs/cgroup/...scope``), or
               ``- REASON`` when it has none (no systemd, no systemd-run, a user manager that stops at logout,
@@ -183,8 +187,9 @@ export SYSTEMD_COLORS=0 NO_COLOR=1 GIT_TERMINAL_PROMPT=0 PIP_NO_INPUT=1 LESS=FRX
   wait "$pid"
   rc=$?
   if at_unscoped "$d"; then at_spawn "$d" "$id" "$sh_" "$cmd" plain; wait "$pid"; rc=$?; fi
+  at_ended "$d" "$pid" "$rc"
   t1=-; read -r t1 _ 2>/dev/null </proc/uptime
-  printf '%s\n%s %s\n' "$rc" "$t0" "$t1" > "$d/exit"
+  printf '%s\n%s %s\n%s\n' "$rc" "$t0" "$t1" "$how" > "$d/exit"
 ) </dev/null >/dev/null 2>"$d/monitor.err" &
 mpid=$!
 printf '@@AT started %s %s\n' "$id" "$mpid"
@@ -243,8 +248,21 @@ at_unscoped() { # DIR: 0 when a scope was asked for and systemd-run ended withou
   printf '%s\n' "- systemd-run could not make a scope: ${e:-no reason given}" > "$1/cgroup"
   return 0
 }
+at_ended() { # DIR PID RC -> how: "exit" (the command exited, with RC even above 128), "signal" (a signal killed it:
+             # RC is 128 + its number), "-" (not known: this shell's `jobs` does not tell once `wait` returned)
+  how=exit
+  [ "$3" -gt 128 ] 2>/dev/null || return 0
+  how=-
+  # dash keeps a job that `wait` reported until `jobs` lists it: "[1] + PID Done(137)" after an exit, "[1] + PID
+  # Killed" after a signal; bash lists nothing then
+  jobs -l > "$1/jobs" 2>/dev/null || return 0
+  while IFS= read -r l; do
+    case $l in *" $2 Done"*) how=exit;; *" $2 "?*) how=signal;; esac
+  done < "$1/jobs"
+  return 0
+}
 at_report() { # DIR HEAD TAIL ID: the job's exit status, the processes it left running, its output views; exit
-rc=-; read -r rc < "$1/exit" 2>/dev/null
+rc=-; how=-; { read -r rc; read -r _; read -r how; } < "$1/exit" 2>/dev/null
 at_targets "$1" "$4"
 if [ -n "$at_t" ]; then
   # Processes of the job outlived the command. Those that hold its output files open and are running (R) or in
@@ -271,9 +289,9 @@ if [ -n "$at_t" ]; then
 fi
 at_sizes "$1"
 if [ "$os" = 0 ] && [ "$es" = 0 ]; then  # no output: the whole report in one write
-  printf '@@AT exit %s\n@@AT view stdout 0 0 0 \n@@AT view stderr 0 0 0 \n@@AT end\n' "$rc"; exit 0
+  printf '@@AT exit %s %s\n@@AT view stdout 0 0 0 \n@@AT view stderr 0 0 0 \n@@AT end\n' "$rc" "${how:--}"; exit 0
 fi
-printf '@@AT exit %s\n' "$rc"
+printf '@@AT exit %s %s\n' "$rc" "${how:--}"
 at_view stdout "$1/stdout" 0 "$2" "$3" "$os"
 at_view stderr "$1/stderr" 0 "$2" "$3" "$es"
 printf '@@AT end\n'
@@ -319,16 +337,16 @@ BEGIN {
   for (i = 1; i < ARGC; i++) {
     id = ARGV[i]; sub(/:.*/, "", id)
     if (first(id "/command") == "\001") { printf "@@AT job %s missing\n", id; continue }
-    rc = "\001"; tm = ""; f = id "/exit"
-    if ((getline rc < f) < 0) rc = "\001"; else if ((getline tm < f) <= 0) tm = ""
-    close(f); if (rc == "\001" || rc == "") rc = "-"
+    rc = "\001"; tm = ""; hw = ""; f = id "/exit"
+    if ((getline rc < f) < 0) rc = "\001"; else if ((getline tm < f) <= 0) tm = ""; else if ((getline hw < f) <= 0) hw = ""
+    close(f); if (rc == "\001" || rc == "") rc = "-"; if (hw == "") hw = "-"
     dur = "-"; if (split(tm, T, " ") == 2 && T[1] ~ /^[0-9.]+$/ && T[2] ~ /^[0-9.]+$/) dur = sprintf("%.2f", T[2] - T[1])
     p = first(id "/pid"); cp = cs = bt = mp = ms = "-"
     if (p != "\001" && p != "") { split(p, P, " "); cp = P[1]; cs = P[2]; bt = P[3]; mp = P[4]; ms = P[5] }
     reason = first(id "/cancel"); ca = (reason == "\001") ? 0 : 1
     os = ((id "/stdout") in size) ? size[id "/stdout"] : 0
     es = ((id "/stderr") in size) ? size[id "/stderr"] : 0
-    printf "@@AT job %s present %s %s %s %d %d %d %s %s %s %s\n", id, rc, cp, bt, alive(cp, cs), alive(mp, ms), ca, os, es, mp, dur
+    printf "@@AT job %s present %s %s %s %d %d %d %s %s %s %s %s\n", id, rc, cp, bt, alive(cp, cs), alive(mp, ms), ca, os, es, mp, dur, hw
     if (ca) printf "@@AT cancel %s %s\n", id, reason
   }
   exit

@@ -115,6 +115,9 @@ class HostJobState:
     views: dict[str, RawView] = field(default_factory=dict)
     #: the command's run time on the host's clock (seconds, from the ``exit`` file), None when not recorded
     duration_s: float | None = None
+    #: how the command ended: ``exit`` (it exited, its status even above 128), ``signal`` (a signal killed it),
+    #: ``-`` (not known, or still running)
+    ended: str = "-"
 
 
 def _int(word: str) -> int | None:
@@ -155,7 +158,8 @@ async def parse_status(reader: WireReader) -> dict[str, HostJobState]:
                     jid, present=True, exit_code=_int(rc), pid=_int(pid), boot_id=None if bt == "-" else bt,
                     alive=alive == "1", monitor_alive=malive == "1", cancelled=ca == "1",
                     stdout_bytes=int(os_), stderr_bytes=int(es), current_boot=boot,
-                    duration_s=_float(words[12]) if len(words) > 12 else None)
+                    duration_s=_float(words[12]) if len(words) > 12 else None,
+                    ended=words[13] if len(words) > 13 and words[13] in ("exit", "signal") else "-")
             states[jid] = last
         elif kind == "view":
             target = states.get(words[5]) if len(words) > 5 and words[5] else last
