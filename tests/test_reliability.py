@@ -767,6 +767,8 @@ CANCEL_CASES = {
     "double-forked daemons": ("(sleep 702 &) ; (setsid sh -c 'sleep 703 & sleep 704 &' &) ; sleep 600", 4, False),
     "setsid children": ("setsid sleep 705 & setsid sh -c 'sleep 706' & wait", 4, False),
     "ignores TERM": ("sh -c \"trap '' TERM; sleep 707\" & trap '' TERM; sleep 708 & wait", 4, True),
+    # no marker, another session: only the job's cgroup (its systemd scope) still holds it
+    "env-stripped double fork": ("(env -i setsid sleep 709 &); sleep 600", 1, False),
 }
 
 
@@ -774,12 +776,13 @@ CANCEL_CASES = {
 async def test_cancel_leaves_no_survivors(systemd_hosts: HostPool, tmp_path: Path, rel: Rel, round_: int) -> None:
     """Fault: jobs whose processes escape the process group (setsid, double fork) or ignore SIGTERM.
 
-    Protections: cancel signals the job's process group *and* every process carrying ``AGENT_TOOLS_JOB=<id>``
-    in its environment, escalates to KILL after the grace, then verifies (``jobs/scripts.py`` cancel script,
-    ``JobRunner.cancel``).
+    Protections: cancel signals every process of the job's cgroup (its transient systemd scope), of its process
+    group and session, and every process carrying ``AGENT_TOOLS_JOB=<id>`` in its environment, escalates to KILL
+    after the grace, then verifies (``jobs/scripts.py`` cancel script, ``JobRunner.cancel``).
     """
     pool, name = systemd_hosts, "at-h1"
-    rel.set(fault="cancel of process trees, double-forked daemons, setsid children, a TERM-ignoring child",
+    rel.set(fault="cancel of process trees, double-forked daemons, setsid children, a TERM-ignoring child, an "
+                  "env-stripped double fork (env -i setsid)",
             trials=len(CANCEL_CASES), checked="0 survivors (host-side /proc scan for the job marker and the "
                                               "sleeps), what was signalled is reported, KILL escalation reported")
     survivors = 0
