@@ -222,3 +222,12 @@ async def test_signal_from_outside_is_told_from_an_exit(sshd_host: SshHost, runn
     ended = await runner.run(sshd_host, "sleep 0.3; exit 143", budget_s=0.1)
     st = await runner.job_status(sshd_host, ended.job_id, wait_s=10) if isinstance(ended, Detached) else None
     assert st is not None and st.state == "exited" and st.exit_status == 143 and st.signal is None, st
+
+
+async def test_budget_kill_without_cgroup_says_what_it_could_not_check(sshd_host: SshHost,
+                                                                       runner: JobRunner) -> None:
+    """``on_timeout=kill`` on a host without systemd: the ``killed`` outcome carries what its survivor check could
+    not see."""
+    out = await runner.run(sshd_host, f"sleep 30.{secrets.randbelow(10**6)}", budget_s=0.5, on_timeout="kill")
+    assert out.outcome == "killed" and out.survivors == [], result_view(out)
+    assert "does not run systemd" in out.unchecked, result_view(out)
