@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agent_tools.policy.model import Rule
+from agent_tools.policy.options import takes_value
 from agent_tools.policy.paths import join_dir
 from agent_tools.policy.shell import SimpleCommand, normalise_path
 
@@ -146,6 +147,18 @@ class CompiledRule:
                 found = self._match_from(ti + 1, k, argv, dynamic, stdin_args, caps, resolved)
                 if found is not None or k >= len(argv) or dynamic[k] or not argv[k].startswith("-"):
                     return found
+                takes = takes_value(argv[0], argv[k])
+                if takes is None:  # the next word may be this option's value, or the word the pattern wants next
+                    if self.rule.decision == "allow":
+                        return None
+                    if k + 2 <= len(argv):
+                        found = self._match_from(ti, k + 2, argv, dynamic, stdin_args, caps, resolved)
+                        if found is not None:
+                            return found
+                elif takes:
+                    k += 1  # `systemctl -p status restart x`: `status` is the value of -p, not the verb
+                    if k >= len(argv):
+                        return None
                 k += 1
         if ai >= len(argv):
             return None

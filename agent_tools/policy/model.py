@@ -18,8 +18,10 @@ A policy file::
 
 Match tokens (``match``, ``args_contain``, ``match_any_arg``, ``only_args``, ``redirect_to``, ``redirect_not_to``,
 ``cwd``): a literal word;
-``*`` any one word; ``**`` any number of words and ``-**`` any number of words starting with ``-`` (both only
-in ``match``); ``a|b|c`` alternatives; an fnmatch glob
+``*`` any one word; ``**`` any number of words and ``-**`` any number of option words (both only in ``match``;
+an option's value goes with it: ``systemctl -p status restart x`` is not ``status``, and for a program whose
+options :mod:`agent_tools.policy.options` does not know, an ``allow`` rule does not look past an option without
+``=``, which may take the next word); ``a|b|c`` alternatives; an fnmatch glob
 (``*.service``; write ``[*]`` for a literal star, e.g. ``/[*]`` is the word ``/*``); ``{name}`` (only in
 ``match``) captures one word that does not start with ``-`` for use in ``probes``; ``{name:GLOB|GLOB}`` also
 requires the word to match. ``match`` is a prefix

@@ -14,7 +14,10 @@ command word that is not static text (``$CMD``, ``$(echo rm)``), ``eval``/``bash
 ``source``, a shell or interpreter reading its program from a pipe, a here-document or a file, inline
 interpreter code (``python -c``), a variable that may change what runs (exported: any but the few known to be
 inert, ``LANG``, ``LC_*``, ``TZ``, ``NO_COLOR``...; a shell variable: ``PATH``, ``IFS``, ``HOME`` and the others
-bash or the login environment give a meaning), a program run from outside the system directories, a wrapper
+bash or the login environment give a meaning; also set through a subscript ``PATH[0]=.``, ``unset PATH``, which makes
+bash run ``./ls``, ``wait -p`` and every ``NAME=VALUE`` argument after ``set -k``), a program run from outside the
+system directories, ``ssh`` options that run a local command or name a config file (``-o ProxyCommand=``, ``-F``), a
+systemd tool's ``-H HOST`` (the operation runs on another host), a wrapper
 option this module does not know, or a place where bash evaluates text the policy cannot see as code
 (arithmetic, subscripts, ``${!x}``, ``${x@P}``, a builtin's variable-name operand: :mod:`agent_tools.policy.sinks`).
 A call's ``env`` is decided like ``export NAME=VALUE`` at the start of the line, and its ``cwd`` (and every
@@ -47,6 +50,7 @@ import tree_sitter_bash
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..redact import is_secret_name
+from .options import is_long_abbreviation
 from .paths import join_dir, normalise_path
 from .sinks import CODE_IN_TEXT_RE, find_sinks, is_plain_name
 from .writes import writes_of
@@ -111,12 +115,17 @@ _INERT_VAR_RE = re.compile(
     r"GIT_TERMINAL_PROMPT|GIT_(?:AUTHOR|COMMITTER)_(?:NAME|EMAIL|DATE))$"
 )
 # Builtins that assign a variable named by an argument (`read PATH`, `printf -v PATH ...`).
-_ASSIGNING_BUILTINS = frozenset({"read", "printf", "mapfile", "readarray", "getopts"})
+_ASSIGNING_BUILTINS = frozenset({"read", "printf", "mapfile", "readarray", "getopts", "wait", "unset"})
 _TRUSTED_DIRS = frozenset(
     {"/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin", "/usr/lib/systemd"}
 )
 _GLOB_CHARS = frozenset("*?[")
 _ALLEXPORT_RE = re.compile(r"\bset\s+(?:-[A-Za-z]*a|-o\s+allexport)")
+#: `set -k` / `set -o keyword`: every NAME=VALUE word of a command, not only those before its name, is an assignment
+#: in its environment (bash(1), The Set Builtin: "-k All arguments in the form of assignment statements are placed
+#: in the environment for a command, not just those that precede the command name")
+_KEYWORD_RE = re.compile(r"\bset\s+(?:-[A-Za-z]*k|-o\s+keyword)")
+_ASSIGNMENT_WORD_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\[[^]]*\])?\+?=")
 #: bash builtins (``compgen -b``): bash itself reads their arguments, so quoted shell code given to one of them is
 #: opaque; those below it that only print or ignore their arguments are left out
 _BUILTINS = frozenset(
@@ -139,6 +148,7 @@ def _variable_reason(name: str, *, exported: bool) -> str | None:
         ``env``): only variables known to be inert are allowed. Otherwise (``x=1;``, ``read x``) only shell
         variables with a meaning to bash and those the login environment exports are a concern.
     """
+    name = re.sub(r"\[.*$", "", name).removesuffix("+")  # `PATH[0]=.` and `PATH+=:.` assign PATH too
     if _DANGEROUS_VAR_RE.match(name):
         return f"sets {name}, which changes what runs"
     if not exported or _INERT_VAR_RE.match(name) or is_secret_name(name) or name != name.upper():
@@ -954,9 +964,52 @@ def _ssh_host(text: str) -> str:
     return text.split(":", 1)[0] if text.count(":") == 1 else text
 
 
+#: ssh_config(5) keywords that run a local command, load code or a config file, or name a file ssh writes
+_SSH_LOCAL_EFFECT_KEYS = frozenset({
+    "proxycommand", "localcommand", "permitlocalcommand", "knownhostscommand", "match", "include",
+    "pkcs11provider", "securitykeyprovider", "remotecommand", "userknownhostsfile", "controlpath", "controlmaster",
+    "identityagent", "xauthlocation", "sessiontype",
+})  # fmt: skip
+#: ssh(1) options with the same effect: -F a config file, -I a PKCS#11 library, -E a log file it appends to,
+#: -S a control socket it creates
+_SSH_LOCAL_EFFECT_OPTS = frozenset({"-F", "-I", "-E", "-S"})
+
+
+def _ssh_local_effect(args: Sequence[_Word]) -> str | None:
+    """Why ``ssh ARGS`` does something on this host besides connecting (``-o ProxyCommand=...`` runs a local
+    command), or None."""
+    i = 0
+    while i < len(args):
+        text = args[i].text
+        if not text.startswith("-") or text == "--":
+            return None
+        j = 1
+        while j < len(text):
+            letter = text[j]
+            if letter in _SSH_SHORT_ARG:
+                value = text[j + 1 :] or (args[i + 1].text if i + 1 < len(args) else "")
+                if not text[j + 1 :]:
+                    i += 1
+                if "-" + letter in _SSH_LOCAL_EFFECT_OPTS:
+                    return f"ssh -{letter} {value[:40]!r} reads or writes a local file or loads code"
+                key = re.match(r"\s*([A-Za-z0-9]*)", value)
+                if letter == "o" and key is not None and key.group(1).lower() in _SSH_LOCAL_EFFECT_KEYS:
+                    return f"ssh -o {key.group(1)} runs a local command, loads code or names a file ssh writes"
+                break
+            j += 1
+        i += 1
+    return None
+
+
 def _wrap_ssh(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
     opts = _scan_options(args, short_arg=_SSH_SHORT_ARG, short_flag=_SSH_SHORT_FLAG)
     rest = args[opts.index :]
+    local = _ssh_local_effect(args[: opts.index])
+    found = _ssh_remote(name, opts, rest)
+    return found if local is None else [_Self(local), *(r for r in found if not isinstance(r, _Self))]
+
+
+def _ssh_remote(name: str, opts: _Opts, rest: list[_Word]) -> list[_Result]:
     note = _unknown_note(name, opts)
     if not rest:
         return [_Self(note)]
@@ -1113,6 +1166,7 @@ class _Walker:
         self.cwds: list[str | None] = list(dict.fromkeys(ctx.cwds))
         #: `set -a` / `set -o allexport` anywhere: every assignment is exported
         self.allexport = bool(_ALLEXPORT_RE.search(source.decode("utf-8", "surrogateescape")))
+        self.keyword = bool(_KEYWORD_RE.search(source.decode("utf-8", "surrogateescape")))
         self.tainted: frozenset[str] = ctx.tainted
 
     def text(self, node: tree_sitter.Node) -> str:
@@ -1356,7 +1410,27 @@ class _Walker:
                 self.function(node)
             elif kind == "declaration_command":
                 self.declaration(node)
+            elif kind == "unset_command":
+                self.unset(node)
             stack.extend(reversed(node.children))
+
+    def unset(self, node: tree_sitter.Node) -> None:
+        """``unset [-v] NAME...``: unsetting PATH makes bash look commands up in the current directory (``unset PATH;
+        ls`` runs ``./ls``), so a name :func:`_variable_reason` names is decided like assigning it."""
+        words = [_Word.literal(self.text(c)) if c.type == "variable_name" else self.word(c)
+                 for c in node.children[1:] if c.type != "comment"]
+        functions = any(w.static and w.text.startswith("-") and "f" in w.text for w in words)
+        for word in words:
+            if word.static and word.text.startswith("-"):
+                continue
+            if not word.static:
+                self.out.append(self.pseudo("unset of a name computed at run time", self.text(node)))
+                return
+            reason = None if functions else _variable_reason(word.text, exported=False)
+            if reason is not None:
+                self.out.append(self.pseudo(f"unset {word.text}: {reason.removeprefix(f'sets {word.text}, ')}",
+                                            self.text(node)))
+                return
 
     def assignment(self, node: tree_sitter.Node, *, exported: bool = False) -> None:
         """A variable assignment that is not a prefix of a command (``x=1;``, ``export X=1``)."""
@@ -1426,6 +1500,8 @@ class _Walker:
         code_notes = tuple(r for c in node.children if c.type == "variable_assignment"
                            and (r := self.code_in_value(c)) is not None)
         words = self.command_words(node)
+        if self.keyword:  # `set -k; ls LD_PRELOAD=/tmp/x.so`: the word is kept as an argument too (conservative)
+            assignments += tuple(w.text for w in words[1:] if _ASSIGNMENT_WORD_RE.match(w.text))
         redirects, extra, stdin, stdin_text = self.context_for(node)
         ctx = replace(
             self.ctx,
@@ -1471,6 +1547,7 @@ def _emit(words: list[_Word], ctx: _Ctx, reason: str | None, defines: tuple[str,
                 reasons.append(f"{argv[0]} assigns {var}: {var_reason.removeprefix(f'sets {var}, ')}")
     if argv and words[0].static:
         reasons.extend(_builtin_reasons(argv[0], words[1:]))
+        reasons.extend(_program_reasons(argv[0], words[1:]))
     return SimpleCommand(
         argv=argv,
         dynamic=[not w.static for w in words],
@@ -1522,6 +1599,28 @@ def _name_operands(name: str, args: list[_Word]) -> list[_Word]:
         return [args[i + 1] for i, w in enumerate(args[:-1]) if w.static and w.text == "-v"]
     if name == "unset":
         return [w for w in args if not (w.static and w.text.startswith("-"))]
+    return []
+
+
+#: systemd tools whose -H/--host runs the operation on another host over ssh (systemctl(1): "-H, --host=: Execute the
+#: operation remotely. Specify a hostname, or a username and hostname separated by "@", to connect to.")
+_SYSTEMD_REMOTE = frozenset({"systemctl", "hostnamectl", "timedatectl", "localectl", "loginctl", "machinectl",
+                             "busctl", "systemd-analyze", "systemd-run", "networkctl", "homectl", "portablectl",
+                             "resolvectl", "bootctl", "systemd-cgls", "systemd-cgtop"})
+
+
+def _program_reasons(name: str, args: list[_Word]) -> list[str]:
+    """Why a program call does something its words do not show to a rule: a systemd tool run on another host."""
+    if name not in _SYSTEMD_REMOTE:
+        return []
+    for word in args:
+        text = word.text
+        if text == "--":
+            break
+        if is_long_abbreviation(text, "--host") or (text.startswith("-") and not text.startswith("--")
+                                                    and "H" in text[1:]):
+            return [f"{name} {text.split('=', 1)[0]} runs the operation on another host (over ssh), which this "
+                    "host's rules do not decide"]
     return []
 
 

@@ -396,3 +396,25 @@ def test_a_rule_on_cwd_applies_only_where_it_says_and_the_reason_tells(default: 
     assert ps.decide("h", "git status", cwd="/srv/app/sub").decision == "allow"
     assert ps.decide("h", "cd /srv/app && git status").decision == "ask"  # cd may have failed: ~ or /srv/app
     assert ps.decide("h", "git status", cwd="/srv/other").decision == "ask"
+
+
+def test_option_values_are_not_the_verb(default: PolicySet, gpu: PolicySet) -> None:
+    """``-**`` skips an option's value with it (systemctl -p VALUE); for a program whose options are not known an
+    allow rule does not look past an option that may take the next word."""
+    for ps, host in ((default, "web-1"), (gpu, "gpu-node-1")):
+        for command in ("systemctl -p status restart x", "systemctl --property status stop x",
+                        "systemctl -t status kill x", "systemctl --prop status restart x",
+                        "systemctl -ap status start x",
+                        "systemctl --state status restart x", "systemctl -o status restart x"):
+            assert ps.decide(host, command).decision != "allow", (host, command)
+        for command in ("systemctl -n 5 status x", "systemctl --lines=5 status x", "systemctl -pstatus show x",
+                        "systemctl --no-pager status x", "systemctl -l --no-pager status x"):
+            assert ps.decide(host, command).decision == "allow", (host, command)
+    ps = PolicySet.from_text("version: 1\nhosts: ['*']\nrules:\n"
+                             "  - {id: a, match: [tool, '-**', show], decision: allow}\n"
+                             "  - {id: d, match: [tool, '-**', wipe], decision: deny}\n")
+    assert ps.decide("h", "tool -x show").decision == "ask"  # -x may take `show` as its value
+    assert ps.decide("h", "tool --x=1 show").decision == "allow"
+    assert ps.decide("h", "tool -x wipe").decision == "deny"
+    assert ps.decide("h", "tool -x wipe now").decision == "deny"
+    assert ps.decide("h", "tool -x v wipe").decision == "deny"

@@ -273,3 +273,35 @@ def test_sinks_are_pseudo_commands_naming_what_bash_evaluates() -> None:
 )
 def test_more_programs_writing_their_operands(command: str, writes: list[str]) -> None:
     assert parse_command(command)[-1].writes == writes
+
+
+@pytest.mark.parametrize(
+    ("command", "why"),
+    [
+        ("unset PATH; ls", "unset PATH"),  # bash then looks commands up in the current directory: ./ls
+        ("unset -v -- IFS", "unset IFS"),
+        ("PATH[0]=.; ls", "sets PATH"),
+        ("PATH+=:.; ls", "sets PATH"),
+        ("sleep 1 & wait -n -p PATH; ls", "wait assigns PATH"),
+        ("set -k; ls LD_PRELOAD=/tmp/evil.so", "sets LD_PRELOAD"),
+        ("set -o keyword; git status GIT_DIR=/tmp/e", "sets GIT_DIR"),
+        ("systemctl --host=other status x", "another host"),
+        ("systemctl -Hother status x", "another host"),
+        ("hostnamectl --ho other", "another host"),
+        ("ssh -o ProxyCommand='touch /tmp/x' h true", "ssh -o ProxyCommand"),
+        ("ssh -oproxycommand=id h true", "ssh -o proxycommand"),
+        ("ssh -o 'LocalCommand id' -o PermitLocalCommand=yes h true", "ssh -o LocalCommand"),
+        ("ssh -vF /tmp/cfg h true", "ssh -F"),
+        ("ssh -E /dev/sda h true", "ssh -E"),
+    ],
+)
+def test_what_changes_the_program_run_or_runs_local_code_is_opaque(command: str, why: str) -> None:
+    reasons = " | ".join(c.opaque_reason or "" for c in parse_command(command) if c.opaque)
+    assert why in reasons, (command, reasons)
+
+
+def test_harmless_neighbours_of_those_stay_clear() -> None:
+    for command in ("unset x; ls", "unset -f PATH", "x[0]=1; ls", "set -e; ls LD=1", "systemctl -n 5 status x",
+                    "ssh -o BatchMode=yes -p 22 h uptime", "ssh -J jump h true"):
+        assert not [c for c in parse_command(command) if c.opaque], command
+    assert parse_command("ssh -o ProxyCommand=x h rm -rf /")[-1].argv == ["rm", "-rf", "/"]  # still decided
