@@ -15,14 +15,15 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agent_tools.policy.model import Rule
-from agent_tools.policy.options import takes_value
-from agent_tools.policy.paths import join_dir
+from agent_tools.policy.options import is_long_abbreviation, takes_value
+from agent_tools.policy.paths import climbed, join_dir
 from agent_tools.policy.shell import SimpleCommand, normalise_path
 
 __all__ = ["CompiledRule", "Token", "compile_rule"]
 
 _CAPTURE_RE = re.compile(r"^\{([A-Za-z_][A-Za-z0-9_]*)(?::(.+))?\}$")
 _GLOB_CHARS = frozenset("*?[")
+_LONG_OPTION_RE = re.compile(r"^--[A-Za-z0-9][A-Za-z0-9-]*")
 
 
 @dataclass(frozen=True)
@@ -46,8 +47,12 @@ class Token:
             return Token("capture", alts=tuple(m.group(2).split("|")) if m.group(2) else (), name=m.group(1))
         return Token("alts", alts=tuple(text.split("|")))
 
-    def matches_text(self, word: str, also: tuple[str, ...] = ()) -> bool:
-        """Whether ``word`` (or its normalised path form, or one of ``also``) matches this token's alternatives."""
+    def matches_text(self, word: str, also: tuple[str, ...] = (), *, abbreviations: bool = False) -> bool:
+        """Whether ``word`` (or its normalised path form, or one of ``also``) matches this token's alternatives.
+
+        :param abbreviations: a long option also matches the alternatives it abbreviates (getopt_long(3):
+            ``--outp=F`` is ``--output=F``, ``--comp`` is ``--compile``); used where a match makes a rule stricter.
+        """
         if self.kind in ("any", "rest"):
             return True
         if self.kind == "options":
@@ -55,6 +60,12 @@ class Token:
         if self.kind == "capture" and (word.startswith("-") or not self.alts):
             return not word.startswith("-")
         forms = {word, normalise_path(word), *also}
+        if abbreviations and word.startswith("--"):
+            name = word.split("=", 1)[0]
+            for alt in self.alts:
+                full = _LONG_OPTION_RE.match(alt)
+                if full is not None and is_long_abbreviation(name, full.group(0)):
+                    forms.add(full.group(0) + word[len(name) :])
         for alt in self.alts:
             if any(c in _GLOB_CHARS for c in alt):
                 if any(fnmatch.fnmatchcase(form, alt) for form in forms):
@@ -99,12 +110,17 @@ class CompiledRule:
         dirs = [d for d in command.cwds if d is not None] if self.rule.decision == "deny" else (
             [command.cwd] if command.cwd is not None else [])
         dirs = [d for d in dirs if d != "~"]
+        # a deny rule also sees where `..` lead once they climb above the login (or an unknown) directory:
+        # `rm -rf ../../../..` from ~ is `rm -rf /`
+        above = list(dict.fromkeys(command.cwds)) if self.rule.decision == "deny" else []
         out: list[tuple[str, ...]] = []
         for i, word in enumerate(command.argv):
-            if i == 0 or not dirs or word.startswith(("-", "/", "~")) or "://" in word or "=" in word:
+            if i == 0 or word.startswith(("-", "/")) or "://" in word or "=" in word:
                 out.append(())
-            else:
-                out.append(tuple(r for d in dirs if (r := join_dir(d, word)) is not None))
+                continue
+            forms = [] if word.startswith("~") else [r for d in dirs if (r := join_dir(d, word)) is not None]
+            forms += [r for d in above if (r := climbed(d, word)) is not None]
+            out.append(tuple(dict.fromkeys(forms)))
         return out
 
     def match(self, command: SimpleCommand, *, check_cwd: bool = True) -> dict[str, str] | None:
@@ -116,10 +132,11 @@ class CompiledRule:
             return None
         resolved = self._resolved(command)
         args = list(zip(argv[1:], resolved[1:], strict=True))
+        strict = self.rule.decision != "allow"  # an abbreviated option counts where it makes the decision stricter
         for token in self.args_contain:
-            if not any(token.matches_text(arg, also) for arg, also in args):
+            if not any(token.matches_text(arg, also, abbreviations=strict) for arg, also in args):
                 return None
-        if self.match_any_arg and not any(t.matches_text(arg, also) for t in self.match_any_arg
+        if self.match_any_arg and not any(t.matches_text(arg, also, abbreviations=strict) for t in self.match_any_arg
                                           for arg, also in args):
             return None
         if self.redirect_to is not None:

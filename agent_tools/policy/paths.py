@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-__all__ = ["join_dir", "normalise_path"]
+__all__ = ["climbed", "join_dir", "normalise_path"]
 
 
 def normalise_path(arg: str) -> str:
@@ -27,11 +27,42 @@ def normalise_path(arg: str) -> str:
         if part == "..":
             if parts:
                 parts.pop()
+            elif root == "~":
+                return arg  # above the login directory: not ~ itself (see climbed)
             continue
         parts.append(part)
     if not parts:
         return root
     return root.rstrip("/") + "/" + "/".join(parts)
+
+
+def climbed(base: str | None, path: str) -> str | None:
+    """Where ``path`` leads from ``base`` when its ``..`` climb above a directory whose depth is not known (``~``,
+    the login directory, or an unknown one: None): the rest from ``/``, which it is once the climb is as deep as
+    that directory (``..`` at ``/`` stays at ``/``), or None when it does not climb that far.
+
+    >>> climbed("~", "../../dev/sda"), climbed("~/a", "../../../dev"), climbed(None, "../../x"), climbed("~", "a/..")
+    ('/dev/sda', '/dev', '/x', None)
+    """
+    if path.startswith("/"):
+        return None
+    if path == "~" or path.startswith("~/"):
+        base, path = "~", path[2:]
+    if base is not None and not base.startswith("~"):
+        return None
+    parts = [] if base is None else [p for p in base[1:].split("/") if p]
+    above = False
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if parts:
+                parts.pop()
+            else:
+                above = True
+            continue
+        parts.append(part)
+    return "/" + "/".join(parts) if above else None
 
 
 def join_dir(base: str | None, path: str) -> str | None:

@@ -17,7 +17,9 @@ inert, ``LANG``, ``LC_*``, ``TZ``, ``NO_COLOR``...; a shell variable: ``PATH``, 
 bash or the login environment give a meaning; also set through a subscript ``PATH[0]=.``, ``unset PATH``, which makes
 bash run ``./ls``, ``wait -p`` and every ``NAME=VALUE`` argument after ``set -k``), a program run from outside the
 system directories, ``ssh`` options that run a local command or name a config file (``-o ProxyCommand=``, ``-F``), a
-systemd tool's ``-H HOST`` (the operation runs on another host), a wrapper
+systemd tool's ``-H HOST`` (the operation runs on another host), a program that opens its operands given a file
+name computed at run time (``cat $F``, ``xargs cat``, ``find /dev -exec cat {} +``: it may be a watchdog, which any
+open arms), a wrapper
 option this module does not know, or a place where bash evaluates text the policy cannot see as code
 (arithmetic, subscripts, ``${!x}``, ``${x@P}``, a builtin's variable-name operand: :mod:`agent_tools.policy.sinks`).
 A call's ``env`` is decided like ``export NAME=VALUE`` at the start of the line, and its ``cwd`` (and every
@@ -51,9 +53,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..redact import is_secret_name
 from .options import is_long_abbreviation
-from .paths import join_dir, normalise_path
+from .paths import climbed, join_dir, normalise_path
 from .sinks import CODE_IN_TEXT_RE, find_sinks, is_plain_name
-from .writes import writes_of
+from .writes import OPENS_OPERANDS, STAT_ONLY, may_open_armed, writes_of
 
 __all__ = ["Redirect", "SimpleCommand", "normalise_path", "parse_command"]
 
@@ -1048,6 +1050,11 @@ def _wrap_find(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
                 results.append(_Self(f"find {word.text} without a terminating ';' or '+'"))
             else:
                 results.append(_Inner(_mark_substituted(inner, "{}"), f"find {word.text}"))
+                program = _normalise_program(inner[0].text)[0] if inner[0].static else ""
+                reach = _find_reaches_devices(starts, ctx) if program not in STAT_ONLY else None
+                if reach is not None:
+                    results.append(_Self(f"find {reach} {word.text} {program} opens what it finds there, which may "
+                                         "be a device that acts when opened (a watchdog: the host reboots)"))
             i = j + 1
             continue
         if word.static and word.text == "-delete":
@@ -1056,6 +1063,22 @@ def _wrap_find(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
                                   "find -delete"))  # fmt: skip
         i += 1
     return results
+
+
+def _find_reaches_devices(starts: list[_Word], ctx: _Ctx) -> str | None:
+    """The first start directory of ``find`` under which a watchdog device may be found (``/``, ``/dev``, a
+    ``/proc/PID/root``, one computed at run time or relative to an unknown directory), or None."""
+    for start in starts or [_Word.literal(".")]:
+        if not start.static:
+            return start.text
+        for cwd in ctx.cwds:
+            joined, above = join_dir(cwd, start.text), climbed(cwd, start.text)
+            places: list[str | None] = [w for w in (joined, above) if w is not None]
+            for where in places or [None]:
+                if where is None or where in ("/", "/dev") or where.startswith(("/dev/", "/proc")) or (
+                        may_open_armed(where + "/watchdog", ["/"])):
+                    return start.text
+    return None
 
 
 _WrapFn = Callable[[str, list[_Word], _Ctx], list[_Result]]
@@ -1357,8 +1380,8 @@ class _Walker:
     def track_cd(self, command: SimpleCommand) -> None:
         """After ``cd``/``pushd``, the next commands may run in the new directory or (had it failed, or in a
         subshell) the old one: both are kept. A directory computed at run time is unknown (None)."""
-        if command.program not in ("cd", "pushd") or command.wrappers:
-            return
+        if command.program not in ("cd", "pushd") or any(w not in ("builtin", "command") for w in command.wrappers):
+            return  # `builtin cd DIR` and `command cd DIR` change this shell's directory too
         args = [(a, d) for a, d in zip(command.argv[1:], command.dynamic[1:], strict=False)
                 if not (a.startswith("-") and len(a) > 1 and not d) and not a.startswith("+")]
         if not args:
@@ -1368,7 +1391,8 @@ class _Walker:
         elif args[0][0] == "-":
             return  # back to a directory already counted
         else:
-            new = [join_dir(c, args[0][0]) for c in self.cwds]
+            new = [j for c in self.cwds for j in (join_dir(c, args[0][0]), climbed(c, args[0][0]))
+                   if j is not None or join_dir(c, args[0][0]) is None]
         self.cwds = list(dict.fromkeys([*self.cwds, *new]))
         if len(self.cwds) > 16:
             self.cwds = [*self.cwds[:15], None]
@@ -1548,6 +1572,14 @@ def _emit(words: list[_Word], ctx: _Ctx, reason: str | None, defines: tuple[str,
     if argv and words[0].static:
         reasons.extend(_builtin_reasons(argv[0], words[1:]))
         reasons.extend(_program_reasons(argv[0], words[1:]))
+        if argv[0] in OPENS_OPERANDS:
+            in_find = bool(ctx.wrappers) and ctx.wrappers[-1].startswith("find")
+            named = next((w.text for w in words[1:] if not w.static and _names_any_file(w.text, in_find)), None)
+            if named is None and ctx.args_from_stdin:
+                named = "arguments read by xargs"
+            if named is not None:
+                reasons.append(f"{argv[0]} opens a file named at run time ({named[:40]!r}), which may be a device "
+                               "that acts when opened (a watchdog: the host reboots)")
     return SimpleCommand(
         argv=argv,
         dynamic=[not w.static for w in words],
@@ -1607,6 +1639,21 @@ def _name_operands(name: str, args: list[_Word]) -> list[_Word]:
 _SYSTEMD_REMOTE = frozenset({"systemctl", "hostnamectl", "timedatectl", "localectl", "loginctl", "machinectl",
                              "busctl", "systemd-analyze", "systemd-run", "networkctl", "homectl", "portablectl",
                              "resolvectl", "bootctl", "systemd-cgls", "systemd-cgtop"})
+
+
+#: variables of the login environment a command line cannot have changed without being asked (assigning them is
+#: opaque: :data:`_DANGEROUS_VAR_RE`)
+_LOGIN_VARS_RE = re.compile(r"\$\{?(?:HOME|USER|LOGNAME)\}?")
+
+
+def _names_any_file(text: str, in_find: bool) -> bool:
+    """Whether the source text of a dynamic word may expand to any file name: an expansion other than the login
+    directory and user name (``$F``, ``$(cmd)``, ``${x:-/dev/watchdog}``), or xargs' ``{}`` (find's ``{}`` is
+    decided with find's start directories: :func:`_wrap_find`)."""
+    rest = _LOGIN_VARS_RE.sub("", text)
+    if in_find:
+        rest = rest.replace("{}", "")
+    return "$" in rest or "`" in rest or "{}" in rest or "<(" in rest
 
 
 def _program_reasons(name: str, args: list[_Word]) -> list[str]:

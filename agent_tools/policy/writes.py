@@ -9,9 +9,16 @@ A watchdog device is armed by opening it at all (Linux Documentation/watchdog/wa
 activated as soon as /dev/watchdog is opened", and a close without the magic character leaves it running, so the
 machine reboots): ``cat /dev/watchdog`` and ``< /dev/watchdog`` count as writes of it.
 
+A long option may be abbreviated (getopt_long(3): ``sort --outp=F`` is ``--output=F``); a glob counts for a watchdog
+when it may expand to one (``cat /dev/watch*``), and so do ``/dev/char/MAJOR:MINOR`` and ``/proc/PID/root/dev/...``;
+``du --files0-from=F`` and ``file -s`` open what they name. ``tar -tf``/``-xf``/``-df`` read the archive (only
+``-c``, ``-r``, ``-u``, ``-A`` and ``--delete`` write it). A link to ``/``, ``/dev`` or a directory of device nodes
+counts as a write of every device under it (``ln -s /dev X; cp y X/sda``).
+
 A relative file name is also listed resolved against every directory the command may run in (the call's ``cwd``
 and each ``cd`` before it in the command line: ``cd /dev && cp zero sda`` writes ``/dev/sda``). ``~`` stands for
-the login directory (:func:`join_dir`).
+the login directory (:func:`join_dir`); ``..`` that climb above it (or an unknown directory) also as the path from
+``/`` they reach once they climb that deep (:func:`~agent_tools.policy.paths.climbed`: ``~/../../dev/sda``).
 """
 
 from __future__ import annotations
@@ -20,9 +27,11 @@ import re
 from collections.abc import Sequence
 from typing import Protocol
 
-from .paths import join_dir, normalise_path
+from .options import is_long_abbreviation
+from .paths import climbed, join_dir, normalise_path
 
-__all__ = ["BENIGN_WRITE_TARGETS", "OUTPUT_OPS", "program_writes", "writes_of"]
+__all__ = ["BENIGN_WRITE_TARGETS", "OPENS_OPERANDS", "OUTPUT_OPS", "STAT_ONLY", "may_open_armed", "program_writes",
+           "writes_of"]
 
 BENIGN_WRITE_TARGETS = frozenset(
     {"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/fd/1", "/dev/fd/2", "/proc/self/fd/1", "/proc/self/fd/2"}
@@ -63,16 +72,38 @@ _OUTPUT_OPTIONS: dict[str, tuple[str, ...]] = {
     "partclone": ("-o", "-O", "--output", "--overwrite"),
     "ntfsclone": ("-o", "-O", "--output", "--overwrite"), "ssh-keygen": ("-f",), "find": ("-fprint", "-fprint0",
     "-fprintf", "-fls"), "strace": ("-o", "--output"), "ltrace": ("-o", "--output"), "script": ("-O", "--log-out"),
+    "ss": ("-D", "--diag"), "wget2": ("-O", "--output-document", "-o", "--output-file"),
 }  # fmt: skip
 #: single-dash options that are whole words (``find -fprint FILE``, ``openssl -out FILE``), never getopt clusters
 _WORD_OPTIONS = frozenset({"find", "openssl"})
+#: directories of device nodes (a link to one is a way to write every device it holds)
+_DEVICE_DIR_RE = re.compile(r"^/dev/(?:disk(?:/[^/]+)?|block|char|mapper|md|bus(?:/.*)?)$")
 _PROC_ROOT_RE = re.compile(r"^/proc/(?:self|thread-self|[0-9]+)/root(?:/(.*))?$")
-#: devices that act when opened, for reading too (a watchdog starts its countdown)
-_ARMED_BY_OPEN_RE = re.compile(r"^/dev/watchdog[0-9]*$")
+#: devices that act when opened, for reading too (a watchdog starts its countdown); /dev/char/MAJOR:MINOR names every
+#: character device by number (10:130 is the watchdog, watchdogN have a dynamic major)
+_ARMED_BY_OPEN_RE = re.compile(r"^/dev/(?:watchdog[0-9]*|char/.*)$")
+#: names a glob is tried against: a word such as /dev/watch* or /dev/w?tchdog expands to one of them
+_ARMED_SAMPLES = ("/dev/watchdog", "/dev/watchdog0", "/dev/watchdog1", "/dev/char/10:130")
+#: options of the stat-only programs below that name a file they do open (du --files0-from=F reads F), and those
+#: that make them open their operands (file -s reads block and character devices: file(1))
+_STAT_ONLY_OPENS: dict[str, tuple[str, ...]] = {
+    "du": ("--files0-from", "-X", "--exclude-from"), "file": ("-f", "--files-from", "-m", "--magic-file"),
+    "find": ("-files0-from",),
+}
+_STAT_ONLY_OPEN_OPERANDS: dict[str, tuple[str, ...]] = {"file": ("-s", "--special-files")}
 #: programs that look at a file's name or inode without opening it (wdctl opens a watchdog with its magic close)
-_STAT_ONLY = frozenset({"ls", "stat", "realpath", "readlink", "basename", "dirname", "test", "[", "[[", "file", "du",
+STAT_ONLY = frozenset({"ls", "stat", "realpath", "readlink", "basename", "dirname", "test", "[", "[[", "file", "du",
                         "wdctl", "find", "lsof", "fuser", "udevadm", "namei", "echo", "printf", "which", "type",
                         "command"})
+#: programs that open the files their operands name (a watchdog among them is armed): a name computed at run time
+#: (``cat $F``, ``cat $(cmd)``) may be one
+OPENS_OPERANDS = frozenset({
+    "cat", "tac", "head", "tail", "grep", "egrep", "fgrep", "zgrep", "rg", "wc", "md5sum", "sha1sum", "sha256sum",
+    "sha512sum", "b2sum", "cksum", "sum", "cut", "tr", "diff", "cmp", "comm", "column", "nl", "zcat", "jq", "sort",
+    "uniq", "od", "hexdump", "xxd", "strings", "less", "more", "dd", "pv", "paste", "join", "fold", "fmt", "expand",
+    "unexpand", "base64", "base32", "awk", "gawk", "mawk", "sed", "tee", "cp", "tar", "gzip", "zstd", "xz", "bzip2",
+    "lz4", "split", "csplit", "shuf", "pr", "look", "iconv", "yq", "bat", "view", "vim", "vi", "nano",
+})  # fmt: skip
 _SOCAT_FILE_RE = re.compile(r"^(?:(?:OPEN|CREATE|CREAT|GOPEN|PIPE|FILE):)?([^,:]*/[^,]*)", re.IGNORECASE)
 
 
@@ -95,7 +126,11 @@ def program_writes(program: str, args: Sequence[str]) -> list[str]:
     if program in _LINKERS and (program != "cp" or any(a in ("-s", "-l", "--symbolic-link", "--link") or
                                                        (a.startswith("-") and not a.startswith("--") and
                                                         ("s" in a or "l" in a)) for a in args)):
-        out += operands[:-1] if len(operands) >= 2 else operands  # `ln -s TARGET` links into the current directory
+        linked = operands[:-1] if len(operands) >= 2 else operands  # `ln -s TARGET` links into the current directory
+        out += linked
+        for to in map(normalise_path, linked):  # `ln -s /dev X; cp y X/sda`: a write under X is one under /dev
+            if to in ("/", "/dev", "/proc") or _PROC_ROOT_RE.match(to) or _DEVICE_DIR_RE.match(to):
+                out.append(to + "/*" if to.startswith("/dev") else "/dev/*")
     if program in _WRITES_LAST or (program == "qemu-img" and args[:1] == ["convert"]):
         target = _target_directory(args)
         if target is not None:
@@ -121,17 +156,22 @@ def program_writes(program: str, args: Sequence[str]) -> list[str]:
             out.append("(a file named by the URL)")
     family = _family(program)
     options = _OUTPUT_OPTIONS.get(family, ())
-    if program == "tar" and args and not args[0].startswith("-") and "f" in args[0]:
+    if program == "tar" and _tar_only_reads(args):
+        options = ()  # `tar -tf /dev/sda` lists an archive (a read); -c, -r, -u, -A and --delete write it
+    if program == "tar" and options and args and not args[0].startswith("-") and "f" in args[0]:
         # old-style bundled options: `tar cf FILE ...`, `tar czvf FILE ...` (the f takes the next word)
         later = [a for a in args[1:] if not a.startswith("-")]
         if later:
             out.append(later[0])
     for i, a in enumerate(args):
         for opt in options:
-            if a == opt and i + 1 < len(args):
+            if opt.startswith("--") and is_long_abbreviation(a, opt):  # getopt_long(3): `--outp=F` is `--output=F`
+                if "=" in a:
+                    out.append(a.split("=", 1)[1])
+                elif i + 1 < len(args):
+                    out.append(args[i + 1])
+            elif a == opt and i + 1 < len(args):
                 out.append(args[i + 1])
-            elif opt.startswith("--") and a.startswith(opt + "="):
-                out.append(a.split("=", 1)[1])
             elif (len(opt) == 2 and family not in _WORD_OPTIONS and a.startswith("-") and not a.startswith("--")
                   and opt[1] in a[1:]):
                 # a getopt cluster: `-cf FILE` (the letter last: the next word), `-ofile` (the rest of the word)
@@ -143,10 +183,93 @@ def program_writes(program: str, args: Sequence[str]) -> list[str]:
     return out
 
 
-def _armed_by_open(word: str, cwds: Sequence[str | None]) -> bool:
-    """Whether ``word`` names a device that acts when opened (a watchdog), also relative to one of ``cwds``."""
-    names = [word] if word.startswith("/") else [j for c in cwds if (j := join_dir(c, word)) is not None]
-    return any(_ARMED_BY_OPEN_RE.match(normalise_path(n)) for n in names)
+_TAR_WRITE_MODES = frozenset("cruA")
+_TAR_READ_MODES = frozenset("txd")
+_TAR_LONG_WRITE = ("--create", "--append", "--update", "--catenate", "--concatenate", "--delete")
+_TAR_LONG_READ = ("--list", "--extract", "--get", "--diff", "--compare")
+
+
+def _tar_only_reads(args: Sequence[str]) -> bool:
+    """Whether ``tar ARGS`` surely only reads its archive (a list, extract or compare mode, and no mode that writes
+    it): tar(1) "-c, -r, -u, -A, --delete" write the archive, "-t, -x, -d" read it."""
+    modes: set[str] = set()
+    for i, a in enumerate(args):
+        if a == "--":
+            break
+        if a.startswith("--"):
+            if any(is_long_abbreviation(a, m) for m in _TAR_LONG_WRITE):
+                return False
+            if any(is_long_abbreviation(a, m) for m in _TAR_LONG_READ):
+                modes.add("t")
+        elif a.startswith("-") or i == 0:  # the first word may be old-style bundled letters (`tar tf x`)
+            letters = a.lstrip("-")
+            if "f" in letters:
+                letters = letters[: letters.index("f")]  # what follows f in `-fx` is its value
+            modes |= set(letters) & (_TAR_WRITE_MODES | _TAR_READ_MODES)
+    return bool(modes) and not modes & _TAR_WRITE_MODES
+
+
+def _glob_re(pattern: str) -> re.Pattern[str]:
+    """A pathname-expansion pattern as a regex (``*`` and ``?`` do not cross ``/``; bash(1) Pattern Matching)."""
+    out, i = [], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "*":
+            out.append("[^/]*")
+        elif ch == "?":
+            out.append("[^/]")
+        elif ch == "[" and (end := pattern.find("]", i + 2)) != -1:
+            body = pattern[i + 1 : end]
+            body = "^" + body[1:] if body[:1] in ("!", "^") else body
+            out.append("[" + body.replace("\\", "\\\\") + "]")
+            i = end
+        else:
+            out.append(re.escape(ch))
+        i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def may_open_armed(word: str, cwds: Sequence[str | None]) -> bool:
+    """Whether ``word`` names a device that acts when opened (a watchdog), also relative to one of ``cwds``,
+    through ``/proc/PID/root``, or as a glob that may expand to one (``/dev/watch*``)."""
+    names = [word] if word.startswith("/") else [j for c in cwds for j in (join_dir(c, word), climbed(c, word))
+                                                 if j is not None]
+    for name in names:
+        normal = normalise_path(name)
+        root = _PROC_ROOT_RE.match(normal)
+        if root is not None:
+            normal = normalise_path("/" + (root.group(1) or ""))
+        if _ARMED_BY_OPEN_RE.match(normal):
+            return True
+        if any(c in normal for c in "*?["):
+            try:
+                glob = _glob_re(normal)
+            except re.error:
+                return True  # a pattern the policy cannot read might name anything
+            if any(glob.match(sample) for sample in _ARMED_SAMPLES):
+                return True
+    return False
+
+
+def _opened_by_stat_only(program: str, args: Sequence[str]) -> list[str]:
+    """The words a program that otherwise only looks at names (:data:`STAT_ONLY`) opens all the same."""
+    opts = _STAT_ONLY_OPENS.get(program, ())
+    out: list[str] = []
+    for i, a in enumerate(args):
+        following = args[i + 1 : i + 2]
+        for opt in opts:
+            if opt.startswith("--"):
+                if is_long_abbreviation(a, opt):
+                    out.extend([a.split("=", 1)[1]] if "=" in a else following)
+            elif a == opt:
+                out.extend(following)
+            elif program != "find" and a.startswith(opt):
+                out.append(a[len(opt) :])
+    flags = _STAT_ONLY_OPEN_OPERANDS.get(program, ())
+    if any(a in flags or any(is_long_abbreviation(a, f) for f in flags if f.startswith("--"))
+           or (a.startswith("-") and not a.startswith("--") and "s" in a[1:]) for a in args if flags):
+        out.extend(a for a in args if not a.startswith("-"))
+    return out
 
 
 def _target_directory(args: Sequence[str]) -> str | None:
@@ -168,7 +291,7 @@ def writes_of(argv: Sequence[str], redirects: Sequence[_Redirect], cwds: Sequenc
     targets: list[str] = []
     for redir in redirects:
         if redir.op not in OUTPUT_OPS:
-            if _armed_by_open(redir.target, cwds):
+            if may_open_armed(redir.target, cwds):
                 targets.append(redir.target)
             continue
         if redir.op == ">&" and (redir.target.isdigit() or redir.target == "-"):
@@ -179,8 +302,10 @@ def writes_of(argv: Sequence[str], redirects: Sequence[_Redirect], cwds: Sequenc
         targets.extend(a for a in argv[1:] if not a.startswith("-"))
     elif program:
         targets.extend(program_writes(program, argv[1:]))
-    if program not in _STAT_ONLY:  # `ls -l /dev/watchdog` looks at the node, `cat` and `dd if=` open it
-        targets.extend(w for a in argv[1:] if _armed_by_open(w := a.split("=", 1)[-1], cwds))
+    if program not in STAT_ONLY:  # `ls -l /dev/watchdog` looks at the node, `cat` and `dd if=` open it
+        targets.extend(w for a in argv[1:] if may_open_armed(w := a.split("=", 1)[-1], cwds))
+    elif program:
+        targets.extend(w for w in _opened_by_stat_only(program, argv[1:]) if may_open_armed(w, cwds))
     out: list[str] = []
     for target in targets:
         if target in ("", "-") or target in BENIGN_WRITE_TARGETS or normalise_path(target) in BENIGN_WRITE_TARGETS:
@@ -189,9 +314,10 @@ def writes_of(argv: Sequence[str], redirects: Sequence[_Redirect], cwds: Sequenc
         root = _PROC_ROOT_RE.match(normalise_path(target))
         if root is not None:  # /proc/self/root/dev/sda is /dev/sda
             out.append(normalise_path("/" + (root.group(1) or "")))
-        if not target.startswith(("/", "~", "(")):
-            for cwd in cwds:
-                resolved = join_dir(cwd, target)
-                if resolved is not None and resolved not in out:
-                    out.append(resolved)
+        if not target.startswith(("/", "(")):
+            for cwd in [*cwds] if not target.startswith("~") else ["~"]:
+                for resolved in (join_dir(cwd, target) if not target.startswith("~") else None,
+                                 climbed(cwd, target)):  # `../../../dev/sda` from the login directory is /dev/sda
+                    if resolved is not None and resolved not in out:
+                        out.append(resolved)
     return list(dict.fromkeys(out))

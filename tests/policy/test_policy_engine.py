@@ -252,7 +252,8 @@ def test_random_block_device_writes_are_denied(default: PolicySet, gpu: PolicySe
     devices = ["/dev/sda", "/dev/sdb1", "/dev/nvme0n1", "/dev/nvme1n1p2", "/dev/vdb", "/dev/xvda", "/dev/md0",
                "/dev/mapper/vg-root", "/dev/disk/by-id/nvme-x", "/dev/dm-0", "/dev/loop0", "//dev/sda",
                "/dev/./nvme0n1", "/dev/../dev/sda", "/dev/zram0", "/dev/mmcblk0", "/dev/block/8:0", "/dev/vg0/root",
-               "/dev/char/1:1", "/dev/watchdog", "/dev/bcache0", "/proc/self/root/dev/sda", "/proc/1/root/dev/nvme0n1"]
+               "/dev/char/1:1", "/dev/watchdog", "/dev/bcache0", "/proc/self/root/dev/sda", "/proc/1/root/dev/nvme0n1",
+               "~/../../dev/sda", "../../../../../../../../dev/nvme0n1", "~/../../../../../../dev/vdb"]
     forms = ["cp /dev/zero {d}", "cp -f image.raw {d}", "mv image {d}", "install -m 600 img {d}", "rsync -a img {d}",
              "truncate -s 0 {d}", "tee {d} < /dev/zero", "echo x | tee -a {d}", "dd if=/dev/zero of={d} bs=1M",
              "cat /dev/zero > {d}", "cat > {d}", "pv /dev/zero > {d}", "pv -o {d} img", "shred -n1 {d}",
@@ -260,7 +261,8 @@ def test_random_block_device_writes_are_denied(default: PolicySet, gpu: PolicySe
              "sort -o {d} list", "tar -cf {d} /srv", "badblocks -w {d}", ": > {d}", "{{ echo x; }} > {d}",
              "printf x >> {d}", "xxd -r dump {d}", "exec 3>{d}", "cat /dev/zero 1<>{d}", "tar cf {d} /etc",
              "tar czvf {d} /srv", "socat -u /dev/zero {d}", "zstd -d x.zst -o {d}", "journalctl -n1 --cursor-file={d}",
-             "openssl rand -out {d} 9", "ln -s {d} /tmp/l", "f() {{ cat /dev/zero; }} > {d}; f"]
+             "openssl rand -out {d} 9", "ln -s {d} /tmp/l", "f() {{ cat /dev/zero; }} > {d}; f",
+             "sort --outp={d} list", "sort --out {d} list", "ss -D {d}", "ss -tnD{d}", "tar --crea --fi {d} /etc"]
     wrappers = ["{c}", "sudo {c}", "sudo -n -u root {c}", "nice -n 5 {c}", "timeout 5 {c}", "env -i {c}",
                 "nohup {c}", "time {c}", "busybox {c}", "bash -c {q}", "sh -c {q}", "ssh other {q}", "eval {q}",
                 "true && {c}", "ls; {c}", "toybox {c}", "taskset -c 1 {c}", "nsenter -t 1 -m {c}",
@@ -285,7 +287,8 @@ def test_random_watchdog_opens_are_denied_and_looks_are_not(default: PolicySet, 
     (ls -l, stat) is not."""
     rng = random.Random(1309)
     names = ["/dev/watchdog", "/dev/watchdog0", "/dev/watchdog1", "//dev/watchdog", "/dev/./watchdog0",
-             "/dev/../dev/watchdog"]
+             "/dev/../dev/watchdog", "/dev/watch*", "/dev/w?tchdog", "/dev/[w]atchdog0", "/dev/char/10:130",
+             "/proc/1/root/dev/watchdog", "/proc/self/root/dev/watchdog0", "~/../../../../dev/watchdog"]
     opens = ["cat {w}", "head -c1 {w}", "tail -c1 {w}", "od -N1 {w}", "xxd -l1 {w}", "grep -c x {w}", "cat < {w}",
              "exec 3<{w}", "dd if={w} of=/dev/null count=1", "wc -c {w}", "cmp {w} /dev/null", "md5sum {w}"]
     wrappers = ["{c}", "sudo {c}", "timeout 1 {c}", "bash -c {q}", "true; {c}", "nice {c}"]
@@ -302,9 +305,20 @@ def test_random_watchdog_opens_are_denied_and_looks_are_not(default: PolicySet, 
             for ps, host in ((default, "web-1"), (gpu, "gpu-node-1"), (both, "gpu-node-1")):
                 d = ps.decide(host, text, cwd=cwd)
                 assert d.decision == "deny", (text, cwd, host, d.decision, d.reason)
-    for look in ("ls -l /dev/watchdog", "stat /dev/watchdog0", "ls -la /dev/ | grep watchdog"):
+    for form in ("F={w}; cat $F", "cat $(echo {w})", "echo {w} | xargs cat", "echo {w} | xargs -I{{}} od {{}}",
+                 "for f in {w}; do head -c1 $f; done", "find {w} -exec cat {{}} +", "du --files0-from={w}",
+                 "file -s {w}", "wc --files0-f={w}"):
+        for name in names:
+            command = form.format(w=name)
+            for ps, host in ((default, "web-1"), (gpu, "gpu-node-1"), (both, "gpu-node-1")):
+                assert ps.decide(host, command).decision != "allow", (command, host)
+    for look in ("ls -l /dev/watchdog", "stat /dev/watchdog0", "ls -la /dev/ | grep watchdog", "file /dev/watchdog",
+                 "ls /dev/watch*"):
         for ps, host in ((default, "web-1"), (gpu, "gpu-node-1")):
             assert ps.decide(host, look).decision == "allow", look
+    for read in ("tar -tf /dev/sda", "tar tvf /dev/nvme0n1", "tar --list --file=/dev/sda"):  # a read of a disk
+        for ps, host in ((default, "web-1"), (gpu, "gpu-node-1")):
+            assert ps.decide(host, read).decision == "ask", read
 
 
 def test_random_relative_device_writes_are_denied(default: PolicySet, gpu: PolicySet, both: PolicySet) -> None:
@@ -315,7 +329,9 @@ def test_random_relative_device_writes_are_denied(default: PolicySet, gpu: Polic
     writes = ["cp zero {n}", "cat zero > {n}", "dd if=zero of={n}", "tee {n} < zero", "tar cf {n} /etc",
               "truncate -s 0 {n}", "ln -s {n} /tmp/l"]
     moves = ["cd /dev && {w}", "cd /dev; {w}", "cd / && cd dev && {w}", "pushd /dev; {w}", "(cd /dev; {w})",
-             "cd /tmp; cd /dev; {w}", "env -C /dev {w}", "sudo -D /dev {w}", "cd /dev || exit; {w}"]
+             "cd /tmp; cd /dev; {w}", "env -C /dev {w}", "sudo -D /dev {w}", "cd /dev || exit; {w}",
+             "builtin cd /dev; {w}", "command cd /dev && {w}", "cd ../../../../../../../../dev && {w}",
+             "cd ~/../../../../../dev; {w}", "cd; cd ../../../..; cd dev; {w}"]
     for _ in range(400):
         write = rng.choice(writes).format(n=rng.choice(names))
         move = rng.choice(moves)

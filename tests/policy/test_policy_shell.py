@@ -305,3 +305,57 @@ def test_harmless_neighbours_of_those_stay_clear() -> None:
                     "ssh -o BatchMode=yes -p 22 h uptime", "ssh -J jump h true"):
         assert not [c for c in parse_command(command) if c.opaque], command
     assert parse_command("ssh -o ProxyCommand=x h rm -rf /")[-1].argv == ["rm", "-rf", "/"]  # still decided
+
+
+@pytest.mark.parametrize(
+    ("command", "written"),
+    [
+        ("sort --outp=/dev/sda list", "/dev/sda"),  # getopt_long(3) abbreviation
+        ("sort --out /dev/sda list", "/dev/sda"),
+        ("journalctl -n1 --cursor-f=/dev/sda", "/dev/sda"),
+        ("ss -tnD/dev/sda", "/dev/sda"),
+        ("ss --diag=/dev/sda", "/dev/sda"),
+        ("cat x > ~/../../dev/sda", "/dev/sda"),  # .. above the login directory reach / once deep enough
+        ("cp x ../../../../../../dev/sda", "/dev/sda"),
+        ("cd ../../../../../../dev; cp x sda", "/dev/sda"),
+        ("builtin cd /dev && cp x sda", "/dev/sda"),
+        ("ln -s /dev /tmp/X", "/dev/*"),  # a write under the link is one under /dev
+        ("ln -s / /tmp/R", "/dev/*"),
+        ("cat /dev/watch*", "/dev/watch*"),
+        ("cat /dev/[w]atchdog", "/dev/[w]atchdog"),
+        ("cat /dev/char/10:130", "/dev/char/10:130"),
+        ("cat /proc/1/root/dev/watchdog", "/proc/1/root/dev/watchdog"),
+        ("du --files0-from=/dev/watchdog", "/dev/watchdog"),
+        ("file -s /dev/watchdog0", "/dev/watchdog0"),
+        ("tar -cf /dev/sda /etc", "/dev/sda"),
+        ("tar -f /dev/sda -r x", "/dev/sda"),
+        ("tar -tf /dev/sda --delete x", "/dev/sda"),
+    ],
+)
+def test_writes_seen_through_abbreviations_paths_links_and_globs(command: str, written: str) -> None:
+    assert written in parse_command(command)[-1].writes, parse_command(command)[-1].writes
+
+
+def test_reads_are_not_writes() -> None:
+    for command in ("tar -tf /dev/sda", "tar tf /dev/sda", "tar -xvf /dev/sda", "tar --list --file=/dev/sda",
+                    "file /dev/watchdog", "du -sh /dev", "ls /dev/watch*", "cat /dev/sda", "cat ~/x"):
+        assert parse_command(command)[-1].writes == [], command
+    assert parse_command("ls ~/../x")[-1].argv == ["ls", "~/../x"]
+    assert normalise_path("~/../../dev/sda") == "~/../../dev/sda"  # not ~/dev/sda: the login directory's parent
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["F=/dev/watchdog; cat $F", "cat $(echo /dev/watchdog)", "cat /dev/$(echo watchdog)",
+     "for f in /dev/*; do cat $f; done",
+     "echo /dev/watchdog | xargs cat", "echo /dev/watchdog | xargs -I{} head -c1 {}", "find /dev -exec cat {} +",
+     "cd /; find . -exec grep x {} +", "find \"$D\" -exec cat {} +"],
+)
+def test_a_file_named_at_run_time_may_be_a_watchdog(command: str) -> None:
+    assert any("watchdog" in (c.opaque_reason or "") for c in parse_command(command)), command
+
+
+def test_files_named_by_the_login_directory_or_found_below_it_are_not() -> None:
+    for command in ('cat "$HOME/.bashrc"', "cat ${HOME}/x", "find . -name '*.py' -exec grep -l TODO {} +",
+                    "find / -name x -exec ls -l {} +", "ls $(echo /dev)", "echo $F"):
+        assert not [c for c in parse_command(command) if c.opaque], command
