@@ -77,7 +77,7 @@ _OUTPUT_OPTIONS: dict[str, tuple[str, ...]] = {
 #: single-dash options that are whole words (``find -fprint FILE``, ``openssl -out FILE``), never getopt clusters
 _WORD_OPTIONS = frozenset({"find", "openssl"})
 #: directories of device nodes (a link to one is a way to write every device it holds)
-_DEVICE_DIR_RE = re.compile(r"^/dev/(?:disk(?:/[^/]+)?|block|char|mapper|md|bus(?:/.*)?)$")
+_DEVICE_DIR_RE = re.compile(r"^/dev/(?:disk(?:/[^/]+)?|block|char|mapper|md|bus(?:/.*)?)/?$")
 _PROC_ROOT_RE = re.compile(r"^/proc/(?:self|thread-self|[0-9]+)/root(?:/(.*))?$")
 #: devices that act when opened, for reading too (a watchdog starts its countdown); /dev/char/MAJOR:MINOR names every
 #: character device by number (10:130 is the watchdog, watchdogN have a dynamic major)
@@ -133,11 +133,19 @@ def program_writes(program: str, args: Sequence[str]) -> list[str]:
                 out.append(to + "/*" if to.startswith("/dev") else "/dev/*")
     if program in _WRITES_LAST or (program == "qemu-img" and args[:1] == ["convert"]):
         target = _target_directory(args)
-        if target is not None:
-            return [*out, target]
+        if target is not None:  # `cp -t /dev sda` writes /dev/sda
+            sources = [o for o in operands if o != target]
+            return [*out, target, *(_into(target, o) for o in sources)]
         if program == "xxd":  # only `xxd -r IN OUT` writes a file
             return [*out, *operands[1:2]] if "-r" in args or "-revert" in args else out
-        return [*out, *operands[-1:]] if len(operands) >= 2 else out
+        if len(operands) < 2:
+            return out
+        # the last operand may be a directory of devices: `cp sda /dev` writes /dev/sda
+        dest = operands[-1]
+        into = [] if program in ("ln", "link") or not _holds_devices(dest) else [_into(dest, o) for o in operands[:-1]]
+        return [*out, dest, *into]
+    if program == "uniq" and len(operands) >= 2:  # uniq(1): INPUT OUTPUT
+        return [*out, operands[1]]
     if program in _WRITES_ALL:
         if program == "badblocks":  # read-only unless -w (destructive) or -n (non-destructive read-write)
             clusters = [a[1:] for a in args if a.startswith("-") and not a.startswith("--")]
@@ -274,11 +282,31 @@ def _opened_by_stat_only(program: str, args: Sequence[str]) -> list[str]:
 
 def _target_directory(args: Sequence[str]) -> str | None:
     for i, a in enumerate(args):
-        if a in ("-t", "--target-directory") and i + 1 < len(args):
+        if (a == "-t" or (is_long_abbreviation(a, "--target-directory") and "=" not in a)) and i + 1 < len(args):
             return args[i + 1]
-        if a.startswith("--target-directory="):
+        if a.startswith("-t") and not a.startswith("--") and len(a) > 2:
+            return a[2:]
+        if is_long_abbreviation(a, "--target-directory") and "=" in a:
             return a.split("=", 1)[1]
     return None
+
+
+def _holds_devices(directory: str) -> bool:
+    """Whether ``directory`` is (or may be, relative to a directory the command moved to) one of device nodes."""
+    if not directory.startswith(("/", "~")):
+        return directory.rstrip("/").rsplit("/", 1)[-1] in ("dev", "disk", "block", "mapper", "by-id", "by-path",
+                                                             "by-uuid", "by-label", "by-partuuid", "")
+    normal = normalise_path(directory)
+    root = _PROC_ROOT_RE.match(normal)
+    if root is not None:
+        normal = normalise_path("/" + (root.group(1) or ""))
+    return normal == "/dev" or bool(_DEVICE_DIR_RE.match(normal))
+
+
+def _into(directory: str, source: str) -> str:
+    """The file ``source`` is copied to inside ``directory`` (its last component there)."""
+    name = source.rstrip("/").rsplit("/", 1)[-1] or source
+    return directory.rstrip("/") + "/" + name
 
 
 def writes_of(argv: Sequence[str], redirects: Sequence[_Redirect], cwds: Sequence[str | None]) -> list[str]:

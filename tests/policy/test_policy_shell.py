@@ -206,7 +206,7 @@ def test_a_function_nobody_calls_runs_nothing_but_its_body_is_still_parsed() -> 
     ("command", "writes"),
     [
         ("cp /dev/zero /dev/sda", ["/dev/sda"]),
-        ("cp -t /dev/disk x y", ["/dev/disk"]),
+        ("cp -t /dev/disk x y", ["/dev/disk", "/dev/disk/x", "/dev/disk/y"]),  # the files made inside it
         ("mv a b c/", ["c/", "~/c"]),
         ("rsync -a src/ host:dst/", ["host:dst/", "~/host:dst"]),
         ("truncate -s0 a b", ["a", "~/a", "b", "~/b"]),
@@ -359,3 +359,13 @@ def test_files_named_by_the_login_directory_or_found_below_it_are_not() -> None:
     for command in ('cat "$HOME/.bashrc"', "cat ${HOME}/x", "find . -name '*.py' -exec grep -l TODO {} +",
                     "find / -name x -exec ls -l {} +", "ls $(echo /dev)", "echo $F"):
         assert not [c for c in parse_command(command) if c.opaque], command
+
+
+@pytest.mark.parametrize(
+    ("command", "written"),
+    [("cp -t /dev sda", "/dev/sda"), ("cp --targ=/dev sda", "/dev/sda"), ("cp -t/dev sda", "/dev/sda"),
+     ("cp /tmp/sda /dev", "/dev/sda"), ("mv img/nvme0n1 /dev/", "/dev/nvme0n1"), ("cd /; cp sda dev", "/dev/sda"),
+     ("uniq list /dev/sda", "/dev/sda")],
+)
+def test_a_copy_into_a_directory_of_devices_writes_the_device(command: str, written: str) -> None:
+    assert written in parse_command(command)[-1].writes
