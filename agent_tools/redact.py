@@ -17,7 +17,8 @@ GitLab (``glpat-``), OpenAI/Anthropic style ``sk-...``, Slack ``xox[abprs]-`` an
 ``hf_``, Google ``AIza...`` and OAuth ``ya29.``, Stripe ``sk_live_``/``rk_live_``/``whsec_``, npm ``npm_``, PyPI
 ``pypi-``, Docker Hub ``dckr_pat_``, DigitalOcean ``dop_v1_``, HashiCorp Vault ``hvs.``, Databricks ``dapi`` and
 JSON Web Tokens. Shapes are public prefixes documented by each provider (e.g. GitHub "About authentication"; AWS IAM
-identifiers; GitLab "Personal access tokens").
+identifiers; GitLab "Personal access tokens"; a registry's ``"auth"`` in a Docker or Podman config file, base64 of
+``user:password``: containers-auth.json(5)).
 
 A value that is shell code rather than a literal (it starts with ``$`` or a backquote: ``TOKEN=$(vault read
 ...)``, ``--password "$PW"``) is left as it is, and unquoted values end at shell operators (``; | & < > (
@@ -155,6 +156,8 @@ _COLON_RE = re.compile(
     rf"[^\s\"',;&|)}}\]<>(`]+)",
     re.IGNORECASE,
 )
+#: a registry login in a Docker/Podman config (~/.docker/config.json, auth.json): "auth" is base64 of user:password
+_DOCKER_AUTH_RE = re.compile(r"(\"auth\"\s*:\s*\")([A-Za-z0-9+/]{12,}={0,2})(?=\")")
 _XML_RE = re.compile(rf"(<({_SECRET_NAME})>)([^<\n]+)(?=</\2>)", re.IGNORECASE)
 _SHAPES: tuple[str, ...] = (
     r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
@@ -218,6 +221,7 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(_AWS_SET_RE, 2, lambda t, lo: "aws" in t, True),
     _Rule(_SIGNED_URL_RE, 2, lambda t, lo: "sig" in lo or "x-amz-" in lo or "credential" in lo, True,
           keep_quotes=False),
+    _Rule(_DOCKER_AUTH_RE, 2, lambda t, lo: '"auth"' in t, True, keep_quotes=False),
     _Rule(_XML_RE, 3, lambda t, lo: "</" in t, True, keep_quotes=False),
     _Rule(_SHAPES_RE, 0, lambda t, lo: True, True, keep_quotes=False, learn=False),
 )

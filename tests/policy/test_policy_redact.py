@@ -131,6 +131,8 @@ def test_redact_obj() -> None:
         ("curl -H 'Cookie: session=QA13sess' x", "QA13sess"),
         ("DB_PASSWORD=QA13quoted' x", "QA13quoted"),
         ("mysql -u root -pPASSWORD db", "PASSWORD"),
+        ('{"auths": {"reg.example": {"auth": "dXNlcjpRQTEzZG9ja2VyCg=="}}}', "dXNlcjpRQTEzZG9ja2VyCg=="),
+        ('"auth":"QA13cG9kbWFuOnB3"', "QA13cG9kbWFuOnB3"),
     ],
 )
 def test_more_secret_shapes(text: str, secret: str) -> None:
@@ -169,6 +171,7 @@ def test_more_secret_shapes(text: str, secret: str) -> None:
         "GOOGLE_APPLICATION_CREDENTIALS=/srv/app/creds.json python train.py",
         "SSL_KEY=/etc/ssl/private/server.key nginx",
         "--password-file ~/.pgpass",
+        '{"auth": "required", "authType": "basic"}',
     ],
 )
 def test_ordinary_text_is_not_mangled(text: str) -> None:
