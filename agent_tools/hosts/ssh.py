@@ -8,7 +8,8 @@ Facts this module respects (checked at the sources):
   keeps open channels at or below a limit that starts at ``max_channels`` (default 8) and is lowered to the
   most channels the server has accepted at once when it refuses one: refused calls queue for a channel and
   retry within their own time, never failing for a refusal alone.
-* asyncssh sends no keepalives unless ``keepalive_interval`` is set; it is on here (10 s × 3 by default), so a
+* asyncssh sends no keepalives unless ``keepalive_interval`` is set; it is on here (the config's
+  ``ServerAliveInterval`` × ``ServerAliveCountMax``, as ssh(1) uses them; 10 s × 3 when it sets neither), so a
   dead peer is noticed within ~40 s even while idle. While a call waits for the host, the interval drops to a
   third of ``liveness_timeout_s`` with 2 unanswered requests allowed (asyncssh ``set_keepalive``), so a host
   that stops answering (partition, packet drops) is noticed within ``liveness_timeout_s`` and its connection is
@@ -23,13 +24,14 @@ Facts this module respects (checked at the sources):
   that gives up after the ``exec`` went out learns it (:class:`~agent_tools.errors.ExecUnconfirmed`).
 * asyncssh's ``run(timeout=)`` does not cover connecting or opening the channel; callers wrap whole operations
   in one anyio deadline scope (connecting is cancelled with it). Connecting has its own deadline
-  (``connect_timeout_s``).
+  (``connect_timeout_s``, else the config's ``ConnectTimeout`` as ssh(1) reads it, else 10 s).
 * asyncssh reports ``exit_status=None`` when the channel closed without an exit status (connection dropped):
   that is :class:`~agent_tools.errors.ConnectionLost`, never success.
 * OpenSSH client config files (``HostName``, ``Port``, ``User``, ``IdentityFile``, ``UserKnownHostsFile``,
   ``ProxyJump``, ``Match``, ...) are parsed by asyncssh and applied as ssh(1) applies them
-  (:mod:`agent_tools.hosts.ssh_config`: ``Match final``, missing key files skipped, ProxyJump hops resolved
-  alike); host keys are always checked against known_hosts; an unknown key is refused unless this host's
+  (:mod:`agent_tools.hosts.ssh_config`: ``Match final``, ``Match exec`` % tokens, missing key files skipped,
+  ProxyJump hops resolved alike, a hop's own ProxyJump followed as ssh's ``ssh -W`` does); host keys are
+  always checked against known_hosts; an unknown key is refused unless this host's
   ``known_hosts_mode`` is ``accept-new``.
 """
 
@@ -44,6 +46,7 @@ import socket
 import struct
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -64,10 +67,10 @@ from ..errors import (
     UnknownHost,
 )
 from .base import ConnectProgress, ExecResult, HostProcess
-from .ssh_config import ResolvedHost
+from .ssh_config import JumpHop, ResolvedHost
 from .ssh_config import resolve as resolve_config
 
-__all__ = ["SshHost", "SshSettings"]
+__all__ = ["SshHost", "SshSettings", "Timing"]
 
 log = structlog.get_logger(__name__)
 
@@ -100,6 +103,22 @@ _WARM_READY_S = 15.0
 WARM_READY = b"@@AT ready"
 
 
+_DEFAULT_CONNECT_S = 10.0
+_DEFAULT_KEEPALIVE_S = 10.0
+_DEFAULT_KEEPALIVE_COUNT = 3
+#: ProxyJump hops whose own ProxyJump leads to further hops, at most (ssh itself would recurse without end)
+_MAX_JUMP_DEPTH = 8
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The connect deadline (s) and keepalives (interval s, unanswered count) a connection uses."""
+
+    connect_timeout_s: float
+    keepalive_interval_s: float
+    keepalive_count_max: int
+
+
 class SshSettings:
     """Connection settings for one SSH host.
 
@@ -114,10 +133,11 @@ class SshSettings:
     :param known_hosts_mode: ``strict`` (an unknown or changed key is refused) or ``accept-new`` (an unknown
         key is added to the known_hosts file; a changed key is still refused).
     :param connect_timeout_s: seconds allowed for TCP connect + SSH handshake + auth (float); a caller's own
-        deadline scope cuts it shorter.
+        deadline scope cuts it shorter. None (default): the config's ``ConnectTimeout``, else 10.
     :param keepalive_interval_s: seconds between keepalive requests while no call waits for the host (0
-        disables them; not recommended).
+        disables them; not recommended). None (default): the config's ``ServerAliveInterval``, else 10.
     :param keepalive_count_max: unanswered keepalives (at that interval) before the connection counts as dead.
+        None (default): the config's ``ServerAliveCountMax``, else 3.
     :param liveness_timeout_s: while a call waits for the host's answer, seconds of complete silence (not even
         a keepalive answered) after which the connection counts as dead: it is closed, the waiting calls fail
         with ``ConnectionLost`` and the next call reconnects (float; keepalives go every third of it while
@@ -143,9 +163,9 @@ class SshSettings:
         client_keys: Sequence[str] | None = None,
         known_hosts: str | None = None,
         known_hosts_mode: KnownHostsMode = "strict",
-        connect_timeout_s: float = 10.0,
-        keepalive_interval_s: float = 10.0,
-        keepalive_count_max: int = 3,
+        connect_timeout_s: float | None = None,
+        keepalive_interval_s: float | None = None,
+        keepalive_count_max: int | None = None,
         liveness_timeout_s: float = 3.0,
         max_channels: int = 8,
         warm_sessions: int = 1,
@@ -171,13 +191,32 @@ class SshSettings:
         self.max_channels = max_channels
         self.warm_sessions = warm_sessions
 
-    def connect_kwargs(self) -> dict[str, Any]:
-        """asyncssh keyword arguments set by these settings (the config files are applied by
-        :mod:`agent_tools.hosts.ssh_config`, not here)."""
+    def timing(self, config: Any = None) -> Timing:
+        """The connect deadline and keepalives in force: these settings where given, else the resolved
+        ``config``'s ``ConnectTimeout`` / ``ServerAliveInterval`` / ``ServerAliveCountMax`` (ssh_config(5);
+        ``ServerAliveInterval 0`` turns keepalives off, as for ssh), else 10 s, 10 s and 3.
+
+        :param config: the resolved config (:attr:`ResolvedHost.config`), or None (not resolved yet).
+        """
+        get = config.get if config is not None else (lambda _k, d=None: d)
+        timeout, interval, count = get("ConnectTimeout"), get("ServerAliveInterval"), get("ServerAliveCountMax")
+        return Timing(
+            connect_timeout_s=float(self.connect_timeout_s if self.connect_timeout_s is not None else
+                                    timeout if isinstance(timeout, int) and timeout > 0 else _DEFAULT_CONNECT_S),
+            keepalive_interval_s=float(self.keepalive_interval_s if self.keepalive_interval_s is not None else
+                                       interval if isinstance(interval, int) and interval >= 0 else
+                                       _DEFAULT_KEEPALIVE_S),
+            keepalive_count_max=int(self.keepalive_count_max if self.keepalive_count_max is not None else
+                                    count if isinstance(count, int) and count > 0 else _DEFAULT_KEEPALIVE_COUNT))
+
+    def connect_kwargs(self, timing: Timing | None = None) -> dict[str, Any]:
+        """asyncssh keyword arguments set by these settings and ``timing`` (default: :meth:`timing` without a
+        config); the config files are applied by :mod:`agent_tools.hosts.ssh_config`, not here."""
+        t = timing or self.timing()
         kw: dict[str, Any] = {
-            "keepalive_interval": self.keepalive_interval_s,
-            "keepalive_count_max": self.keepalive_count_max,
-            "connect_timeout": self.connect_timeout_s,
+            "keepalive_interval": t.keepalive_interval_s,
+            "keepalive_count_max": t.keepalive_count_max,
+            "connect_timeout": t.connect_timeout_s,
         }
         if self.port is not None:
             kw["port"] = self.port
@@ -431,6 +470,7 @@ class SshHost:
         self._warm: dict[str, list[tuple[str, _SshProcess, asyncssh.SSHClientConnection]]] = {}
         self._warming: dict[str, set[asyncio.Task[None]]] = {}
         self._wanted: dict[str, Callable[[], tuple[str, str]]] = {}  # keys asked for, with their factories
+        self._timing = self.settings.timing()  # what the last resolved config says (see SshSettings.timing)
 
     def __repr__(self) -> str:
         return f"SshHost(name={self.name!r})"
@@ -485,6 +525,11 @@ class SshHost:
         key = conn.get_server_host_key() if conn is not None and not conn.is_closed() else None
         return key.get_fingerprint("sha256") if key is not None else None
 
+    @property
+    def connect_timeout_s(self) -> float:
+        """Seconds a connect may take (settings, else the config's ``ConnectTimeout`` as last resolved, else 10)."""
+        return self._timing.connect_timeout_s
+
     async def identify(self) -> str | None:
         """Connect if needed and return :attr:`host_key_fingerprint`.
 
@@ -536,7 +581,7 @@ class SshHost:
         if busy:  # asyncssh: dead once count_max + 1 intervals pass without an answer to a keepalive
             conn.set_keepalive(s.liveness_timeout_s / 3, 2)
         else:
-            conn.set_keepalive(s.keepalive_interval_s, s.keepalive_count_max)
+            conn.set_keepalive(self._timing.keepalive_interval_s, self._timing.keepalive_count_max)
 
     # ------------------------------------------------------------------ connecting
     async def connection(self) -> asyncssh.SSHClientConnection:
@@ -555,20 +600,26 @@ class SshHost:
         if self._conn is not None:
             return self._conn
         s = self.settings
-        now = anyio.current_time()
         live = [t for t in self._attempts if not t.done()]
-        task = live[-1] if live else None
-        if task is None or (s.liveness_timeout_s > 0 and len(live) < _MAX_ATTEMPTS
+        if not live or (s.liveness_timeout_s > 0 and len(live) < _MAX_ATTEMPTS
+                        and anyio.current_time() - self._attempt_t0 > s.liveness_timeout_s):
+            resolved = await self._resolve(self._target(), user=s.username, port=s.port)  # its ConnectTimeout
+            self._timing = s.timing(resolved.config)
+            live = [t for t in self._attempts if not t.done()]
+            now = anyio.current_time()
+            if not live or (s.liveness_timeout_s > 0 and len(live) < _MAX_ATTEMPTS
                             and now - self._attempt_t0 > s.liveness_timeout_s):
-            info = _AttemptInfo(asyncio.get_running_loop().time())
-            task = asyncio.get_running_loop().create_task(self._attempt(info))
-            task.add_done_callback(_retrieve)
-            self._attempts.add(task)
-            self._attempt_info[task] = info
-            task.add_done_callback(self._attempts.discard)
-            task.add_done_callback(lambda t: self._attempt_info.pop(t, None))
-            self._attempt_t0 = now
-        wait_s = s.connect_timeout_s
+                info = _AttemptInfo(asyncio.get_running_loop().time())
+                task = asyncio.get_running_loop().create_task(self._attempt(resolved, info))
+                task.add_done_callback(_retrieve)
+                self._attempts.add(task)
+                self._attempt_info[task] = info
+                task.add_done_callback(self._attempts.discard)
+                task.add_done_callback(lambda t: self._attempt_info.pop(t, None))
+                self._attempt_t0 = now
+                live.append(task)
+        task = live[-1]
+        wait_s = self._timing.connect_timeout_s
         if self._unanswered and s.liveness_timeout_s > 0:
             wait_s = min(wait_s, s.liveness_timeout_s)
         with anyio.move_on_after(wait_s):
@@ -579,11 +630,14 @@ class SshHost:
                                              "not answer; a connect attempt goes on in the background)")
         return task.result()
 
-    async def _attempt(self, info: _AttemptInfo) -> asyncssh.SSHClientConnection:
+    def _target(self) -> str:
+        return self.settings.hostname or self.settings.alias
+
+    async def _attempt(self, resolved: ResolvedHost, info: _AttemptInfo) -> asyncssh.SSHClientConnection:
         """One connect attempt; pools its connection (or hands back one pooled meanwhile, closing its own).
         ``info`` records how far it came (:meth:`connect_progress`)."""
         try:
-            conn = await self._connect(info)
+            conn = await self._connect(resolved, info)
         except HostUnreachable:
             self._unanswered = True
             raise
@@ -604,29 +658,29 @@ class SshHost:
             self._unanswered = True
             log.warning("ssh.connection_unanswered", host=self.name, error=str(exc))
 
-    async def _connect(self, info: _AttemptInfo | None = None) -> asyncssh.SSHClientConnection:
+    async def _connect(self, resolved: ResolvedHost,
+                       info: _AttemptInfo | None = None) -> asyncssh.SSHClientConnection:
         """One connection as ssh(1) would make it: the config resolved by :mod:`.ssh_config` (``Match final``,
         missing key files skipped), its ``ProxyJump`` hops connected first (each resolved the same way)."""
         s = self.settings
-        target = s.hostname or s.alias
-        log.debug("ssh.connect", host=self.name, target=target)
-        resolved: ResolvedHost | None = None
+        target = self._target()
+        timing = s.timing(resolved.config)
+        log.debug("ssh.connect", host=self.name, target=target, connect_timeout_s=timing.connect_timeout_s)
         try:
-            with anyio.fail_after(s.connect_timeout_s):
-                resolved = await self._resolve(target, user=s.username, port=s.port)
+            with anyio.fail_after(timing.connect_timeout_s):
                 try:
-                    return await self._open(target, resolved, info)
+                    return await self._open(target, resolved, timing, info)
                 except asyncssh.HostKeyNotVerifiable:
                     if s.known_hosts_mode != "accept-new":
                         raise
                     if not await self._accept_new_key(resolved):
                         raise
-                    return await self._open(target, resolved, info)
+                    return await self._open(target, resolved, timing, info)
         except TimeoutError as exc:
             raise HostUnreachable(self.name, f"{self.name}: no SSH connection within "
-                                             f"{s.connect_timeout_s:g} s (connect deadline)") from exc
+                                             f"{timing.connect_timeout_s:g} s (connect deadline)") from exc
         except asyncssh.PermissionDenied as exc:
-            if resolved is not None and resolved.missing_files:
+            if resolved.missing_files:
                 raise AuthenticationFailed(self.name, f"{self.name}: authentication failed ({exc.reason}); the SSH "
                                                       "config names key files that do not exist (skipped, as ssh "
                                                       f"does): {', '.join(resolved.missing_files)}") from exc
@@ -648,20 +702,15 @@ class SshHost:
             log.info("ssh.identity_files_missing", host=self.name, target=target, skipped=resolved.missing_files)
         return resolved
 
-    async def _open(self, target: str, resolved: ResolvedHost,
+    async def _open(self, target: str, resolved: ResolvedHost, timing: Timing,
                     info: _AttemptInfo | None = None) -> asyncssh.SSHClientConnection:
         """Connect to ``target`` with ``resolved``, through its ProxyJump hops (opened here, first hop first; each
         hop closes with the connection tunnelled through it, as in asyncssh's own ProxyJump path)."""
         s = self.settings
-        tunnel: asyncssh.SSHClientConnection | None = None
+        tunnel = await self._hops(resolved.jumps, timing, depth=0)
         try:
-            for hop in resolved.jumps:
-                via = await self._resolve(hop.host, user=hop.user, port=hop.port)
-                conn = await asyncssh.connect(hop.host, **via.connect_kwargs(), tunnel=tunnel or (),
-                                              connect_timeout=s.connect_timeout_s)
-                conn.set_tunnel(tunnel)
-                tunnel = conn
-            kw = dict(s.connect_kwargs(), **resolved.connect_kwargs(), client_factory=lambda: _Client(self, info))
+            kw = dict(s.connect_kwargs(timing), **resolved.connect_kwargs(),
+                      client_factory=lambda: _Client(self, info))
             if s.client_keys is not None:  # explicit keys in the settings win over the config's
                 kw["client_keys"] = s.client_keys
             conn = await asyncssh.connect(target, **kw, tunnel=tunnel or ())
@@ -671,6 +720,39 @@ class SshHost:
             raise
         conn.set_tunnel(tunnel)
         return conn
+
+    async def _hops(self, jumps: Sequence[JumpHop], timing: Timing, *,
+                    depth: int) -> asyncssh.SSHClientConnection | None:
+        """Connect the ``ProxyJump`` hops ``jumps`` in order, each through the one before; return the last (None
+        when there are none).
+
+        ssh(1) reaches a target through ``ProxyJump a,b`` by running ``ssh -J a -W %h:%p b``, which reaches ``b``
+        by running ``ssh -W b:port a`` (ssh.c, the ``jump_host`` ProxyCommand): the first hop is reached as its own
+        config says, through *its* ``ProxyJump`` if it has one, while the ``-J`` given to the others overrides
+        theirs. The same is done here, to ``_MAX_JUMP_DEPTH`` levels (a config whose hops lead to each other is
+        a :class:`SshConfigError`, not an endless recursion).
+        """
+        if jumps and depth >= _MAX_JUMP_DEPTH:
+            raise SshConfigError(self.name, f"{self.name}: the SSH config's ProxyJump hops lead to more hops "
+                                            f"{_MAX_JUMP_DEPTH} levels deep (a loop?): {jumps[0].host}")
+        tunnel: asyncssh.SSHClientConnection | None = None
+        try:
+            for i, hop in enumerate(jumps):
+                via = await self._resolve(hop.host, user=hop.user, port=hop.port)
+                if i == 0 and via.jumps:
+                    tunnel = await self._hops(via.jumps, timing, depth=depth + 1)
+                hop_timing = self.settings.timing(via.config)
+                conn = await asyncssh.connect(hop.host, **via.connect_kwargs(), tunnel=tunnel or (),
+                                              connect_timeout=hop_timing.connect_timeout_s,
+                                              keepalive_interval=hop_timing.keepalive_interval_s,
+                                              keepalive_count_max=hop_timing.keepalive_count_max)
+                conn.set_tunnel(tunnel)
+                tunnel = conn
+        except BaseException:
+            if tunnel is not None:
+                tunnel.close()
+            raise
+        return tunnel
 
     async def _accept_new_key(self, resolved: ResolvedHost) -> bool:
         """accept-new: add the server's key when the known_hosts file has no entry for the host at all."""

@@ -14,6 +14,13 @@ first value wins); this module applies them the way ssh(1) does where asyncssh's
   made. Here missing files are left out (:attr:`ResolvedHost.missing_files`: logged, and named in an
   authentication failure). When every ``IdentityFile`` is missing, asyncssh's default key files are tried
   (ssh would try none of its defaults then; the agent is used either way).
+* **Match exec** (ssh_config(5): "The available criteria keywords are ... exec ... %-tokens are accepted"):
+  ssh expands the ``%`` tokens of the command (``%h`` the host so far, ``%n`` the alias, ``%p``, ``%r``,
+  ``%u``, ``%C``, ``%d``, ``%i``, ``%k``, ``%L``, ``%l``, ``%j``; readconf.c ``match_cfg_line``), runs it with
+  ``$SHELL -c`` (``/bin/sh`` when unset; stdin and stdout ``/dev/null``), and only when the criteria before
+  it on the line matched. asyncssh (to at least 2.24) runs the command with its tokens unexpanded, so
+  ``Match exec "test %h = db1"`` never matched; here it is run as ssh runs it. The command is the line's
+  argument as ssh's tokenizer reads it (quotes removed); tokens are substituted without quoting, as ssh does.
 * **ProxyJump hops** are resolved the same way (ssh runs ``ssh -W host:port hop`` with the same config files),
   so a hop's missing key or ``Match final`` block behaves as it does for ssh.
 
@@ -26,14 +33,18 @@ loaded when constructing the options argument will still apply"), so asyncssh ta
 from __future__ import annotations
 
 import getpass
+import hashlib
 import os
 import re
+import shlex
+import socket
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import asyncssh
-from asyncssh.config import SSHClientConfig
+from asyncssh.config import SSHClientConfig, SSHConfig
 
 __all__ = ["JumpHop", "ResolvedHost", "resolve"]
 
@@ -46,6 +57,97 @@ class _Configured(asyncssh.SSHClientConnectionOptions):
     def __init__(self, config: SSHClientConfig) -> None:  # no prepare(): nothing is loaded until connect builds on it
         self.config = config
         self.kwargs = {}
+
+
+_NO_ARG_CRITERIA = frozenset({"all", "canonical", "final"})
+
+
+class _SshConfig(SSHClientConfig):
+    """asyncssh's client config with ``Match exec`` run as ssh(1) runs it (see the module docstring)."""
+
+    def _exec_tokens(self) -> dict[str, str]:
+        o = self._options
+        orig = self._orig_host
+        host = str(o.get("Hostname", orig))
+        port = str(o.get("Port") or 22)
+        local_user = self._local_user
+        ruser = str(o.get("User") or local_user)
+        jump = o.get("ProxyJump")
+        jmphost = jump if isinstance(jump, str) and jump.lower() != "none" else ""
+        this = socket.gethostname()
+        alias = o.get("HostKeyAlias")
+        tokens = {"%": "%", "C": hashlib.sha1((this + host + port + ruser + jmphost).encode()).hexdigest(),
+                  "L": this.split(".", 1)[0], "d": os.path.expanduser("~"), "h": host,
+                  "k": alias if isinstance(alias, str) else host, "l": this, "n": orig, "p": port, "r": ruser,
+                  "u": local_user, "j": jmphost}
+        if hasattr(os, "getuid"):
+            tokens["i"] = str(os.getuid())
+        return tokens
+
+    def _exec(self, command: str) -> bool:
+        tokens = self._exec_tokens()
+
+        def sub(m: re.Match[str]) -> str:
+            if m.group(1) not in tokens:
+                self._error(f"Match exec: unknown token %{m.group(1)}")
+            return tokens[m.group(1)]
+
+        cmd = re.sub(r"%(.)", sub, command)
+        shell = os.environ.get("SHELL") or "/bin/sh"
+        res = subprocess.run([shell, "-c", cmd], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, check=False)
+        return res.returncode == 0
+
+    def _line_words(self) -> list[str] | None:
+        """The arguments of the ``Match`` line being parsed, read again from its file: asyncssh splits every
+        argument of a ``Match`` line at its first ``=`` (so ``exec "test %h = db1"`` became two words); ssh splits
+        only a ``Match=...`` keyword from its value."""
+        try:
+            with open(self._path) as f:
+                line = f.read().splitlines()[self._line_no - 1]
+            words = shlex.split(line.strip())
+        except (OSError, IndexError, ValueError):
+            return None
+        if not words:
+            return None
+        head, _, tail = words[0].partition("=")
+        if head.lower() != "match":
+            return None
+        rest = words[1:]
+        if tail:
+            rest.insert(0, tail)
+        elif rest and rest[0].startswith("="):
+            rest[0] = rest[0][1:]
+            if not rest[0]:
+                rest.pop(0)
+        return rest
+
+    def _match_as_ssh(self, option: str, args: list[str]) -> None:
+        """``Match`` with each ``exec`` criterion decided here: replaced by ``all`` / ``!all`` once the criteria
+        before it are known to match (ssh runs no command after a criterion that failed)."""
+        out: list[str] = []
+        rest = self._line_words() or list(args)
+        args.clear()
+        while rest:
+            word = rest.pop(0)
+            name = word.lower().lstrip("!")
+            if name in _NO_ARG_CRITERIA or not rest:
+                out.append(word)
+                continue
+            arg = rest.pop(0)
+            if name != "exec":
+                out += [word, arg]
+                continue
+            before = self._matching
+            if out:
+                SSHConfig._match(self, option, list(out))
+            prior = self._matching if out else True
+            self._matching = before
+            ok = prior and self._exec(arg)
+            out.append("all" if ok != word.startswith("!") else "!all")
+        SSHConfig._match(self, option, out)
+
+    _handlers = {**SSHClientConfig._handlers, "match": ("Match", _match_as_ssh)}  # noqa: RUF012 (as the base)
 
 
 @dataclass(frozen=True)
@@ -138,10 +240,10 @@ def resolve(alias: str, config_paths: Sequence[str | os.PathLike[str]], *, user:
     paths = [str(p) for p in config_paths]
     u: Any = user if user is not None else ()
     p: Any = port if port is not None else ()
-    first = cast(SSHClientConfig, SSHClientConfig.load(None, paths, False, False, False, local_user, u, alias, p))
+    first = cast(SSHClientConfig, _SshConfig.load(None, paths, False, False, False, local_user, u, alias, p))
     config = first
     if first.has_match_final():  # ssh: a second pass that keeps what the first one set
-        config = cast(SSHClientConfig, SSHClientConfig.load(first, paths, False, False, True, local_user, (), alias,
+        config = cast(SSHClientConfig, _SshConfig.load(first, paths, False, False, True, local_user, (), alias,
                                                             ()))
     missing: list[str] = []
     identity = _split(_files(config.get("IdentityFile")), missing)

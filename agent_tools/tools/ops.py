@@ -218,8 +218,7 @@ def _config_entries(tk: Toolkit) -> list[Any]:
 
 
 def _connect_deadline_s(tk: Toolkit, alias: str) -> float:
-    settings = getattr(tk.hosts.get(alias), "settings", None)
-    return float(getattr(settings, "connect_timeout_s", 10.0))
+    return float(getattr(tk.hosts.get(alias), "connect_timeout_s", 10.0))
 
 
 _STATUS_PROPS = UNIT_PROPS + ",LoadState,FragmentPath,DropInPaths,NeedDaemonReload,MainPID"

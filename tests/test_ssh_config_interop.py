@@ -1,0 +1,244 @@
+"""SSH configs no one here wrote, on the real OpenSSH sshd on loopback: agent_tools must do what ssh(1) does.
+
+Each test runs the real ``ssh`` (or ``ssh -G``) with the same config as ground truth: ProxyJump through a hop that
+has its own ProxyJump (and a list whose later hop's ProxyJump ssh ignores), ``Match exec`` with ``%`` tokens,
+``ConnectTimeout`` / ``ServerAliveInterval`` / ``ServerAliveCountMax`` taken from the config, and a ``-F`` file
+that was deleted.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent_tools.hosts import SshHost, SshSettings
+from agent_tools.hosts.base import run_on
+from agent_tools.jobs.manager import JobRunner
+
+from .sshd import RealSshd
+
+
+def _common(server: RealSshd) -> str:
+    return f"""\
+Host *
+    Port {server.port}
+    User {server.user}
+    IdentityFile {server.client_key_path}
+    IdentitiesOnly yes
+    IdentityAgent none
+    UserKnownHostsFile {server.known_hosts_path}
+    GlobalKnownHostsFile /dev/null
+    StrictHostKeyChecking yes
+    UpdateHostKeys no
+    BatchMode yes
+"""
+
+
+def _ssh(config: Path, alias: str, *remote: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ssh", "-F", str(config), alias, *remote], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL, env=env)
+
+
+def _ssh_G(config: Path, alias: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    out = subprocess.run(["ssh", "-G", "-F", str(config), alias], capture_output=True, text=True, check=True,
+                         env=env).stdout
+    return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+
+
+def _host(config: Path, alias: str) -> SshHost:
+    return SshHost(SshSettings(alias, config_paths=[str(config)], warm_sessions=0))
+
+
+def _logins(server: RealSshd, since: int) -> int:
+    """Publickey logins sshd logged since byte ``since`` of its log (one per connection: target and each hop)."""
+    return server.log_text()[since:].count("Accepted publickey for ")
+
+
+# ---------------------------------------------------------------------------------------------- ProxyJump
+
+
+@pytest.fixture
+def jump_cfg(real_sshd: RealSshd, tmp_path: Path) -> Path:
+    path = tmp_path / "ssh_config"
+    path.write_text(f"""\
+Host first
+    HostName 127.0.0.1
+Host mid
+    HostName 127.0.0.1
+    ProxyJump first
+# mid has a ProxyJump of its own: ssh reaches mid through first, then the target through mid
+Host nested
+    HostName 127.0.0.1
+    ProxyJump mid
+# a list: ssh runs `ssh -J first -W %h:%p mid`, so mid's own ProxyJump is overridden (not followed)
+Host listed
+    HostName 127.0.0.1
+    ProxyJump first,mid
+Host loop-a
+    HostName 127.0.0.1
+    ProxyJump loop-b
+Host loop-b
+    HostName 127.0.0.1
+    ProxyJump loop-a
+{_common(real_sshd)}""")
+    return path
+
+
+@pytest.mark.parametrize(("alias", "connections"), [("nested", 3), ("listed", 3), ("mid", 2)])
+async def test_proxyjump_hops_with_their_own_proxyjump_as_ssh(real_sshd: RealSshd, jump_cfg: Path, alias: str,
+                                                             connections: int) -> None:
+    mark = len(real_sshd.log_text())
+    truth = _ssh(jump_cfg, alias, "echo", "via-ssh")
+    assert truth.returncode == 0, truth.stderr
+    assert _logins(real_sshd, mark) == connections  # what ssh itself did: one login per hop and the target
+
+    mark = len(real_sshd.log_text())
+    host = _host(jump_cfg, alias)
+    try:
+        res = await run_on(host, "echo via-agent-tools")
+    finally:
+        await host.aclose()
+    assert res.stdout == b"via-agent-tools\n"
+    assert _logins(real_sshd, mark) == connections
+
+
+async def test_a_proxyjump_loop_is_a_config_error(jump_cfg: Path, runner: JobRunner) -> None:
+    out = await runner.run(_host(jump_cfg, "loop-a"), "true", budget_s=30)
+    assert out.outcome == "error", out
+    assert (out.kind, out.retryable) == ("ssh_config", False), out  # type: ignore[union-attr]
+    assert "ProxyJump" in out.message  # type: ignore[union-attr]
+
+
+# ---------------------------------------------------------------------------------------------- Match exec
+
+
+async def test_match_exec_expands_tokens_as_ssh(real_sshd: RealSshd, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    tokens = "%h %n %p %r %u %L %l %d %i %C %k"
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(f"""\
+Host exec-alias
+    HostName 127.0.0.1
+    User {real_sshd.user}
+Match exec "printf '%%s\\n' {tokens} >> $TOKENS_OUT"
+    Compression no
+# the port is set only when ssh's expansion of the tokens is true of this host
+Match host 127.0.0.1 exec "test %n = exec-alias && test %r = {real_sshd.user} && test '%h' = 127.0.0.1"
+    Port {real_sshd.port}
+{_common(real_sshd).replace(f"    Port {real_sshd.port}", "")}""")
+    by_ssh, by_us = tmp_path / "by-ssh", tmp_path / "by-agent-tools"
+    env = {**os.environ, "TOKENS_OUT": str(by_ssh)}
+    assert _ssh_G(cfg, "exec-alias", env)["port"] == str(real_sshd.port)
+    truth = _ssh(cfg, "exec-alias", "echo", "ok", env={**env, "TOKENS_OUT": os.devnull})
+    assert truth.returncode == 0, truth.stderr
+
+    monkeypatch.setenv("TOKENS_OUT", str(by_us))
+    host = _host(cfg, "exec-alias")
+    try:
+        assert (await run_on(host, "echo ok")).stdout == b"ok\n"
+    finally:
+        await host.aclose()
+    words = by_ssh.read_text().split()
+    assert words[:4] == ["127.0.0.1", "exec-alias", "22", real_sshd.user]  # the config means what it says
+    assert by_us.read_text().split()[:len(tokens.split())] == words[:len(tokens.split())]
+
+
+async def test_match_exec_runs_only_after_the_criteria_before_it_matched(real_sshd: RealSshd,
+                                                                       tmp_path: Path) -> None:
+    ran = tmp_path / "ran"
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(f"""\
+Host skip-alias
+    HostName 127.0.0.1
+Match host 10.9.9.9 exec "touch {ran}"
+    Port 1
+{_common(real_sshd)}""")
+    assert _ssh_G(cfg, "skip-alias")["port"] == str(real_sshd.port)
+    assert not ran.exists()  # ssh did not run it
+    host = _host(cfg, "skip-alias")
+    try:
+        assert (await run_on(host, "echo ok")).stdout == b"ok\n"
+    finally:
+        await host.aclose()
+    assert not ran.exists()
+
+
+# ---------------------------------------------------------------------------------------------- timeouts
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A loopback port that accepts TCP connections and never says anything (no SSH banner)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        sock.close()
+
+
+async def test_connect_timeout_from_the_config(real_sshd: RealSshd, tmp_path: Path, silent_port: int,
+                                               runner: JobRunner) -> None:
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(f"""\
+Host silent
+    HostName 127.0.0.1
+    Port {silent_port}
+    ConnectTimeout 1
+{_common(real_sshd)}""")
+    truth = _ssh(cfg, "silent", "true")
+    assert truth.returncode == 255 and "timed out" in truth.stderr, truth.stderr  # ssh gave up after 1 s
+    host = _host(cfg, "silent")
+    out = await runner.run(host, "true", budget_s=30)
+    assert out.outcome == "error" and out.kind == "unreachable", out  # type: ignore[union-attr]
+    assert "within 1 s" in out.message, out  # type: ignore[union-attr]
+    assert host.connect_timeout_s == 1.0
+
+
+async def test_server_alive_settings_from_the_config(real_sshd: RealSshd, tmp_path: Path) -> None:
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(f"""\
+Host alive
+    HostName 127.0.0.1
+    ServerAliveInterval 7
+    ServerAliveCountMax 5
+{_common(real_sshd)}""")
+    g = _ssh_G(cfg, "alive")
+    host = _host(cfg, "alive")
+    try:
+        assert (await run_on(host, "true")).exit_status == 0
+        conn = await host.connection()
+        assert (conn._keepalive_interval, conn._keepalive_count_max) == (  # type: ignore[attr-defined]
+            float(g["serveraliveinterval"]), int(g["serveralivecountmax"])) == (7.0, 5)
+    finally:
+        await host.aclose()
+    explicit = SshHost(SshSettings("alive", config_paths=[str(cfg)], warm_sessions=0, keepalive_interval_s=2))
+    try:
+        await run_on(explicit, "true")
+        conn = await explicit.connection()
+        assert (conn._keepalive_interval, conn._keepalive_count_max) == (2.0, 5)  # type: ignore[attr-defined]
+    finally:
+        await explicit.aclose()
+
+
+# ---------------------------------------------------------------------------------------------- -F files
+
+
+async def test_a_deleted_config_file_is_an_error_naming_it(real_sshd: RealSshd, tmp_path: Path,
+                                                           runner: JobRunner) -> None:
+    cfg = tmp_path / "gone_config"
+    cfg.write_text(real_sshd.config_path.read_text())
+    host = _host(cfg, real_sshd.alias)
+    cfg.unlink()
+    truth = _ssh(cfg, real_sshd.alias, "true")
+    assert truth.returncode == 255 and str(cfg) in truth.stderr
+    out = await runner.run(host, "true", budget_s=10)
+    assert out.outcome == "error", out
+    assert (out.kind, out.retryable) == ("ssh_config", False), out  # type: ignore[union-attr]
+    assert str(cfg) in out.message and "No such file" in out.message, out  # type: ignore[union-attr]
