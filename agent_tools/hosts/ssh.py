@@ -31,8 +31,9 @@ Facts this module respects (checked at the sources):
   ``ProxyJump``, ``Match``, ...) are parsed by asyncssh and applied as ssh(1) applies them
   (:mod:`agent_tools.hosts.ssh_config`: ``Match final``, ``Match exec`` % tokens, missing key files skipped,
   ProxyJump hops resolved alike, a hop's own ProxyJump followed as ssh's ``ssh -W`` does); host keys are
-  always checked against known_hosts; an unknown key is refused unless this host's
-  ``known_hosts_mode`` is ``accept-new``.
+  always checked against known_hosts (host certificates against ``@cert-authority`` lines, as ssh does); an
+  unknown key is refused unless this host's ``known_hosts_mode`` is ``accept-new``, and a refusal says whether
+  the key was unknown, changed or revoked, where it looked and what the host offered (:mod:`.host_keys`).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ from ..errors import (
     SshConfigError,
     UnknownHost,
 )
+from . import host_keys
 from .base import ConnectProgress, ExecResult, HostProcess
 from .ssh_config import JumpHop, ResolvedHost
 from .ssh_config import resolve as resolve_config
@@ -670,11 +672,8 @@ class SshHost:
             with anyio.fail_after(timing.connect_timeout_s):
                 try:
                     return await self._open(target, resolved, timing, info)
-                except asyncssh.HostKeyNotVerifiable:
-                    if s.known_hosts_mode != "accept-new":
-                        raise
-                    if not await self._accept_new_key(resolved):
-                        raise
+                except asyncssh.HostKeyNotVerifiable as exc:
+                    await self._refused_key(resolved, timing, exc)  # raises unless accept-new added the key
                     return await self._open(target, resolved, timing, info)
         except TimeoutError as exc:
             raise HostUnreachable(self.name, f"{self.name}: no SSH connection within "
@@ -754,25 +753,33 @@ class SshHost:
             raise
         return tunnel
 
-    async def _accept_new_key(self, resolved: ResolvedHost) -> bool:
-        """accept-new: add the server's key when the known_hosts file has no entry for the host at all."""
+    async def _refused_key(self, resolved: ResolvedHost, timing: Timing,
+                           exc: asyncssh.HostKeyNotVerifiable) -> bool:
+        """The host's key was not verified: for ``accept-new`` and a host no known_hosts entry names, add the key
+        it offers and return True (connect again); else raise a :class:`HostKeyError` that says whether the key
+        is unknown, changed or revoked, where it looked and what the host offered (:mod:`.host_keys`).
+
+        :raises HostKeyError: the key stays refused.
+        """
         s = self.settings
-        host = resolved.hostname
         port = int(s.port or resolved.port or 22)
-        path = await anyio.to_thread.run_sync(_expand, s.known_hosts or "~/.ssh/known_hosts")
-        text = await anyio.to_thread.run_sync(_read_or_empty, path)
-        if text:
-            trusted, *_ = asyncssh.import_known_hosts(text).match(host, "", port)
-            if trusted:
-                return False  # the host is known and its key changed: never accept silently
-        key = await asyncssh.get_server_host_key(host, port)
-        if key is None:
-            return False
-        pattern = host if port == 22 else f"[{host}]:{port}"
-        line = f"{pattern} {key.export_public_key().decode().strip()}\n"
-        await anyio.to_thread.run_sync(_append, path, line)
-        log.warning("ssh.host_key_accepted_new", host=self.name, known_hosts=str(path))
-        return True
+        files = host_keys.known_hosts_files(s.known_hosts, resolved.config, resolved.hostname, port)
+        state, holding = await anyio.to_thread.run_sync(host_keys.lookup, files)
+        offered: asyncssh.SSHKey | None = None
+        with contextlib.suppress(asyncssh.Error, OSError, HostError):
+            tunnel = await self._hops(resolved.jumps, timing, depth=0)
+            try:
+                offered = await asyncssh.get_server_host_key(resolved.hostname, port, tunnel=tunnel or ())
+            finally:
+                if tunnel is not None:
+                    tunnel.close()
+        if s.known_hosts_mode == "accept-new" and state == "unknown" and offered is not None:
+            path = await anyio.to_thread.run_sync(host_keys.remember, files, offered)
+            log.warning("ssh.host_key_accepted_new", host=self.name, known_hosts=path,
+                        fingerprint=offered.get_fingerprint("sha256"))
+            return True
+        raise HostKeyError(self.name, host_keys.describe_refusal(self.name, files, state, holding, offered,
+                                                                 str(exc.reason)))
 
     # ------------------------------------------------------------------ sessions
     async def start(self, command: str, *, env: Mapping[str, str] | None = None) -> HostProcess:
@@ -1141,20 +1148,6 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
 def _close_orphan(task: asyncio.Future[Any]) -> None:
     if not task.cancelled() and task.exception() is None:
         task.result()[1].close()
-
-
-def _expand(p: str) -> Path:
-    return Path(p).expanduser()
-
-
-def _read_or_empty(path: Path) -> str:
-    return path.read_text() if path.exists() else ""
-
-
-def _append(path: Path, line: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
-        fh.write(line)
 
 
 class _SshTcpStream(ByteStream):
