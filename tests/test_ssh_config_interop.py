@@ -242,3 +242,20 @@ async def test_a_deleted_config_file_is_an_error_naming_it(real_sshd: RealSshd, 
     assert out.outcome == "error", out
     assert (out.kind, out.retryable) == ("ssh_config", False), out  # type: ignore[union-attr]
     assert str(cfg) in out.message and "No such file" in out.message, out  # type: ignore[union-attr]
+
+
+# ---------------------------------------------------------------------------------------------- RequestTTY
+
+
+@pytest.mark.parametrize("mode", ["no", "yes", "force"])
+async def test_request_tty_as_ssh_without_a_terminal(real_sshd: RealSshd, tmp_path: Path, mode: str) -> None:
+    # ssh_config(5): yes asks for a TTY only when stdin is one (never here); force always does
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(f"Host tty-alias\n    HostName 127.0.0.1\n    RequestTTY {mode}\n{_common(real_sshd)}")
+    truth = _ssh(cfg, "tty-alias", "tty")
+    host = _host(cfg, "tty-alias")
+    try:
+        ours = (await run_on(host, "tty")).stdout.decode()
+    finally:
+        await host.aclose()
+    assert ours.startswith("/dev/pts/") == truth.stdout.startswith("/dev/pts/") == (mode == "force"), truth
