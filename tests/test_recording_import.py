@@ -138,7 +138,10 @@ def test_claude_code_1_0_failed_commands_are_failures_and_refusals_are_told_apar
     # 1.0.x: is_error with the raw output and no "Exit code N" line: the command ran and failed
     for cmd, text in (("ls src/components/legacy", "No such file or directory"), ("npx tsc --noEmit", "TS2322"),
                       ("npm run build", "npm ERR! code ELIFECYCLE")):
-        assert calls[cmd].ran and calls[cmd].exit_status == 1 and text in calls[cmd].output, calls[cmd]
+        assert calls[cmd].ran and text in calls[cmd].output, calls[cmd]
+        # finished non-zero; which status the transcript does not say, so none is made up
+        assert (calls[cmd].nonzero, calls[cmd].exit_status) == (True, None), calls[cmd]
+        assert calls[cmd].how_it_ended() == "exit non-zero (the transcript does not say which)"
     refused = calls["rm -rf node_modules package-lock.json"]
     assert not refused.ran and refused.skip_reason.startswith("refused by the user: \"The user doesn't want")
     denied = calls["git push --force origin main"]
@@ -293,7 +296,9 @@ def test_claude_code_1_0_failures_replay_as_finished_with_a_non_zero_status(tmp_
     for n in (1, 2, 5):  # ls of a missing directory, tsc errors, a failing npm run build
         assert (first_runs[n]["outcome"], first_runs[n]["exit_status"]) == ("finished", 1), first_runs[n]
     source = res.test_path.read_text()
-    assert source.count("== \"finished\" and steps[") == 5 and source.count("[\"exit_status\"] == 1") >= 3
+    assert source.count("== \"finished\" and steps[") == 5
+    assert source.count("[\"exit_status\"] != 0  # the transcript says only non-zero") == 3  # not == 1: unknown
+    assert "exit non-zero (the transcript does not say which)" in source
     assert 3 not in first_runs and 6 not in first_runs  # the refusals ran nothing, so nothing is replayed
     _run_generated(res.test_path, tmp_path / "run")
 

@@ -13,8 +13,10 @@ structure only — never by searching the command's output, which may quote any 
   (Claude Code's ``ShellError`` text: ``Exit code N``, then ``[Request interrupted by user for tool use]`` when
   the user stopped it, then stderr and stdout); the exit status is N;
 * **1.0.x** (``version`` below 2) reported a failure as ``is_error: true`` with the raw output and no ``Exit
-  code`` line (the sidecar reads ``"Error: <output>"``): such a call ran and failed and is imported with exit
-  status 1 (the transcript says only that it was non-zero). From 2.0 on, an ``is_error`` result without the
+  code`` line (the sidecar reads ``"Error: <output>"``): such a call ran and failed and is imported as
+  finished with a non-zero status whose number is unknown (``nonzero``, ``exit_status`` None): the transcript
+  says only that it was non-zero, and the output is the command's own text (a number it prints may be a child's
+  status, or quoted), so no number is read from it. From 2.0 on, an ``is_error`` result without the
   ``Exit code`` line never came from the command: the tool refused or rejected the call and nothing ran;
 * an ``is_error`` result is a **refusal** (nothing ran; :data:`REFUSAL_PATTERNS`, each anchored at the start of
   the content) when it starts with the user's "The user doesn't want to proceed with this tool use..." /
@@ -228,7 +230,7 @@ class _Session:
                 text = text[len(_INTERRUPT_LINE):].lstrip("\n") if text.startswith(_INTERRUPT_LINE) else text
             elif not self._not_run(call, text, sidecar, version):
                 # 1.0.x: a failed command, raw output, no "Exit code N" line: non-zero, not said which
-                exit_status = 1
+                call.nonzero = True
             if not call.ran:
                 return
             t = _timeout_line(text)

@@ -54,14 +54,14 @@ def make_plan(timeline: Timeline, *, budget_s: float = DEFAULT_BUDGET_S, host: s
         info = timeline.timed_out.get(c.index)
         if info is None:
             duration = timeline.duration_s[c.index]
-            step["was"] = f"exit {c.exit_status} after {duration:.1f} s"
+            step["was"] = f"{c.exit_text()} after {duration:.1f} s"
             plan.append(step)
             if duration > budget_s:  # detached by agent_tools: follow it to its end, where its exit status shows
                 until = start + duration + 120.0
                 plan.append({"tool": "job_status", "follow": c.index, "wait_s": 60.0,
                              "until_s": round(until if nxt is None else min(until, max(nxt, start + duration)), 3),
                              "was": f"it ran {duration:.0f} s, longer than the {budget_s:g} s budget: followed to its "
-                                    f"exit {c.exit_status}"})
+                                    f"{c.exit_text()}"})
             continue
         step["was"] = c.how_it_ended()
         plan.append(step)
@@ -178,7 +178,10 @@ def _test_source(name: str, runtime: str, source: str, plan: list[dict[str, Any]
         if step["tool"] == "run_command":
             call = by_index[int(step["call"])]
             checks.append(f"    # call {call.index}: `{_short(call.command, 60)}` — before: {_short(step['was'], 40)}")
-            if res["outcome"] == "finished":
+            if res["outcome"] == "finished" and call.nonzero and call.exit_status is None:
+                checks.append(f"    assert steps[{i}][\"outcome\"] == \"finished\" and steps[{i}][\"exit_status\"] != 0"
+                              "  # the transcript says only non-zero")
+            elif res["outcome"] == "finished":
                 checks.append(f"    assert steps[{i}][\"outcome\"] == \"finished\" and steps[{i}][\"exit_status\"] == "
                               f"{res['exit_status']!r}")
             else:

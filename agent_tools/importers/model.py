@@ -19,7 +19,11 @@ class ShellCall:
     :param command: the command line the agent gave.
     :param output: what the tool showed (stdout and stderr, usually merged), with the runtime's own markers
         (exit code line, timeout notice, "no output" placeholder) removed.
-    :param exit_status: the exit status, or None when unknown (killed by the tool's timeout, left running).
+    :param exit_status: the exit status, or None when unknown (killed by the tool's timeout, left running, or
+        :attr:`nonzero` without the number).
+    :param nonzero: the command ended with a non-zero exit status the transcript does not give (Claude Code
+        1.0.x reported a failure as an error result with the raw output and no number); :attr:`exit_status` is
+        then None.
     :param started_at: unix seconds when the call was made (the ``tool_use`` line / part start), or None.
     :param ended_at: unix seconds when the result came back, or None.
     :param timeout_s: the tool's timeout for this call in seconds, when the transcript says.
@@ -44,6 +48,7 @@ class ShellCall:
     command: str
     output: str = ""
     exit_status: int | None = None
+    nonzero: bool = False
     started_at: float | None = None
     ended_at: float | None = None
     timeout_s: float | None = None
@@ -82,6 +87,12 @@ class ShellCall:
             return "stopped by the user before it ended"
         if self.background:
             return "left running in the background by the old tool"
+        return self.exit_text()
+
+    def exit_text(self) -> str:
+        """``exit N``, or ``exit non-zero (the transcript does not say which)`` for :attr:`nonzero`."""
+        if self.exit_status is None and self.nonzero:
+            return "exit non-zero (the transcript does not say which)"
         return f"exit {self.exit_status}"
 
 

@@ -316,9 +316,8 @@ class TranscriptHost:
             output = call.final_output if call.final_output is not None else call.output
             job = _Job(job_id, self._pid, now, end, info.exit_status or 0, output.encode())
         else:
-            job = _Job(job_id, self._pid, now, now + self.timeline.duration_s[call.index],
-                       call.exit_status if call.exit_status is not None else 0, call.output.encode())
-            # (calls without an exit status are not imported: see ShellCall.skip_reason)
+            job = _Job(job_id, self._pid, now, now + self.timeline.duration_s[call.index], _replayed_status(call),
+                       call.output.encode())
         self.jobs[job_id] = job
         started = f"@@AT started {job_id} {job.pid}\n".encode()
         if mode == "bg":
@@ -377,3 +376,12 @@ class TranscriptHost:
                  "evidence": t.evidence, "probe_url": t.url, "superseded_calls": t.superseded,
                  **({"cancelled_at_s": round(t.cancel_at_s, 3)} if t.cancel_at_s is not None else {})}
                 for i, t in self.timeline.timed_out.items()]
+
+
+def _replayed_status(call: ShellCall) -> int:
+    """The exit status the replay reports for a call that finished: its own; for one the transcript says only
+    failed (:attr:`ShellCall.nonzero`) a stand-in 1, which the generated test does not assert (it asserts
+    non-zero). Calls without an exit status otherwise are not imported (:attr:`ShellCall.skip_reason`)."""
+    if call.exit_status is not None:
+        return call.exit_status
+    return 1 if call.nonzero else 0
