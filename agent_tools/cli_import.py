@@ -95,10 +95,11 @@ def opencode(
 @import_app.command("codex")
 def codex(
     rollout: Annotated[Path, typer.Argument(
-        help="a Codex rollout file (~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl)", exists=True, dir_okay=False,
+        help="a Codex rollout file (~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl) or the output of codex exec "
+             "--json", exists=True, dir_okay=False,
         readable=True)],
     out_dir: OutDirOpt = Path("."),
     name: NameOpt = None,
 ) -> None:
-    """Import the shell calls of a Codex CLI session (rollout JSONL)."""
+    """Import the shell calls of a Codex CLI session (rollout JSONL, or a codex exec --json event stream)."""
     _run(parse_codex(rollout), "codex", rollout, out_dir, name)

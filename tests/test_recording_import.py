@@ -114,6 +114,8 @@ OC_STORAGE_SESSION = "ses_7b2e1d4c0ffe3Kq9Ws1Hc2Jd"
 OC_DB_SESSION = "ses_3c9d8e7f6ffeAa1Bb2Cc3Dd4"
 CODEX_0_46 = SAMPLES / "codex_rollout_0_46_shell.jsonl"
 CODEX_UNIFIED = SAMPLES / "codex_rollout_unified_exec.jsonl"
+#: ``codex exec --json`` events, written from codex-rs exec/src/exec_events.rs (ThreadEvent, CommandExecutionItem)
+CODEX_EXEC_JSON = SAMPLES / "codex_exec_json_events.jsonl"
 
 
 @pytest.fixture
@@ -277,6 +279,7 @@ def test_codex_exec_command_end_supplies_what_the_output_lacks(tmp_path: Path) -
     ("opencode", OC_EXPORT, {6: "refused", 7: "no exit status", 10: "no result in the transcript"}),
     ("codex", CODEX_0_46, {5: "refused"}),
     ("codex", CODEX_UNIFIED, {5: "refused", 8: "no result in the transcript"}),
+    ("codex", CODEX_EXEC_JSON, {3: "refused", 5: "no exit status", 6: "no result in the transcript"}),
 ])
 def test_import_cli_says_why_each_call_was_not_imported_and_the_test_replays(
         runtime: str, path: Path, skipped: dict[int, str], tmp_path: Path) -> None:
@@ -471,3 +474,18 @@ def test_a_call_stopped_while_it_ran_replays_as_a_job_cancelled_then(
     cassette = Cassette.load(res.cassette_path)
     assert cassette.header["inferred"][0]["cancelled_at_s"] == stopped_at_s
     _run_generated(res.test_path, tmp_path / "run")
+
+
+def test_codex_exec_json_event_streams() -> None:
+    calls = parse_codex(CODEX_EXEC_JSON)
+    assert [c.command for c in calls] == ["systemctl is-active app.service", "curl -fsS http://127.0.0.1:8080/health",
+                                          "rm -rf /srv/app/cache", "timeout 5 make test", "ls", "journalctl -u app -f"]
+    active, health, rm, tmo, ls, follow = calls
+    assert (active.ran, active.exit_status, active.output) == (True, 3, "activating\n")
+    assert (health.exit_status, health.output) == (0, '{"ok":true}')
+    assert not rm.ran and (rm.skip_reason or "").startswith("refused: the command was declined")
+    # no timeout note and no duration in the stream: 124 is the command's own (timeout 5 ...), not made a timeout
+    assert (tmo.ran, tmo.timed_out, tmo.exit_status) == (True, False, 124)
+    assert not ls.ran and "exit_code null" in (ls.skip_reason or "")
+    assert not follow.ran and (follow.skip_reason or "").startswith("no result in the transcript")
+    assert all(c.started_at is None and c.duration_s is None for c in calls)  # the stream has no times

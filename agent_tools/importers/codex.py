@@ -23,6 +23,15 @@ Calls are ``response_item`` payloads:
   exit_code, duration {secs, nanos}}`` (with ``started_at_ms``/``completed_at_ms`` beside it): each such item is
   one shell call. A script that mentions a shell tool but ran no item is counted in :attr:`ShellCalls.seen`.
 
+**``codex exec --json``** prints an event stream instead (codex-rs ``exec/src/exec_events.rs``): lines
+``{type: "thread.started" | "turn.started" | "turn.completed" | "turn.failed" | "item.started" |
+"item.updated" | "item.completed" | "error", ...}``; a shell call is an ``item.started`` / ``item.completed``
+whose ``item`` is ``{id, type: "command_execution", command: str, aggregated_output, exit_code: int | null,
+status: "in_progress" | "completed" | "failed" | "declined"}``. The stream has no timestamps and no timeouts:
+a call's duration is unknown, a ``declined`` one never ran, one that only started has no result, and exit
+status 124 stays the command's status (the tool's timeout note is not in ``aggregated_output``). Such a file
+is read by :func:`parse_codex` too.
+
 An argv ``["bash", "-lc", CMD]`` (any ``sh``/``bash``/``zsh`` with ``-c``/``-lc``) is the command line CMD.
 
 Results, matched by ``call_id``:
@@ -262,7 +271,8 @@ class _Rollout:
         limit = call.timeout_s if call.timeout_s is not None else DEFAULT_TIMEOUT_S
         if duration is None:
             duration = call.duration_s
-        by_tool = code == TIMEOUT_EXIT and self.kinds.get(call.call_id) not in ("exec_command", "code_mode") and (
+        by_tool = code == TIMEOUT_EXIT and self.kinds.get(call.call_id) not in ("exec_command", "code_mode",
+                                                                                 "exec_json") and (
             duration is None or duration >= _TIMEOUT_SHARE * limit)
         if t or by_tool:
             call.timed_out, call.exit_status = True, None
@@ -306,6 +316,35 @@ class _Rollout:
         call.ended_at = end
         self._settle(call, out, code, duration)
 
+    def exec_json_item(self, event: str, item: dict[str, Any]) -> None:
+        """``codex exec --json``: an ``item.*`` event of a ``command_execution`` item (see the module docstring)."""
+        if item.get("type") != "command_execution":
+            return
+        item_id, raw = str(item.get("id") or ""), item.get("command")
+        if isinstance(raw, list):
+            command = unwrap_argv(raw)
+        else:
+            try:
+                command = unwrap_argv(shlex.split(str(raw or "")))
+            except ValueError:
+                command = str(raw or "")
+        call = self.calls.get(item_id) or self.new_call("exec_json", item_id, command, None, None)
+        status = str(item.get("status") or "")
+        if call is None or event != "item.completed" or status == "in_progress":
+            return
+        out = str(item.get("aggregated_output") or "")
+        call.ran, call.skip_reason = True, None
+        if status == "declined":
+            call.output = out
+            call.skip(f"refused: the command was declined ({(out.strip() or 'status declined')[:140]!r})")
+            return
+        code = _code(item.get("exit_code"))
+        if code is None:
+            call.output = out
+            call.skip(f"no exit status in the transcript (status {status or 'missing'}, exit_code null)")
+            return
+        self._settle(call, out, code, None)
+
     def item_completed(self, p: dict[str, Any], ts: float | None) -> None:
         """Code mode: a ``CommandExecution`` item is one command a script ran (see the module docstring)."""
         item = p.get("item") if isinstance(p.get("item"), dict) else None
@@ -345,8 +384,8 @@ class _Rollout:
 
 
 def parse_codex(path: str | os.PathLike[str]) -> ShellCalls:
-    """The shell calls of a Codex rollout file, in call order, including the ones not imported (``ran`` False,
-    with a ``skip_reason``).
+    """The shell calls of a Codex rollout file (or a ``codex exec --json`` event stream), in call order,
+    including the ones not imported (``ran`` False, with a ``skip_reason``).
 
     :raises OSError: the file cannot be read. Malformed lines, unknown line types and unknown tools are skipped;
         what was seen of them that might have held shell calls is counted in :attr:`ShellCalls.seen`.
@@ -366,6 +405,9 @@ def parse_codex(path: str | os.PathLike[str]) -> ShellCalls:
             continue
         ts = parse_iso(line.get("timestamp"))
         payload = line.get("payload")
+        if str(line.get("type") or "").startswith("item.") and isinstance(line.get("item"), dict):
+            rollout.exec_json_item(str(line["type"]), line["item"])  # codex exec --json
+            continue
         if not isinstance(payload, dict):
             if line.get("type") in _ITEM_TYPES:  # a rollout from before the {timestamp, type, payload} envelope:
                 rollout.response_item(line, ts)  # its items carry no time (durations come from their outputs)
