@@ -523,3 +523,21 @@ async def test_the_readme_client_arguments_work_without_any_environment(real_ssh
     assert (data["outcome"], data["exit_status"], data["stdout"]["text"]) == ("finished", 0, "hi\n"), data
     assert (home / "mcp-state" / "journal.sqlite3").exists()
     assert not (home / ".local" / "state" / "agent-tools" / "journal.sqlite3").exists()
+
+
+async def test_cli_no_structured_content_sends_the_text_alone(tmp_path: Path) -> None:
+    """``agent-tools mcp --no-structured-content`` (for a client that would pass both copies to the model), seen
+    by the official client over stdio: no outputSchema listed, results carry only the text JSON."""
+    cmd = agent_tools_cmd("--no-structured-content")
+    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=server_env(tmp_path), cwd=str(tmp_path))
+    with (tmp_path / "server-stderr.log").open("w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+            with anyio.fail_after(30):
+                await session.initialize()
+            tools = (await session.list_tools()).tools
+            assert tools and all(t.output_schema is None for t in tools)
+            result = await session.call_tool("run_command", {"host": "local", "command": "echo one-copy"})
+    assert result.structured_content is None and not result.is_error
+    assert len(result.content) == 1 and isinstance(result.content[0], types.TextContent)
+    data = json.loads(result.content[0].text)
+    assert data["outcome"] == "finished" and data["stdout"]["text"] == "one-copy\n"
