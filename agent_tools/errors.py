@@ -33,6 +33,8 @@ and chained with ``from exc``; nothing above ``hosts/`` catches asyncssh types.
 
 from __future__ import annotations
 
+from typing import Literal
+
 __all__ = [
     "AgentToolsError",
     "AuthenticationFailed",
@@ -41,6 +43,7 @@ __all__ = [
     "ConnectUnfinished",
     "ConnectionLost",
     "ConnectionRefused",
+    "ErrorKind",
     "ExecUnconfirmed",
     "HostBusy",
     "HostChanged",
@@ -59,6 +62,17 @@ __all__ = [
     "UnknownHost",
 ]
 
+#: every ``kind`` an ``error`` outcome can carry: the ``kind`` of each class below, and the kinds the job runner,
+#: toolkit and MCP server give outcomes of their own (``launch``: the job could not be started; ``start_unconfirmed``:
+#: the start request went unanswered; ``approval``: an approval answer was not accepted). Listed in the tools'
+#: schemas (tests/test_error_kinds.py checks that every kind produced in code is here).
+ErrorKind = Literal[
+    "internal", "bad_arguments", "host", "unknown_host", "ssh_config", "host_changed", "unreachable", "connecting",
+    "auth", "host_key", "connection_lost", "channel_open_failed", "busy", "target_unreachable", "connection_refused",
+    "timeout", "job", "job_not_found", "journal", "policy", "policy_file", "replay", "launch", "start_unconfirmed",
+    "approval",
+]
+
 
 class AgentToolsError(Exception):
     """Base of every error agent_tools raises on purpose.
@@ -69,7 +83,7 @@ class AgentToolsError(Exception):
     #: whether the same call may succeed if tried again later (network faults: yes; bad input: no)
     retryable: bool = False
     #: short machine-readable kind used in ``error`` outcomes
-    kind: str = "internal"
+    kind: ErrorKind = "internal"
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -79,7 +93,7 @@ class AgentToolsError(Exception):
 class BadArguments(AgentToolsError):
     """The arguments of a call are wrong; fix them and call again."""
 
-    kind = "bad_arguments"
+    kind: ErrorKind = "bad_arguments"
 
 
 class HostError(AgentToolsError):
@@ -88,7 +102,7 @@ class HostError(AgentToolsError):
     :param host: the host alias as the caller named it.
     """
 
-    kind = "host"
+    kind: ErrorKind = "host"
 
     def __init__(self, host: str, message: str) -> None:
         super().__init__(message)
@@ -98,7 +112,7 @@ class HostError(AgentToolsError):
 class UnknownHost(HostError):
     """No host is known under this alias."""
 
-    kind = "unknown_host"
+    kind: ErrorKind = "unknown_host"
 
 
 class SshConfigError(HostError):
@@ -106,7 +120,7 @@ class SshConfigError(HostError):
     certificate, a known_hosts file) cannot be read, or a line is malformed. Nothing was sent to the host; fix
     the file or the config (the message names it) — retrying the same call does not help."""
 
-    kind = "ssh_config"
+    kind: ErrorKind = "ssh_config"
 
 
 class HostChanged(HostError):
@@ -117,7 +131,7 @@ class HostChanged(HostError):
     :param job_id: the job asked about.
     """
 
-    kind = "host_changed"
+    kind: ErrorKind = "host_changed"
 
     def __init__(self, host: str, message: str, *, job_id: str) -> None:
         super().__init__(host, message)
@@ -127,7 +141,7 @@ class HostChanged(HostError):
 class HostUnreachable(HostError):
     """The host could not be reached within its connect deadline (refused, timed out, no route)."""
 
-    kind = "unreachable"
+    kind: ErrorKind = "unreachable"
     retryable = True
 
 
@@ -144,19 +158,19 @@ class ConnectUnfinished(HostUnreachable):
 class AuthenticationFailed(HostError):
     """The host refused every credential offered."""
 
-    kind = "auth"
+    kind: ErrorKind = "auth"
 
 
 class HostKeyError(HostError):
     """The host's key is unknown or does not match known_hosts (strict checking)."""
 
-    kind = "host_key"
+    kind: ErrorKind = "host_key"
 
 
 class ConnectionLost(HostError):
     """An open connection dropped. Any command in flight has an unknown exit status (never success)."""
 
-    kind = "connection_lost"
+    kind: ErrorKind = "connection_lost"
     retryable = True
 
 
@@ -169,7 +183,7 @@ class ExecUnconfirmed(ConnectionLost):
 class ChannelOpenFailed(HostError):
     """The host refused to open a new session channel (for example OpenSSH ``MaxSessions``)."""
 
-    kind = "channel_open_failed"
+    kind: ErrorKind = "channel_open_failed"
     retryable = True
 
 
@@ -177,7 +191,7 @@ class HostBusy(HostError):
     """Every session channel to the host was in use by other calls for the whole time the call had: nothing
     was sent for this call. Retry, give it more time, or run fewer commands at once."""
 
-    kind = "busy"
+    kind: ErrorKind = "busy"
     retryable = True
 
 
@@ -188,20 +202,20 @@ class TargetUnreachable(HostError):
     :param host: the host alias the service was reached from.
     """
 
-    kind = "target_unreachable"
+    kind: ErrorKind = "target_unreachable"
     retryable = True
 
 
 class ConnectionRefused(TargetUnreachable):
     """Nothing listens on the address and port (yet: SGLang keeps its port closed while it loads)."""
 
-    kind = "connection_refused"
+    kind: ErrorKind = "connection_refused"
 
 
 class TargetTimeout(TargetUnreachable):
     """The service accepted nothing or answered nothing within the request's time."""
 
-    kind = "timeout"
+    kind: ErrorKind = "timeout"
 
 
 class JobError(AgentToolsError):
@@ -210,7 +224,7 @@ class JobError(AgentToolsError):
     :param job_id: the job's id (``j_...``).
     """
 
-    kind = "job"
+    kind: ErrorKind = "job"
 
     def __init__(self, job_id: str, message: str) -> None:
         super().__init__(message)
@@ -220,19 +234,19 @@ class JobError(AgentToolsError):
 class JobNotFound(JobError):
     """No job with this id is in the journal (and none was found on the host)."""
 
-    kind = "job_not_found"
+    kind: ErrorKind = "job_not_found"
 
 
 class JournalError(AgentToolsError):
     """The local job journal cannot be opened, read or written (missing directory, corrupted file)."""
 
-    kind = "journal"
+    kind: ErrorKind = "journal"
 
 
 class PolicyError(AgentToolsError):
     """A policy problem (loading or deciding)."""
 
-    kind = "policy"
+    kind: ErrorKind = "policy"
 
 
 class PolicyFileError(PolicyError):
@@ -243,7 +257,7 @@ class PolicyFileError(PolicyError):
     :param key: the dotted key path inside the file (``rules.3.match``), or None.
     """
 
-    kind = "policy_file"
+    kind: ErrorKind = "policy_file"
 
     def __init__(self, path: str, line: int | None, key: str | None, message: str) -> None:
         where = path + (f":{line}" if line is not None else "") + (f" ({key})" if key else "")
@@ -256,4 +270,4 @@ class PolicyFileError(PolicyError):
 class ReplayError(AgentToolsError):
     """A replayed cassette did not match: an unmatched request or unused recorded interactions."""
 
-    kind = "replay"
+    kind: ErrorKind = "replay"

@@ -32,6 +32,7 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .errors import ErrorKind
 from .output import OutputView
 
 __all__ = [
@@ -198,14 +199,11 @@ class ErrorOutcome(ResultModel):
     outcome: Literal["error"] = "error"
     host: str | None = None
     command: str | None = None
-    kind: str = Field(description="unreachable | connecting (time ran out while connecting: retry with more) | "
-                                  "auth | host_key | unknown_host | ssh_config (the SSH config or a "
-                                  "file it names cannot be used: fix it) | host_changed (the alias now reaches another "
-                                  "machine than the job's: nothing is known of the job there) | bad_arguments | "
-                                  "connection_lost | channel_open_failed | busy | start_unconfirmed (the command "
-                                  "may be running: follow job_id with job_status, do not rerun) | launch | "
-                                  "connection_refused | timeout | target_unreachable | job_not_found | journal | "
-                                  "internal")
+    kind: ErrorKind = Field(description="connecting: time ran out while connecting (retry with more); ssh_config: "
+                                        "the SSH config or a file it names cannot be used (fix it); host_changed: "
+                                        "the alias now reaches another machine than the job's (nothing is known of "
+                                        "the job there); start_unconfirmed: the command may be running (follow "
+                                        "job_id with job_status, do not rerun)")
     message: str
     retryable: bool = Field(description="true: the same call may work later; false: change the arguments")
     job_id: str | None = Field(default=None, description="the job id the call reserved, when it got that far "
