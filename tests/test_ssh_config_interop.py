@@ -259,3 +259,41 @@ async def test_request_tty_as_ssh_without_a_terminal(real_sshd: RealSshd, tmp_pa
     finally:
         await host.aclose()
     assert ours.startswith("/dev/pts/") == truth.stdout.startswith("/dev/pts/") == (mode == "force"), truth
+
+
+# ---------------------------------------------------------------------------------------------- CanonicalizeHostname
+
+
+async def test_canonicalize_hostname_reparses_with_match_canonical_as_ssh(real_sshd: RealSshd,
+                                                                         tmp_path: Path) -> None:
+    # ssh_config(5): with CanonicalizeHostname the files are parsed a final time and Match canonical holds then,
+    # even when the name is left alone (here an address); the port is set only in that pass
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(f"""\
+CanonicalizeHostname yes
+CanonicalDomains example.invalid
+Host canon-alias
+    HostName 127.0.0.1
+Match canonical host 127.0.0.1
+    Port {real_sshd.port}
+{_common(real_sshd).replace(f"    Port {real_sshd.port}", "")}""")
+    assert _ssh_G(cfg, "canon-alias")["port"] == str(real_sshd.port)
+    assert _ssh(cfg, "canon-alias", "true").returncode == 0
+    host = _host(cfg, "canon-alias")
+    try:
+        assert (await run_on(host, "echo ok")).stdout == b"ok\n"
+    finally:
+        await host.aclose()
+
+
+async def test_canonicalize_without_fallback_is_an_unknown_host_as_ssh(real_sshd: RealSshd, tmp_path: Path,
+                                                                      runner: JobRunner) -> None:
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("CanonicalizeHostname yes\nCanonicalDomains example.invalid\nCanonicalizeFallbackLocal no\n"
+                   f"{_common(real_sshd)}")
+    truth = _ssh(cfg, "nosuchhost-canon", "true")
+    assert truth.returncode == 255 and "Could not resolve host" in truth.stderr, truth.stderr
+    out = await runner.run(_host(cfg, "nosuchhost-canon"), "true", budget_s=30)
+    assert out.outcome == "error", out
+    assert (out.kind, out.retryable) == ("unknown_host", False), out  # type: ignore[union-attr]
+    assert "example.invalid" in out.message  # type: ignore[union-attr]

@@ -69,7 +69,7 @@ from ..errors import (
 )
 from . import host_keys
 from .base import ConnectProgress, ExecResult, HostProcess
-from .ssh_config import JumpHop, ResolvedHost
+from .ssh_config import CanonicalizeError, JumpHop, ResolvedHost
 from .ssh_config import resolve as resolve_config
 
 __all__ = ["SshHost", "SshSettings", "Timing"]
@@ -693,6 +693,8 @@ class SshHost:
         try:
             resolved = await anyio.to_thread.run_sync(
                 functools.partial(resolve_config, target, s.config_paths, user=user, port=port))
+        except CanonicalizeError as exc:
+            raise UnknownHost(self.name, f"{self.name}: unknown host: {exc}") from exc
         except (OSError, ValueError) as exc:
             where = f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename else ""
             raise SshConfigError(self.name, f"{self.name}: the SSH config cannot be read{where}: "

@@ -21,6 +21,11 @@ first value wins); this module applies them the way ssh(1) does where asyncssh's
   it on the line matched. asyncssh (to at least 2.24) runs the command with its tokens unexpanded, so
   ``Match exec "test %h = db1"`` never matched; here it is run as ssh runs it. The command is the line's
   argument as ssh's tokenizer reads it (quotes removed); tokens are substituted without quoting, as ssh does.
+* **CanonicalizeHostname** (ssh_config(5)): ssh canonicalizes the host name under ``CanonicalDomains`` (for
+  ``yes`` only without ProxyCommand/ProxyJump; ``always`` also with them) and then *always* parses the files a
+  final time, with ``Match canonical`` and ``Match final`` true, even when the name was left alone (an address,
+  or the local resolver fallback). asyncssh re-parses only when a name changed, so ``Match canonical`` blocks
+  were lost; here the final pass is made as ssh makes it, and asyncssh's own canonicalization is turned off.
 * **ProxyJump hops** are resolved the same way (ssh runs ``ssh -W host:port hop`` with the same config files),
   so a hop's missing key or ``Match final`` block behaves as it does for ssh.
 
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import getpass
 import hashlib
+import ipaddress
 import os
 import re
 import shlex
@@ -45,8 +51,9 @@ from typing import Any, cast
 
 import asyncssh
 from asyncssh.config import SSHClientConfig, SSHConfig
+from asyncssh.pattern import WildcardPatternList
 
-__all__ = ["JumpHop", "ResolvedHost", "resolve"]
+__all__ = ["CanonicalizeError", "JumpHop", "ResolvedHost", "canonical_name", "resolve"]
 
 
 class _Configured(asyncssh.SSHClientConnectionOptions):
@@ -195,7 +202,8 @@ class ResolvedHost:
 
     def connect_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``asyncssh.connect(alias, ...)`` that make it use these options as resolved."""
-        kw: dict[str, Any] = {"options": _Configured(self.config), "config": None}
+        # canonicalize_hostname off: the name was canonicalized by resolve(), as ssh does, and asyncssh would redo it
+        kw: dict[str, Any] = {"options": _Configured(self.config), "config": None, "canonicalize_hostname": False}
         if self.identity_files is not None:
             kw["client_keys"] = list(self.identity_files)
             kw["ignore_encrypted"] = True  # as for keys named by a config file: ssh in BatchMode cannot ask either
@@ -224,6 +232,48 @@ def _split(files: list[str] | None, missing: list[str]) -> list[str] | None:
     return present
 
 
+class CanonicalizeError(ValueError):
+    """``CanonicalizeHostname`` with ``CanonicalizeFallbackLocal no``: the name resolves under none of the
+    ``CanonicalDomains`` (ssh: "Could not resolve host")."""
+
+
+def canonical_name(host: str, config: Any) -> str | None:
+    """The name ``host`` canonicalizes to under the config's ``CanonicalDomains`` (ssh_config(5),
+    CanonicalizeHostname): None when it is left alone (an address, more dots than ``CanonicalizeMaxDots``
+    (default 1), no domains, or none resolves and ``CanonicalizeFallbackLocal`` is yes, the default). A trailing
+    dot marks a name already canonical. A CNAME the resolver reports replaces the name only when a
+    ``CanonicalizePermittedCNAMEs`` rule allows it. Blocking (resolves names).
+
+    :raises CanonicalizeError: nothing resolved and ``CanonicalizeFallbackLocal`` is no.
+    """
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        return None
+    except ValueError:
+        pass
+    domains = config.get("CanonicalDomains") or []
+    max_dots = config.get("CanonicalizeMaxDots")
+    if not domains or host.endswith(".") or host.count(".") > (max_dots if isinstance(max_dots, int) else 1):
+        return None
+    rules = config.get("CanonicalizePermittedCNAMEs") or []
+    for domain in domains:
+        name = f"{host}.{domain}"
+        try:
+            info = socket.getaddrinfo(name, None, flags=socket.AI_CANONNAME)
+        except (socket.gaierror, UnicodeError):
+            continue
+        cname = info[0][3] if info else ""
+        if cname and cname != name:
+            for src, dst in rules:
+                if WildcardPatternList(src).matches(name) and WildcardPatternList(dst).matches(cname):
+                    return str(cname)
+        return name
+    if config.get("CanonicalizeFallbackLocal") is False:
+        raise CanonicalizeError(f"the host name {host!r} is in none of the CanonicalDomains ({', '.join(domains)}) "
+                                "and CanonicalizeFallbackLocal is no")
+    return None
+
+
 def resolve(alias: str, config_paths: Sequence[str | os.PathLike[str]], *, user: str | None = None,
             port: int | None = None) -> ResolvedHost:
     """Resolve ``alias`` through the OpenSSH client config files ``config_paths`` as ssh(1) does (see the module
@@ -232,6 +282,7 @@ def resolve(alias: str, config_paths: Sequence[str | os.PathLike[str]], *, user:
     :param user: a ``User`` that overrides the config's (``ssh -l``); :param port: likewise for ``Port``.
     :raises OSError: a config file (or one it ``Include``s by name) cannot be read.
     :raises ValueError: a config line is malformed (asyncssh's ``ConfigParseError``), or a ``ProxyJump`` hop is.
+    :raises CanonicalizeError: ``CanonicalizeFallbackLocal no`` and the name is in none of ``CanonicalDomains``.
     """
     try:
         local_user = getpass.getuser()
@@ -242,9 +293,16 @@ def resolve(alias: str, config_paths: Sequence[str | os.PathLike[str]], *, user:
     p: Any = port if port is not None else ()
     first = cast(SSHClientConfig, _SshConfig.load(None, paths, False, False, False, local_user, u, alias, p))
     config = first
-    if first.has_match_final():  # ssh: a second pass that keeps what the first one set
-        config = cast(SSHClientConfig, _SshConfig.load(first, paths, False, False, True, local_user, (), alias,
-                                                            ()))
+    canonicalize = first.get("CanonicalizeHostname")
+    if canonicalize:  # ssh: the name is canonicalized, then a final pass in which Match canonical holds
+        direct = not first.get("ProxyCommand") and first.get("ProxyJump") in (None, "none")
+        if canonicalize == "always" or direct:
+            name = canonical_name(str(first.get("Hostname", alias)), first)
+            if name is not None:
+                first._options["Hostname"] = name
+    if canonicalize or first.has_match_final():  # ssh: a second pass that keeps what the first one set
+        config = cast(SSHClientConfig, _SshConfig.load(first, paths, False, bool(canonicalize), True, local_user,
+                                                       (), alias, ()))
     missing: list[str] = []
     identity = _split(_files(config.get("IdentityFile")), missing)
     certs = _split(_files(config.get("CertificateFile")), missing)
