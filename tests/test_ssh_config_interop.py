@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -297,3 +298,14 @@ async def test_canonicalize_without_fallback_is_an_unknown_host_as_ssh(real_sshd
     assert out.outcome == "error", out
     assert (out.kind, out.retryable) == ("unknown_host", False), out  # type: ignore[union-attr]
     assert "example.invalid" in out.message  # type: ignore[union-attr]
+
+
+def test_the_cli_names_a_deleted_config_file(tmp_path: Path) -> None:
+    gone = tmp_path / "deleted_config"
+    env = {**os.environ, "AGENT_TOOLS_STATE_DIR": str(tmp_path / "state"), "COLUMNS": "400",
+           "PYTHONPATH": str(Path(__file__).parents[1])}
+    res = subprocess.run([sys.executable, "-m", "agent_tools.cli", "run", "-F", str(gone), "somehost", "--", "true"],
+                         capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
+    assert res.returncode == 1
+    said = " ".join((res.stdout + res.stderr).split())  # the console wraps long lines
+    assert str(gone) in said and "No such file or directory" in said, said
