@@ -253,13 +253,19 @@ async def test_request_tty_as_ssh_without_a_terminal(real_sshd: RealSshd, tmp_pa
     # ssh_config(5): yes asks for a TTY only when stdin is one (never here); force always does
     cfg = tmp_path / "ssh_config"
     cfg.write_text(f"Host tty-alias\n    HostName 127.0.0.1\n    RequestTTY {mode}\n{_common(real_sshd)}")
-    truth = _ssh(cfg, "tty-alias", "tty")
+    script = "tty; echo err >&2; printf 'a\\nb\\n'"
+    truth = _ssh(cfg, "tty-alias", script)
     host = _host(cfg, "tty-alias")
     try:
-        ours = (await run_on(host, "tty")).stdout.decode()
+        res = await run_on(host, script)
     finally:
         await host.aclose()
+    ours = res.stdout.decode()
     assert ours.startswith("/dev/pts/") == truth.stdout.startswith("/dev/pts/") == (mode == "force"), truth
+    # the same bytes as ssh: on a pty stderr joins stdout, and no \r is added to line ends
+    assert ours.split("\n", 1)[1] == truth.stdout.split("\n", 1)[1], (ours, truth.stdout)
+    own = ("Pseudo-terminal will not be allocated", "Connection to ")  # what ssh itself says
+    assert res.stderr.decode().splitlines() == [ln for ln in truth.stderr.splitlines() if not ln.startswith(own)]
 
 
 # ---------------------------------------------------------------------------------------------- CanonicalizeHostname

@@ -101,6 +101,12 @@ _LINGER_S = 2.0
 _CLOSE_WAIT_S = 10.0
 #: longest a warm session may take to say it is ready for input
 _WARM_READY_S = 15.0
+#: terminal modes sent with a pty request (only made when the config says ``RequestTTY force``): ssh(1) without a
+#: terminal on stdin sends the modes of an all-zero termios (ttymodes.c, ``get_saved_tio()`` never filled), so the
+#: remote pty neither echoes nor turns ``\n`` into ``\r\n``; the flags that change the bytes are sent off alike
+_SSH_NO_TTY_MODES = {mode: 0 for mode in (asyncssh.PTY_ECHO, asyncssh.PTY_ICANON, asyncssh.PTY_ISIG,
+                                          asyncssh.PTY_IEXTEN, asyncssh.PTY_OPOST, asyncssh.PTY_ONLCR,
+                                          asyncssh.PTY_ICRNL, asyncssh.PTY_IXON)}
 #: the line a warm session's command prints when it is ready for its request (see ``SshHost.take_warm``)
 WARM_READY = b"@@AT ready"
 
@@ -1109,7 +1115,7 @@ async def _open_process(conn: asyncssh.SSHClientConnection, command: str, env: d
     """
     env_: dict[bytes | str, bytes | str] = {k: v for k, v in env.items()}
     task = asyncio.ensure_future(conn.create_session(lambda: _GuardedProcess(guard), command, env=env_,
-                                                     encoding=None))
+                                                     encoding=None, term_modes=_SSH_NO_TTY_MODES))
     task.add_done_callback(_retrieve)  # a failure nobody awaits any more (cancelled caller, closing loop) is no error
     try:
         _, proc = await asyncio.shield(task)
