@@ -315,3 +315,23 @@ def test_the_cli_names_a_deleted_config_file(tmp_path: Path) -> None:
     assert res.returncode == 1
     said = " ".join((res.stdout + res.stderr).split())  # the console wraps long lines
     assert str(gone) in said and "No such file or directory" in said, said
+
+
+# ---------------------------------------------------------------------------------------------- UserKnownHostsFile
+
+
+async def test_user_known_hosts_file_tokens_and_variables_as_ssh(real_sshd: RealSshd, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    kh = tmp_path / f"known_hosts_kh-alias_{real_sshd.port}"
+    kh.write_text(real_sshd.known_hosts_path.read_text())
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host kh-alias\n    HostName 127.0.0.1\n    UserKnownHostsFile ${KH_DIR}/known_hosts_%n_%p\n"
+                   + _common(real_sshd))
+    monkeypatch.setenv("KH_DIR", str(tmp_path))
+    assert _ssh_G(cfg, "kh-alias")["userknownhostsfile"] == str(kh)
+    assert _ssh(cfg, "kh-alias", "true").returncode == 0
+    host = _host(cfg, "kh-alias")
+    try:
+        assert (await run_on(host, "echo ok")).stdout == b"ok\n"
+    finally:
+        await host.aclose()

@@ -26,6 +26,9 @@ first value wins); this module applies them the way ssh(1) does where asyncssh's
   final time, with ``Match canonical`` and ``Match final`` true, even when the name was left alone (an address,
   or the local resolver fallback). asyncssh re-parses only when a name changed, so ``Match canonical`` blocks
   were lost; here the final pass is made as ssh makes it, and asyncssh's own canonicalization is turned off.
+* **UserKnownHostsFile** takes ``%`` tokens and ``${VAR}`` (ssh_config(5) TOKENS, ENVIRONMENT VARIABLES);
+  asyncssh expands them only in key, agent and command options, so ``UserKnownHostsFile ~/.ssh/kh_%h`` named
+  a file that does not exist and every host key was refused. Here they are expanded as ssh expands them.
 * **ProxyJump hops** are resolved the same way (ssh runs ``ssh -W host:port hop`` with the same config files),
   so a hop's missing key or ``Match final`` block behaves as it does for ssh.
 
@@ -155,6 +158,14 @@ class _SshConfig(SSHClientConfig):
         SSHConfig._match(self, option, out)
 
     _handlers = {**SSHClientConfig._handlers, "match": ("Match", _match_as_ssh)}  # noqa: RUF012 (as the base)
+    # ssh_config(5) TOKENS: UserKnownHostsFile takes % tokens and ${VAR}s too (asyncssh expands neither there)
+    _percent_expand = SSHClientConfig._percent_expand | {"UserKnownHostsFile"}
+
+    def _set_tokens(self) -> None:
+        super()._set_tokens()
+        tokens = self._exec_tokens()  # and %k, %j, which asyncssh does not know
+        self._tokens.setdefault("k", tokens["k"])
+        self._tokens.setdefault("j", tokens["j"])
 
 
 @dataclass(frozen=True)
