@@ -43,7 +43,7 @@ def cert_sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealSshd]:
         server.cleanup()
 
 
-def _config(server: RealSshd, tmp_path: Path, known_hosts_text: str) -> Path:
+def _config(server: RealSshd, tmp_path: Path, known_hosts_text: str, strict: str = "yes") -> Path:
     kh = tmp_path / "known_hosts"
     kh.write_text(known_hosts_text)
     cfg = tmp_path / "ssh_config"
@@ -57,7 +57,7 @@ Host certhost
     IdentityAgent none
     UserKnownHostsFile {kh}
     GlobalKnownHostsFile /dev/null
-    StrictHostKeyChecking yes
+    StrictHostKeyChecking {strict}
     UpdateHostKeys no
     BatchMode yes
 """)
@@ -137,3 +137,25 @@ async def test_accept_new_writes_to_the_configs_known_hosts_file(cert_sshd: Real
     ours = (tmp_path / "known_hosts").read_text().split()
     assert ours[:2] == by_ssh.read_text().split()[:2] == [f"[127.0.0.1]:{cert_sshd.port}", "ssh-ed25519"]
     assert not (tmp_path / "home" / ".ssh" / "known_hosts").exists()
+
+
+async def test_strict_host_key_checking_accept_new_from_the_config(cert_sshd: RealSshd, tmp_path: Path) -> None:
+    cfg = _config(cert_sshd, tmp_path, "", strict="accept-new")
+    by_ssh = tmp_path / "by_ssh_known_hosts"
+    assert _ssh(cfg, "-o", f"UserKnownHostsFile={by_ssh}").returncode == 0  # ssh adds the key and connects
+    host = _host(cfg)
+    try:
+        assert (await run_on(host, "echo ok")).stdout == b"ok\n"
+    finally:
+        await host.aclose()
+    assert (tmp_path / "known_hosts").read_text().split()[:2] == by_ssh.read_text().split()[:2]
+
+
+async def test_strict_host_key_checking_no_never_accepts_a_changed_key(cert_sshd: RealSshd, tmp_path: Path,
+                                                                      runner: JobRunner) -> None:
+    # ssh with "no" connects to a host whose key changed (with a warning); agent_tools refuses it: only an
+    # unknown key is ever added
+    cfg = _config(cert_sshd, tmp_path, cert_sshd.badkey_known_hosts_path.read_text(), strict="no")
+    assert _ssh(cfg).returncode == 0
+    out = await runner.run(_host(cfg), "true", budget_s=10)
+    assert out.outcome == "error" and out.kind == "host_key" and "changed" in out.message, out  # type: ignore[union-attr]

@@ -111,8 +111,8 @@ def describe_refusal(alias: str, files: KnownHostsFiles, state: KeyState, holdin
         first = files.user[0] if files.user else "~/.ssh/known_hosts"
         return (f"{alias}: no host key is known for {files.pattern} in {where}, and host keys are checked "
                 f"strictly ({reason}); the host offered{fp}. Check that fingerprint with the host's owner, then "
-                f"add the key to {first} (ssh-keyscan -p {files.port} {files.name}), or set known_hosts: accept-new "
-                "for this host")
+                f"add the key to {first} (ssh-keyscan -p {files.port} {files.name}), or let it be added on first use "
+                "(StrictHostKeyChecking accept-new in the SSH config, or known_hosts: accept-new in a policy)")
     if state == "revoked":
         return f"{alias}: the host key of {files.pattern} is revoked in {', '.join(holding)} ({reason}): refused"
     return (f"{alias}: the host key of {files.pattern} changed: {', '.join(holding)} hold(s) another key or CA for "

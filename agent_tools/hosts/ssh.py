@@ -32,8 +32,9 @@ Facts this module respects (checked at the sources):
   (:mod:`agent_tools.hosts.ssh_config`: ``Match final``, ``Match exec`` % tokens, missing key files skipped,
   ProxyJump hops resolved alike, a hop's own ProxyJump followed as ssh's ``ssh -W`` does); host keys are
   always checked against known_hosts (host certificates against ``@cert-authority`` lines, as ssh does); an
-  unknown key is refused unless this host's ``known_hosts_mode`` is ``accept-new``, and a refusal says whether
-  the key was unknown, changed or revoked, where it looked and what the host offered (:mod:`.host_keys`).
+  unknown key is refused unless this host's ``known_hosts_mode`` (else the config's ``StrictHostKeyChecking``)
+  is ``accept-new``, and a refusal says whether the key was unknown, changed or revoked, where it looked and
+  what the host offered (:mod:`.host_keys`).
 """
 
 from __future__ import annotations
@@ -139,7 +140,10 @@ class SshSettings:
     :param client_keys: private key files to offer (default: config ``IdentityFile`` / asyncssh defaults).
     :param known_hosts: a known_hosts file path (default: config ``UserKnownHostsFile`` / ``~/.ssh/known_hosts``).
     :param known_hosts_mode: ``strict`` (an unknown or changed key is refused) or ``accept-new`` (an unknown
-        key is added to the known_hosts file; a changed key is still refused).
+        key is added to the known_hosts file; a changed key is still refused). None (default): the config's
+        ``StrictHostKeyChecking`` (ssh_config(5)): ``accept-new`` is accept-new, and so is ``no``/``off`` (an
+        unknown key is added as ssh adds it, but a changed key is refused, where ssh would connect anyway);
+        ``yes`` and ``ask`` (ssh cannot ask without a terminal) and no setting are strict.
     :param connect_timeout_s: seconds allowed for TCP connect + SSH handshake + auth (float); a caller's own
         deadline scope cuts it shorter. None (default): the config's ``ConnectTimeout``, else 10.
     :param keepalive_interval_s: seconds between keepalive requests while no call waits for the host (0
@@ -170,7 +174,7 @@ class SshSettings:
         username: str | None = None,
         client_keys: Sequence[str] | None = None,
         known_hosts: str | None = None,
-        known_hosts_mode: KnownHostsMode = "strict",
+        known_hosts_mode: KnownHostsMode | None = None,
         connect_timeout_s: float | None = None,
         keepalive_interval_s: float | None = None,
         keepalive_count_max: int | None = None,
@@ -191,7 +195,7 @@ class SshSettings:
         self.username = username
         self.client_keys = list(client_keys) if client_keys is not None else None
         self.known_hosts = known_hosts
-        self.known_hosts_mode: KnownHostsMode = known_hosts_mode
+        self.known_hosts_mode: KnownHostsMode | None = known_hosts_mode
         self.connect_timeout_s = connect_timeout_s
         self.keepalive_interval_s = keepalive_interval_s
         self.keepalive_count_max = keepalive_count_max
@@ -216,6 +220,14 @@ class SshSettings:
                                        _DEFAULT_KEEPALIVE_S),
             keepalive_count_max=int(self.keepalive_count_max if self.keepalive_count_max is not None else
                                     count if isinstance(count, int) and count > 0 else _DEFAULT_KEEPALIVE_COUNT))
+
+    def key_mode(self, config: Any = None) -> KnownHostsMode:
+        """The known_hosts mode in force: :attr:`known_hosts_mode` when given, else the resolved ``config``'s
+        ``StrictHostKeyChecking`` (see the ``known_hosts_mode`` parameter), else ``strict``."""
+        if self.known_hosts_mode is not None:
+            return self.known_hosts_mode
+        value = str(config.get("StrictHostKeyChecking") or "") if config is not None else ""
+        return "accept-new" if value.lower() in ("accept-new", "no", "off") else "strict"
 
     def connect_kwargs(self, timing: Timing | None = None) -> dict[str, Any]:
         """asyncssh keyword arguments set by these settings and ``timing`` (default: :meth:`timing` without a
@@ -781,7 +793,7 @@ class SshHost:
             finally:
                 if tunnel is not None:
                     tunnel.close()
-        if s.known_hosts_mode == "accept-new" and state == "unknown" and offered is not None:
+        if s.key_mode(resolved.config) == "accept-new" and state == "unknown" and offered is not None:
             path = await anyio.to_thread.run_sync(host_keys.remember, files, offered)
             log.warning("ssh.host_key_accepted_new", host=self.name, known_hosts=path,
                         fingerprint=offered.get_fingerprint("sha256"))

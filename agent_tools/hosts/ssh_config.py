@@ -157,7 +157,9 @@ class _SshConfig(SSHClientConfig):
             out.append("all" if ok != word.startswith("!") else "!all")
         SSHConfig._match(self, option, out)
 
-    _handlers = {**SSHClientConfig._handlers, "match": ("Match", _match_as_ssh)}  # noqa: RUF012 (as the base)
+    _handlers = {**SSHClientConfig._handlers, "match": ("Match", _match_as_ssh),  # noqa: RUF012 (as the base)
+                 # not read by asyncssh: SshSettings.key_mode applies it
+                 "stricthostkeychecking": ("StrictHostKeyChecking", SSHConfig._set_string)}
     # ssh_config(5) TOKENS: UserKnownHostsFile takes % tokens and ${VAR}s too (asyncssh expands neither there)
     _percent_expand = SSHClientConfig._percent_expand | {"UserKnownHostsFile"}
 
