@@ -178,11 +178,11 @@ def test_large_output_views_are_shortened_and_say_so() -> None:
     out = "".join(f"line {i}\n" for i in range(3000))
     result: dict[str, Any] = {"outcome": "finished", "exit_status": 1, "job_id": "j_x", "stdout": view(out),
                               "stderr": view("E\n" * 800)}
-    text = encode_result(result)
+    text = encode_result(result, max_tokens=10**6)  # the character bound alone (the token bound: test below)
     assert len(text) <= DEFAULT_MAX_RESULT_CHARS
     data = json.loads(text)
     assert data["outcome"] == "finished" and data["exit_status"] == 1
-    assert "job_output" in data["adapter_note"]
+    assert "job_output" in data["shortened"]
     stdout = data["stdout"]
     assert stdout["text"].startswith("line 0\n") and stdout["text"].endswith("line 2999\n")  # head and tail kept
     assert "chars shortened by the adapter" in stdout["text"]
@@ -205,7 +205,7 @@ def test_long_lists_are_cut_with_a_count() -> None:
     jobs = [{"job_id": f"j_{i:04d}", "host": "local", "command": f"echo {i}", "state": "exited"} for i in range(400)]
     data = json.loads(encode_result({"jobs": jobs, "note": ""}, max_chars=3000))
     assert 0 < len(data["jobs"]) < 400
-    assert f"showing the first {len(data['jobs'])} of 400" in data["adapter_note"]
+    assert f"showing the first {len(data['jobs'])} of 400" in data["shortened"]
 
 
 # -------------------------------------------------------------------------------------- result helpers

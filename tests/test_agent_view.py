@@ -399,9 +399,9 @@ async def test_programs_that_need_a_terminal_say_what_to_run_instead(state_dir: 
 async def test_a_large_output_says_at_which_offset_to_read_on(state_dir: Path) -> None:
     full = "".join(f"{i}\n" for i in range(1, 200001))
     tk = Toolkit()
-    async with tk, model_for(tk) as model:
-        # one large stream: the view's own marker (head + tail of 6 KiB fit the result)
-        _, out = await model.read("run_command", {"host": "local", "command": "seq 1 200000", "budget_s": 20})
+    async with tk, model_for(tk) as model, model_for(tk, max_result_tokens=10_000) as wide:
+        # one large stream: the view's own marker (head + tail of 6 KiB fit a result of 10,000 tokens)
+        _, out = await wide.read("run_command", {"host": "local", "command": "seq 1 200000", "budget_s": 20})
         m = re.search(r"\n… \[(\d+) bytes omitted; job_output\(offset=(\d+)\) reads on from there\] …\n",
                       out["stdout"]["text"])
         assert m, out["stdout"]["text"][:2000]
@@ -424,7 +424,7 @@ async def test_a_large_output_says_at_which_offset_to_read_on(state_dir: Path) -
             _, page = await model.read("job_output", {"job_id": out["job_id"], "stream": stream,
                                                       "offset": int(m.group(1)), "limit": 32})
             assert page["text"] == full[len(kept):len(kept) + 32]
-        assert "markers say where job_output reads on" in out["adapter_note"]
+        assert "markers say where job_output reads on" in out["shortened"]
 
 
 # ---------------------------------------------------------------------------------------------- 12

@@ -468,7 +468,7 @@ def test_output_schemas_are_not_vacuous() -> None:
     v = _validator(output_schema(Toolkit().result_type("run_command")))
     ok = Finished(host="h", command="c", exit_status=0, duration_s=0.1, stdout=OutputView(), stderr=OutputView(),
                   job_id="j_1").model_dump(mode="json")
-    assert v.is_valid(ok) and v.is_valid({**ok, "adapter_note": "shortened"})
+    assert v.is_valid(ok) and v.is_valid({**ok, "shortened": "shortened"})
     assert not v.is_valid({k: x for k, x in ok.items() if k != "job_id"})  # a required field missing
     assert not v.is_valid({**ok, "outcome": "exploded"})  # no such outcome
     err = ErrorOutcome(kind="unreachable", message="m", retryable=True).model_dump(mode="json")
@@ -483,7 +483,7 @@ async def test_bounded_results_still_conform_to_the_output_schema(state_dir: Pat
             with anyio.fail_after(30):  # the client validates structuredContent against the schema itself
                 result = await client.call_tool("run_command", {"host": "local", "command": f"seq {lines}"})
             text = result.content[0].text if isinstance(result.content[0], types.TextContent) else ""
-            assert len(text) <= 600 and "adapter_note" in text
+            assert len(text) <= 600 and "shortened" in text
             data = result.structured_content
             assert data is not None and _validator(schema).is_valid(data)
             assert data["outcome"] == "finished" and data["exit_status"] == 0

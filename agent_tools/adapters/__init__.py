@@ -23,11 +23,13 @@ from .anthropic_tools import handle_anthropic_tool_uses
 from .openai_tools import handle_openai_responses_calls, handle_openai_tool_calls
 from .schemas import (
     DEFAULT_MAX_RESULT_CHARS,
+    DEFAULT_MAX_RESULT_TOKENS,
     ToolFormat,
     anthropic_tools,
     bound_result,
     clean_schema,
     encode_result,
+    estimate_tokens,
     is_error_result,
     mcp_tools,
     openai_responses_tools,
@@ -41,12 +43,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_RESULT_CHARS",
+    "DEFAULT_MAX_RESULT_TOKENS",
     "ToolFormat",
     "anthropic_tools",
     "bound_result",
     "build_mcp_server",
     "clean_schema",
     "encode_result",
+    "estimate_tokens",
     "handle_anthropic_tool_uses",
     "handle_openai_responses_calls",
     "handle_openai_tool_calls",

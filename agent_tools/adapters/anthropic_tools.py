@@ -32,7 +32,7 @@ async def handle_anthropic_tool_uses(
     :param toolkit: the tools to call.
     :param content_blocks: a ``Message`` (or its dict; its ``content`` is read) or the list of content blocks
         (SDK objects or dicts). Blocks other than ``tool_use`` (text, thinking) are skipped.
-    :param max_chars: bound on each result's JSON text (characters).
+    :param max_chars: bound on each result's JSON text (characters; 600 estimated tokens bound it too).
     :returns: ``{"role": "user", "content": [{"type": "tool_result", "tool_use_id", "content", "is_error"},
         ...]}``; ``content`` is empty when there was no ``tool_use`` block (then there is nothing to send).
     """

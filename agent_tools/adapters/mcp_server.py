@@ -75,6 +75,7 @@ from ..tools.toolkit import Toolkit
 from .mcp_http import serve_http
 from .schemas import (
     DEFAULT_MAX_RESULT_CHARS,
+    DEFAULT_MAX_RESULT_TOKENS,
     encode_result,
     is_error_result,
     output_schema,
@@ -161,6 +162,8 @@ class McpToolServer:
     :param toolkit: the tools to serve (its registry is read at every ``tools/list``).
     :param progress_interval_s: seconds between progress notifications during a call (float > 0).
     :param max_result_chars: bound on each result's JSON text (characters).
+    :param max_result_tokens: bound on each result's JSON text (tokens, as
+        :func:`~agent_tools.adapters.schemas.estimate_tokens` counts them; default 600).
     :param structured_content: also send each result as ``structuredContent`` (the same JSON as the text); off
         for clients that would pass both to the model.
     :param approvals: where elicitation answers are recorded; None: ``toolkit.approvals`` if it exists.
@@ -169,12 +172,14 @@ class McpToolServer:
 
     def __init__(self, toolkit: Toolkit, *, progress_interval_s: float = 1.0,
                  max_result_chars: int = DEFAULT_MAX_RESULT_CHARS, approvals: ApprovalSink | None = None,
-                 elicitation_timeout_s: float = 600.0, structured_content: bool = True) -> None:
+                 elicitation_timeout_s: float = 600.0, structured_content: bool = True,
+                 max_result_tokens: int = DEFAULT_MAX_RESULT_TOKENS) -> None:
         if not progress_interval_s > 0:
             raise ValueError("progress_interval_s must be > 0 seconds")
         self.toolkit = toolkit
         self.progress_interval_s = progress_interval_s
         self.max_result_chars = max_result_chars
+        self.max_result_tokens = max_result_tokens
         self.structured_content = structured_content
         self.approvals = approvals
         self.elicitation_timeout_s = elicitation_timeout_s
@@ -262,7 +267,7 @@ class McpToolServer:
         return result
 
     def _result(self, name: str, result: dict[str, Any]) -> types.CallToolResult:
-        text = encode_result(result, max_chars=self.max_result_chars)
+        text = encode_result(result, max_chars=self.max_result_chars, max_tokens=self.max_result_tokens)
         structured = json.loads(text)
         if structured != result and not self._conforms(name, structured):
             log.warning("mcp.bounded_result_outside_output_schema", tool=name, chars=len(text),
@@ -380,6 +385,7 @@ def build_mcp_server(
     approvals: ApprovalSink | None = None,
     elicitation_timeout_s: float = 600.0,
     structured_content: bool = True,
+    max_result_tokens: int = DEFAULT_MAX_RESULT_TOKENS,
 ) -> Server[Any]:
     """An MCP server (SDK low-level :class:`mcp.server.Server`) serving every tool of ``toolkit``.
 
@@ -388,7 +394,7 @@ def build_mcp_server(
     """
     handlers = McpToolServer(toolkit, progress_interval_s=progress_interval_s, max_result_chars=max_result_chars,
                              approvals=approvals, elicitation_timeout_s=elicitation_timeout_s,
-                             structured_content=structured_content)
+                             structured_content=structured_content, max_result_tokens=max_result_tokens)
     return Server(name, version=__version__, instructions=INSTRUCTIONS,
                   get_tool_input_schema=handlers.input_schema,
                   on_list_tools=handlers.list_tools, on_call_tool=handlers.call_tool)

