@@ -8,6 +8,10 @@ and chained with ``from exc``; nothing above ``hosts/`` catches asyncssh types.
 
     AgentToolsError                 base; ``retryable`` says whether the same call may succeed later
     ├── BadArguments                the caller's arguments are wrong: fix them and call again
+    ├── NotFound                    the file, directory, unit or backup named does not exist on the host
+    ├── PermissionDenied            the host refused the access (EACCES/EPERM): another path or more rights
+    ├── Unsupported                 the host lacks what the tool needs (no systemd, no nvidia-smi) or the tool
+    │                               does not do it (https)
     ├── HostError                   something about reaching or using a host (field ``host``)
     │   ├── UnknownHost             no such alias (not ``local``, not in the SSH config or policy)
     │   ├── SshConfigError          the SSH client config (or a file it names) cannot be used: fix it
@@ -53,6 +57,8 @@ __all__ = [
     "JobError",
     "JobNotFound",
     "JournalError",
+    "NotFound",
+    "PermissionDenied",
     "PolicyError",
     "PolicyFileError",
     "ReplayError",
@@ -60,6 +66,7 @@ __all__ = [
     "TargetTimeout",
     "TargetUnreachable",
     "UnknownHost",
+    "Unsupported",
 ]
 
 #: every ``kind`` an ``error`` outcome can carry: the ``kind`` of each class below, and the kinds the job runner,
@@ -70,7 +77,7 @@ ErrorKind = Literal[
     "internal", "bad_arguments", "host", "unknown_host", "ssh_config", "host_changed", "unreachable", "connecting",
     "auth", "host_key", "connection_lost", "channel_open_failed", "busy", "target_unreachable", "connection_refused",
     "timeout", "job", "job_not_found", "journal", "policy", "policy_file", "replay", "launch", "start_unconfirmed",
-    "approval",
+    "approval", "not_found", "permission_denied", "unsupported",
 ]
 
 
@@ -94,6 +101,27 @@ class BadArguments(AgentToolsError):
     """The arguments of a call are wrong; fix them and call again."""
 
     kind: ErrorKind = "bad_arguments"
+
+
+class NotFound(AgentToolsError):
+    """What the call names does not exist on the host (ENOENT: a file or its directory; a systemd unit with
+    ``LoadState=not-found``; a backup id). Not retryable: check the name (read_file, service_status, list)."""
+
+    kind = "not_found"
+
+
+class PermissionDenied(AgentToolsError):
+    """The host refused the access (EACCES/EPERM, "Permission denied"): the login user may not read or write
+    it. Not retryable as it is: another path, or an operator with the rights."""
+
+    kind = "permission_denied"
+
+
+class Unsupported(AgentToolsError):
+    """The host lacks what the tool needs (no systemd as init, no ``nvidia-smi``), or the tool does not do
+    what was asked (an ``https://`` URL). Not retryable: the same call fails the same way on that host."""
+
+    kind = "unsupported"
 
 
 class HostError(AgentToolsError):

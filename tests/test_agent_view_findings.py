@@ -8,16 +8,21 @@ Token counts are tiktoken's ``cl100k_base`` (offline), the count the agent_view 
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agent_tools.hosts.registry import HostRegistry
+from agent_tools.jobs.journal import Journal
 from agent_tools.tools.toolkit import Toolkit
 
+from .sshd import RealSshd
 from .test_agent_view import Model, model_for, node_model
 
 UNIT = "sglang.service"
+SYSTEMD_INIT = Path("/run/systemd/system").is_dir()  # sd_booted(3): this machine's init is systemd
 
 
 @pytest.fixture(scope="module")
@@ -87,3 +92,52 @@ async def test_list_jobs_and_service_status_fit_600_tokens(tmp_path: Path, token
         status = await read_fitted(model, tokens, "service_status", {"host": node.alias, "unit": UNIT,
                                                                       "journal_lines": 200})
         assert status["unit"] == UNIT and status["state"]
+
+
+# ---------------------------------------------------------------------------------------------- 2: error kinds
+def _kind(data: dict[str, Any]) -> tuple[str, str, bool]:
+    return data.get("outcome", ""), data.get("kind", ""), data.get("retryable", True)
+
+
+async def test_missing_denied_and_unsupported_have_their_own_kinds(real_sshd: RealSshd, tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    config.write_text(f"Include {real_sshd.config_path}\n\nHost gpu-node-1\n  HostName 127.0.0.1\n")
+    tk = Toolkit(HostRegistry(ssh_config=[str(config)]), journal=Journal(tmp_path / "j.sqlite3"))
+    ssh = real_sshd.alias  # an unprivileged login user
+    not_found = ("error", "not_found", False)
+    denied = ("error", "permission_denied", False)
+    unsupported = ("error", "unsupported", False)
+    async with tk, model_for(tk) as model:
+        for name, args, want in (
+            ("read_file", {"host": "local", "path": str(tmp_path / "nope.conf")}, not_found),
+            ("read_file", {"host": ssh, "path": "/no/such/dir/x"}, not_found),
+            ("edit_file", {"host": ssh, "path": "/no/such/file", "old": "a", "new": "b"}, not_found),
+            ("write_file", {"host": "local", "path": str(tmp_path / "no" / "dir" / "x"), "content": "a"}, not_found),
+            ("restore_file", {"host": ssh, "path": "/tmp/x", "backup_id": "b_0123456789abcdef"}, not_found),
+            ("read_file", {"host": ssh, "path": "/etc/shadow"}, denied),
+            ("write_file", {"host": ssh, "path": "/etc/agent-tools-denied.conf", "content": "a"}, denied),
+            ("edit_file", {"host": ssh, "path": "/etc/shadow", "old": "root", "new": "toor"}, denied),
+            ("http_get", {"host": ssh, "url": "https://127.0.0.1:1/"}, unsupported),
+        ):
+            text, data = await model.read(name, args)
+            assert _kind(data) == want, (name, args, text)
+            assert "job_id" not in data, text
+        assert not (Path("/etc") / "agent-tools-denied.conf").exists()
+        if shutil.which("nvidia-smi") is None:
+            text, data = await model.read("gpu_memory", {"host": "local"})
+            assert _kind(data) == unsupported and "nvidia-smi" in data["message"], text
+        if not SYSTEMD_INIT:
+            for name in ("service_status", "restart_service"):
+                text, data = await model.read(name, {"host": "local", "unit": "sshd"})
+                assert _kind(data) == unsupported and "systemd" in data["message"], text
+
+        # an unknown alias is not retryable and has no job to follow
+        text, data = await model.read("run_command", {"host": "gpu-node1", "command": "uptime"})
+        assert _kind(data) == ("error", "unknown_host", False) and "job_id" not in data, text
+
+
+async def test_restarting_a_unit_that_does_not_exist_is_not_found(tmp_path: Path) -> None:
+    async with node_model(tmp_path, load_s=1) as (node, model):
+        text, data = await model.read("restart_service", {"host": node.alias, "unit": "sglangg"})
+        assert _kind(data) == ("error", "not_found", False) and "sglangg.service" in data["message"], text
+        assert "job_id" not in data

@@ -14,10 +14,12 @@ import subprocess
 from collections.abc import Mapping
 
 import anyio
+import structlog
 from anyio.abc import ByteStream, Process
 
-from ..errors import ConnectionLost
 from .base import ExecResult, HostProcess
+
+log = structlog.get_logger(__name__)
 
 __all__ = ["LocalHost"]
 
@@ -50,7 +52,9 @@ class _LocalProcess(HostProcess):
         try:
             await self._proc.stdin.send(data)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, BrokenPipeError) as exc:
-            raise ConnectionLost("local", f"stdin closed: {exc}") from exc
+            # the command closed its stdin or ended without reading it all (a script that failed first): not a
+            # lost connection; its exit status says what happened (as over SSH, where the data is dropped)
+            log.debug("local.stdin_not_read", error=repr(exc))
 
     async def close_stdin(self) -> None:
         if self._proc.stdin is not None:

@@ -30,6 +30,7 @@ from ..errors import (
     HostError,
     HostUnreachable,
     JobNotFound,
+    UnknownHost,
 )
 from ..hosts.base import ConnectProgress, Host, HostProcess
 from ..outcomes import (
@@ -498,8 +499,10 @@ class JobRunner:
         self.journal.update(rec.job_id, state="not_started", finished_at=now(),
                             meta={**rec.meta, "error": exc.message})
         log.info("job.not_started", host=rec.host, job_id=rec.job_id, kind=exc.kind)
+        # an alias no one knows has no job to follow: the id would only send the agent to job_status for nothing
+        job_id = None if isinstance(exc, UnknownHost) else rec.job_id
         return ErrorOutcome(host=rec.host, command=rec.command, kind=exc.kind, message=redact(exc.message),
-                            retryable=exc.retryable, job_id=rec.job_id)
+                            retryable=exc.retryable, job_id=job_id)
 
     def _unconfirmed(self, rec: JobRecord, message: str) -> ErrorOutcome:
         """The launch request went out and the host never answered: the job may be running. Journalled

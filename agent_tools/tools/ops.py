@@ -22,7 +22,16 @@ import anyio
 import h11
 from pydantic import Field
 
-from ..errors import AgentToolsError, BadArguments, ConnectionRefused, TargetTimeout, TargetUnreachable
+from ..errors import (
+    AgentToolsError,
+    BadArguments,
+    ConnectionRefused,
+    NotFound,
+    PermissionDenied,
+    TargetTimeout,
+    TargetUnreachable,
+    Unsupported,
+)
 from ..hosts.base import Host, run_on
 from ..outcomes import Denied, Detached, Finished, NeedsApproval, ProbeReport, ResultModel
 from ..probes.checks import UNIT_PROPS, advance, check_probes
@@ -155,6 +164,39 @@ class HttpResponse(ResultModel):
     missing: list[str] = Field(default_factory=list, description="fields asked for that the body does not have")
 
 
+_ENOENT = ("No such file or directory", "No such file", "Not a directory", "Directory nonexistent")
+_EACCES = ("Permission denied", "Operation not permitted")
+
+
+def file_error(host: str, path: str, doing: str, stderr: bytes | str) -> AgentToolsError:
+    """The error of a failed file operation, by what the host's tools printed (strerror(3) texts of coreutils and
+    the shell): ENOENT/ENOTDIR → :class:`NotFound`, EACCES/EPERM → :class:`PermissionDenied`, anything else →
+    :class:`BadArguments` with the host's words.
+
+    :param doing: the verb for the message ("read", "write", "restore").
+    """
+    text = (stderr.decode("utf-8", "replace") if isinstance(stderr, bytes) else stderr).strip()
+    message = f"cannot {doing} {path} on {host}: {text[-300:] or 'failed'}"
+    if any(m in text for m in _EACCES):
+        return PermissionDenied(message + " (the login user lacks the rights: another path, or an operator)")
+    if any(m in text for m in _ENOENT):
+        return NotFound(message)
+    return BadArguments(message)
+
+
+def _no_systemd(host: str, stdout: bytes, stderr: bytes) -> Unsupported | None:
+    """:class:`Unsupported` when ``systemctl`` could not talk to systemd on the host (not installed, or not the
+    init system: systemctl(1) prints "System has not been booted with systemd"), else None."""
+    text = stderr.decode("utf-8", "replace")
+    if "ActiveState=" in stdout.decode("utf-8", "replace") or not text.strip():
+        return None
+    if "not been booted with systemd" in text or "systemctl: not found" in text or "Failed to connect to bus" \
+            in text or "command not found" in text:
+        return Unsupported(f"{host} has no usable systemd (systemctl: {text.strip().splitlines()[0][:200]}): "
+                           "units cannot be managed there; use run_command for the process")
+    return None
+
+
 def check_unit(unit: str) -> str:
     """Normalise a unit name (``sglang`` → ``sglang.service``). :raises BadArguments: illegal characters."""
     if not unit or not set(unit) <= _UNIT_CHARS or unit.startswith("-"):
@@ -242,6 +284,9 @@ async def service_status(tk: Toolkit, host: str, unit: str, journal_lines: int =
         script += (f"; echo @@AT journal; journalctl -u {q} -o cat --no-pager -n {20000 if grep else journal_lines}"
                    f"{filt} | tail -n {journal_lines}")
     res = await run_on(h, script)
+    missing = _no_systemd(host, res.stdout, res.stderr)
+    if missing is not None:
+        raise missing
     text = res.stdout.decode("utf-8", "replace")
     show, _, journal = text.partition("@@AT journal\n")
     props = parse_systemctl_show(show)
@@ -298,9 +343,10 @@ async def restart_service(tk: Toolkit, host: str, unit: str, daemon_reload: bool
     own = next((p for p in extra if p.get("kind") == "systemd_unit" and check_unit(str(p["unit"])) == unit), {})
     extra = [p for p in extra if p is not own]
     h = tk.hosts.get(host)
-    props, cursor, unit_cursor = await _unit_and_cursor(h, unit)
+    props, cursor, unit_cursor = await _unit_and_cursor(h, host, unit)
     if props.get("LoadState") == "not-found":
-        raise BadArguments(f"unit {unit} is not known on {host}")
+        raise NotFound(f"unit {unit} does not exist on {host} (LoadState=not-found): check the name "
+                       f"(service_status(host='{host}', unit=...) or run_command 'systemctl list-units')")
     timeout_s = parse_timespan_s(props.get("TimeoutStartUSec", ""))
     if deadline_s is None:
         deadline_s = (timeout_s + 30.0) if timeout_s is not None else 900.0
@@ -326,7 +372,7 @@ async def restart_service(tk: Toolkit, host: str, unit: str, daemon_reload: bool
                     probes=status.probes, stdout=out.stdout, stderr=out.stderr, next=status.next)
 
 
-async def _unit_and_cursor(h: Host, unit: str) -> tuple[dict[str, str], str | None, str | None]:
+async def _unit_and_cursor(h: Host, host: str, unit: str) -> tuple[dict[str, str], str | None, str | None]:
     """The unit's properties (:func:`unit_props`' set) and two journal tail cursors (journalctl(1) ``-n 0
     --show-cursor``: "from now on"): the whole journal's, and the unit's own (None when it has no lines yet),
     in one round trip. A log probe reads ``-u UNIT --after-cursor``, which wants a cursor of an entry that
@@ -336,6 +382,9 @@ async def _unit_and_cursor(h: Host, unit: str) -> tuple[dict[str, str], str | No
     res = await run_on(h, f"systemctl show -p {props} {q}; journalctl -n 0 --show-cursor --no-pager -o cat "
                           f"2>/dev/null; echo '--unit--'; journalctl -u {q} -n 0 --show-cursor --no-pager -o cat "
                           "2>/dev/null")
+    missing = _no_systemd(host, res.stdout, res.stderr)
+    if missing is not None:
+        raise missing
     text = res.stdout.decode("utf-8", "replace")
     cursors: list[str | None] = [None, None]
     part = 0
@@ -355,7 +404,7 @@ async def read_file(tk: Toolkit, host: str, path: str, offset: int = 0, limit: i
     q = shlex.quote(path)
     res = await run_on(h, f"wc -c < {q} && tail -c +{offset + 1} -- {q} | head -c {limit}")
     if res.exit_status != 0:
-        raise BadArguments(f"cannot read {path} on {host}: {res.stderr.decode('utf-8', 'replace').strip()}")
+        raise file_error(host, path, "read", res.stderr)
     first, _, data = res.stdout.partition(b"\n")
     total = int(first.strip() or 0)
     end = offset + len(data)
@@ -366,6 +415,14 @@ async def read_file(tk: Toolkit, host: str, path: str, offset: int = 0, limit: i
 async def _read_all(h: Host, path: str) -> bytes | None:
     res = await run_on(h, f"cat -- {shlex.quote(path)}", max_output_bytes=8 << 20)
     return res.stdout if res.exit_status == 0 else None
+
+
+async def _read_existing(h: Host, host: str, path: str) -> bytes:
+    """The whole file. :raises NotFound: no such file; :raises PermissionDenied: not readable by the login user."""
+    res = await run_on(h, f"cat -- {shlex.quote(path)}", max_output_bytes=8 << 20)
+    if res.exit_status != 0:
+        raise file_error(host, path, "read", res.stderr)
+    return res.stdout
 
 
 async def _replace(tk: Toolkit, host: str, path: str, old: bytes | None, data: bytes, backup: bool) -> FileWritten:
@@ -393,7 +450,7 @@ async def _replace(tk: Toolkit, host: str, path: str, old: bytes | None, data: b
                f"mv -f -- \"$t\" {q}")
     res = await run_on(h, script, stdin=data)
     if res.exit_status != 0:
-        raise BadArguments(f"cannot write {path} on {host}: {res.stderr.decode('utf-8', 'replace').strip()}")
+        raise file_error(host, path, "write", res.stderr)
     return FileWritten(host=host, path=path, bytes_written=len(data), backup_id=backup_id,
                        diff=_diff(old or b"", data, path), next=_after_write_hint(host, path, backup_id))
 
@@ -435,10 +492,10 @@ async def edit_file(tk: Toolkit, host: str, path: str, old: str, new: str, backu
     decision = tk.check_policy(host, f"tee {shlex.quote(path)}", approval_id)
     if decision is not None:
         return decision
-    raw = await _read_all(h, path)
-    if raw is None:
-        raise BadArguments(f"cannot read {path} on {host} (no such file, or not readable): edit_file changes an "
-                           "existing file; write_file creates one")
+    try:
+        raw = await _read_existing(h, host, path)
+    except NotFound as exc:
+        raise NotFound(f"{exc.message}: edit_file changes an existing file; write_file creates one") from exc
     text = raw.decode("utf-8", "surrogateescape")
     count = text.count(old)
     if count != 1:
@@ -474,12 +531,17 @@ async def restore_file(tk: Toolkit, host: str, path: str, backup_id: str) -> Fil
     h = tk.hosts.get(host)
     current = await _read_all(h, path)
     q = shlex.quote(path)
-    script = (f'set -e; bd="{BACKUP_DIR}"; [ "$(cat "$bd/{backup_id}.path")" = {q} ] || '
+    script = (f'set -e; bd="{BACKUP_DIR}"; p="$(cat "$bd/{backup_id}.path")"; [ "$p" = {q} ] || '
               f'{{ echo "backup {backup_id} is not of {path}" >&2; exit 3; }}; '
               f't={q}.at-tmp.$$; cp -p -- "$bd/{backup_id}" "$t"; mv -f -- "$t" {q}; cat -- {q}')
     res = await run_on(h, script)
+    if res.exit_status == 3:
+        raise BadArguments(f"backup {backup_id} is not of {path}: restore_file puts a backup back where it was taken")
     if res.exit_status != 0:
-        raise BadArguments(f"cannot restore {path} on {host}: {res.stderr.decode('utf-8', 'replace').strip()}")
+        err = res.stderr.decode("utf-8", "replace")
+        if f"{backup_id}.path" in err or f"/{backup_id}:" in err or f"'{backup_id}'" in err:
+            raise NotFound(f"no backup {backup_id} on {host} (backups are kept per host under {BACKUP_DIR})")
+        raise file_error(host, path, "restore", err)
     return FileRestored(host=host, path=path, backup_id=backup_id, diff=_diff(current or b"", res.stdout, path))
 
 
@@ -488,6 +550,9 @@ async def gpu_memory(tk: Toolkit, host: str) -> GpuMemory:
     h = tk.hosts.get(host)
     res = await run_on(h, "nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits")
     gpus = parse_nvidia_smi(res.stdout.decode("utf-8", "replace"))
+    if res.exit_status == 127:  # POSIX shell: command not found
+        raise Unsupported(f"{host} has no nvidia-smi (no NVIDIA driver installed, or not on PATH): no GPU memory to "
+                          "show there")
     if res.exit_status != 0:
         raise BadArguments(f"nvidia-smi failed on {host}: {res.stderr.decode('utf-8', 'replace').strip()[:300]}")
     total, used = sum(g["total_mib"] for g in gpus), sum(g["used_mib"] for g in gpus)
@@ -553,10 +618,11 @@ async def http_get(tk: Toolkit, host: str, url: str, fields: list[str] | None = 
         port = parts.port or 80
     except ValueError as exc:
         raise BadArguments(f"{url!r} is not a valid URL ({exc})") from exc
+    if parts.scheme == "https":
+        raise Unsupported(f"{url!r}: https is not supported (no TLS): services on the host itself are reached with "
+                          "http://127.0.0.1:PORT")
     if parts.scheme != "http" or not parts.hostname:
-        hint = " (https is not supported: services on the host itself are reached with http://127.0.0.1:PORT)" \
-            if parts.scheme == "https" else " (e.g. http://127.0.0.1:30000/health)"
-        raise BadArguments(f"{url!r} is not an http:// URL{hint}")
+        raise BadArguments(f"{url!r} is not an http:// URL (e.g. http://127.0.0.1:30000/health)")
     h = tk.hosts.get(host)
     where = f"{parts.hostname}:{port}"
     try:
