@@ -16,6 +16,7 @@ import pytest
 
 from agent_tools.hosts.registry import HostRegistry
 from agent_tools.jobs.journal import Journal
+from agent_tools.testing.waiting import wait_until
 from agent_tools.tools.toolkit import Toolkit
 
 from .sshd import RealSshd
@@ -141,3 +142,25 @@ async def test_restarting_a_unit_that_does_not_exist_is_not_found(tmp_path: Path
         text, data = await model.read("restart_service", {"host": node.alias, "unit": "sglangg"})
         assert _kind(data) == ("error", "not_found", False) and "sglangg.service" in data["message"], text
         assert "job_id" not in data
+
+
+# ---------------------------------------------------------------------------------------------- 7: list_hosts
+async def test_list_hosts_counts_the_jobs_running_now_not_as_last_seen(state_dir: Path, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    tk = Toolkit()
+    async with tk, model_for(tk) as model:
+        _, job = await model.read("run_command", {"host": "local", "budget_s": 1,
+                                                  "command": f"while [ ! -e {go} ]; do sleep 0.05; done; echo done"})
+        assert job["outcome"] == "detached", job
+        _, listing = await model.read("list_hosts")
+        assert {h["host"]: h for h in listing["hosts"]}["local"]["jobs_running"] == 1
+        go.touch()
+        # the job ends on the host; the journal is not told (no job_status): wait for the host's own record
+        async def ended() -> bool:
+            states = await tk.runner.host_states(tk.hosts.get("local"), [job["job_id"]])
+            return states[job["job_id"]].exit_code is not None
+
+        await wait_until(ended, "the job's exit status on the host", timeout_s=30)
+        text, listing = await model.read("list_hosts")
+        assert "jobs_running" not in {h["host"]: h for h in listing["hosts"]}["local"], text  # 0: left out
+        assert tk.journal.get(job["job_id"]).state == "exited"  # what the host said is recorded

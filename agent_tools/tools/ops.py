@@ -68,7 +68,8 @@ class HostInfo(ResultModel):
     source: Literal["local", "registered", "ssh_config", "policy", "journal"] = Field(
         description="where the alias comes from (journal: only jobs of it are known)")
     hostname: str = Field(default="", description="HostName of the SSH config block, when it differs")
-    jobs_running: int = Field(default=0, description="jobs last seen running on it")
+    jobs_running: int = Field(default=0, description="jobs running on it now (the host was asked; when it did "
+                                                     "not answer, as last seen: the note says so)")
     reachable: bool | None = Field(default=None, description="check=true: whether it answered a command now")
     error: str = Field(default="", description="check=true: why it did not")
 
@@ -219,8 +220,10 @@ def unit_of_path(path: str) -> str | None:
 
 
 async def list_hosts(tk: Toolkit, check: bool = False) -> HostList:
-    """The aliases the tools can use (:meth:`Toolkit.known_hosts`), with the jobs the journal last saw running
-    on each; ``check`` runs ``true`` on every host at once (each within its connect deadline + 5 s)."""
+    """The aliases the tools can use (:meth:`Toolkit.known_hosts`), with the jobs running on each now: every host
+    the journal last saw running jobs on is asked their state (one round trip per host, at once, each within its
+    connect deadline + 5 s; ended jobs are recorded as such); a host that does not answer keeps its last-seen
+    count and the note says so. ``check`` runs ``true`` on every other host at once (same bound)."""
     known = tk.known_hosts()
     running: dict[str, int] = {}
     for rec in tk.journal.list(limit=1000):
@@ -229,28 +232,68 @@ async def list_hosts(tk: Toolkit, check: bool = False) -> HostList:
     for alias in running:
         known.setdefault(alias, "journal")
     names = {e.alias: e.hostname for e in _config_entries(tk) if e.hostname and e.hostname != e.alias}
-    hosts = [HostInfo(host=alias, source=source, jobs_running=running.get(alias, 0),
-                      hostname=names.get(alias, "")) for alias, source in known.items()]
-    if check:
-        async def probe(info: HostInfo) -> None:
-            if info.source == "journal":
-                return
-            try:
-                with anyio.fail_after(_connect_deadline_s(tk, info.host) + 5.0):
-                    await run_on(tk.hosts.get(info.host), "true")
-                info.reachable = True
-            except AgentToolsError as exc:
-                info.reachable, info.error = False, exc.message
-            except TimeoutError:
-                info.reachable, info.error = False, "no answer within the connect deadline"
+    hosts = [HostInfo(host=alias, source=source, hostname=names.get(alias, "")) for alias, source in known.items()]
+    stale: list[str] = []
 
-        async with anyio.create_task_group() as tg:
-            for info in hosts:
+    async def count_running(info: HostInfo) -> None:
+        if not running.get(info.host):
+            return
+        try:
+            with anyio.fail_after(_connect_deadline_s(tk, info.host) + 5.0):
+                info.jobs_running = await _running_now(tk, info.host)
+            if check:
+                info.reachable = True
+        except (AgentToolsError, TimeoutError) as exc:
+            info.jobs_running = running[info.host]
+            stale.append(info.host)
+            if check:
+                info.reachable = False
+                info.error = exc.message if isinstance(exc, AgentToolsError) else "no answer within the connect " \
+                                                                                  "deadline"
+
+    async def probe(info: HostInfo) -> None:
+        if info.source == "journal" or running.get(info.host):
+            return  # (a journal-only alias has nothing to connect to; count_running asked the host already)
+        try:
+            with anyio.fail_after(_connect_deadline_s(tk, info.host) + 5.0):
+                await run_on(tk.hosts.get(info.host), "true")
+            info.reachable = True
+        except AgentToolsError as exc:
+            info.reachable, info.error = False, exc.message
+        except TimeoutError:
+            info.reachable, info.error = False, "no answer within the connect deadline"
+
+    async with anyio.create_task_group() as tg:
+        for info in hosts:
+            tg.start_soon(count_running, info)
+            if check:
                 tg.start_soon(probe, info)
-    note = ""
+    notes = []
+    if stale:
+        notes.append(f"{', '.join(sorted(stale))}: did not answer; jobs_running is what was last seen there")
     if any(h.source == "journal" for h in hosts):
-        note = "source=journal: jobs of an alias no config names any more (list_jobs(host) shows them)"
-    return HostList(hosts=hosts, note=note)
+        notes.append("source=journal: jobs of an alias no config names any more (list_jobs(host) shows them)")
+    return HostList(hosts=hosts, note="; ".join(notes))
+
+
+async def _running_now(tk: Toolkit, alias: str) -> int:
+    """How many of the journal's running jobs of ``alias`` still run, asking the host (one round trip); the ones
+    that ended are recorded. Jobs started on another machine than the alias reaches now are left as they were
+    (counted as last seen). :raises AgentToolsError: the host cannot be reached."""
+    recs = [r for r in tk.journal.list(alias, limit=1000) if r.state == "running"]
+    h, _ = tk._host_of_jobs(alias)
+    elsewhere = await tk._started_elsewhere(h, alias)
+    asked = [r for r in recs if r.job_id not in elsewhere]
+    states = await tk.runner.host_states(h, [r.job_id for r in asked])
+    still = len(recs) - len(asked)
+    for rec in asked:
+        st = states.get(rec.job_id)
+        if st is None:
+            still += 1
+            continue
+        state, *_ = tk.runner.apply_state(rec, st)
+        still += state == "running"
+    return still
 
 
 def _config_entries(tk: Toolkit) -> list[Any]:
