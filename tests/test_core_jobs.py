@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import uuid
+from pathlib import Path
 
 import anyio
 import pytest
@@ -13,7 +15,7 @@ import pytest
 from agent_tools.errors import BadArguments
 from agent_tools.hosts.base import Host, run_on
 from agent_tools.jobs.journal import Journal
-from agent_tools.jobs.manager import JobRunner
+from agent_tools.jobs.manager import JobRunner, job_id_for_key
 from agent_tools.outcomes import Detached, Finished, Killed
 
 from .conftest import ssh_host_for
@@ -117,6 +119,40 @@ async def test_idempotency_key_starts_one_job(any_host: Host, runner: JobRunner)
     assert isinstance(a, Detached) and isinstance(b, Detached)
     assert a.job_id == b.job_id
     await runner.cancel(any_host, a.job_id, grace_s=1)
+
+
+async def test_key_on_host_finds_the_job_from_another_journal(any_host: Host, runner: JobRunner,
+                                                               tmp_path: Path) -> None:
+    """A keyed launch claimed on the host: callers with journals of their own (another worker process or
+    machine retrying the same step), concurrently and after the fact, start the command once and all follow
+    that job."""
+    run = uuid.uuid4().hex  # a host keeps its job directories: a key (and a mark file) of this run only
+    mark = f"$HOME/.at-key-on-host-{run}"  # the host user's own home (sshd: another user)
+    cmd = f"echo run >> {mark}; sleep 30"
+    key = f"wf-{run}/restart"
+    journals = [Journal(tmp_path / f"worker{i}.sqlite3") for i in range(4)]
+    outs: list[object] = [None] * len(journals)
+    try:
+        async def launch(i: int) -> None:
+            outs[i] = await JobRunner(journals[i]).run(any_host, cmd, budget_s=1.0, idempotency_key=key,
+                                                       key_on_host=True)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(len(journals) - 1):
+                tg.start_soon(launch, i)
+        await launch(len(journals) - 1)  # later, from yet another journal
+        assert all(isinstance(o, Detached) for o in outs), outs
+        ids = {o.job_id for o in outs}  # type: ignore[attr-defined]
+        assert ids == {job_id_for_key(any_host.name, key)}
+        seen = await run_on(any_host, f"cat {mark}; rm -f {mark}")
+        assert seen.stdout.decode().splitlines() == ["run"], (seen, outs)
+        again = await runner.run(any_host, cmd, budget_s=1.0, idempotency_key=key, key_on_host=True)
+        assert isinstance(again, Detached) and "already started" in again.why
+    finally:
+        for j in journals:
+            j.close()
+    res = await runner.cancel(any_host, next(iter(ids)), grace_s=1)
+    assert res.survivors == []
 
 
 # ---------------------------------------------------------------- SSH-specific (real OpenSSH sshd)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import hashlib
 import re
 import secrets
 import signal as _signal
@@ -63,7 +64,7 @@ from .scripts import (
 from .terminal import instead_of, terminal_need
 from .wire import HostJobState, RawView, WireError, WireReader, parse_status, read_view
 
-__all__ = ["DEFAULT_JOBS_DIR", "JobRunner", "new_job_id"]
+__all__ = ["DEFAULT_JOBS_DIR", "JobRunner", "job_id_for_key", "new_job_id"]
 
 log = structlog.get_logger(__name__)
 
@@ -121,6 +122,15 @@ def new_job_id() -> str:
     """A fresh, unguessable job id: ``j_`` + 16 characters, the base32 (RFC 4648, lower case) of 80 bits from
     :mod:`secrets` (one ``urandom`` call)."""
     return "j_" + base64.b32encode(secrets.token_bytes(10)).decode().lower()
+
+
+def job_id_for_key(host: str, key: str) -> str:
+    """The job id a keyed launch claims on the host itself (``JobRunner.run(..., key_on_host=True)``): ``j_`` + 16
+    characters, the base32 (RFC 4648, lower case) of the first 80 bits of SHA-256 over ``host`` NUL ``key``. The
+    same host alias and key give the same id in every process and on every machine, so the host's job directory
+    (its ``command`` file, created exclusively) decides which launch started the job."""
+    digest = hashlib.sha256(host.encode() + b"\0" + key.encode()).digest()
+    return "j_" + base64.b32encode(digest[:10]).decode().lower()
 
 
 def check_job_id(job_id: str) -> None:
@@ -223,8 +233,10 @@ class JobRunner:
         deadline_s: float | None = None,
         probes: list[dict[str, Any]] | None = None,
         idempotency_key: str | None = None,
+        key_on_host: bool = False,
         kill_grace_s: float = 0.5,
         display_command: str | None = None,
+        _claim_retried: bool = False,
     ) -> Finished | NeedsInput | Detached | Killed | ErrorOutcome:
         """Run ``command`` on ``host`` within ``budget_s`` seconds.
 
@@ -253,6 +265,12 @@ class JobRunner:
         :param probes: probe specs (dicts) to judge the job's readiness by.
         :param idempotency_key: a second call with the same key on the same host returns the first job
             instead of starting another one (client retries after a dropped connection).
+        :param key_on_host: the key is also claimed on the host (needs ``idempotency_key``): the job's id is
+            :func:`job_id_for_key` and the host's job directory decides, so a call from another process or
+            machine, with another journal (a retried Temporal activity on a new worker), finds the job the first
+            call started and follows it instead of launching it twice (the ``command`` file is created
+            exclusively; a launch that lost the race for the directory itself is tried once more). No warm
+            session is used (its job id is reserved in advance).
         :param display_command: the command as shown in outcomes and the journal; defaults to ``command``.
             Either is redacted (:func:`agent_tools.redact.redact`): the raw command goes only to the host.
         :returns: ``finished``, ``needs_input``, ``detached``, ``killed`` or ``error``; never raises for
@@ -278,9 +296,19 @@ class JobRunner:
         if on_timeout not in ("detach", "kill"):
             raise BadArguments(f"on_timeout must be 'detach' or 'kill', got {on_timeout!r}")
 
+        if key_on_host and not idempotency_key:
+            raise BadArguments("key_on_host needs an idempotency_key")
+        claimed = job_id_for_key(host.name, idempotency_key) if key_on_host and idempotency_key else None
+        reuse = False  # the journal has the claimed id from a launch that never reached the host: launch again
         if idempotency_key:
             prior = self.journal.find_idempotent(host.name, idempotency_key)
-            if prior is not None and prior.state in ("not_started", "unconfirmed"):
+            if claimed is not None and prior is None:
+                with contextlib.suppress(JobNotFound):
+                    prior = self.journal.get(claimed)
+            if claimed is not None and prior is not None and prior.job_id == claimed:
+                reuse = prior.state == "not_started"  # the host decides below whether it started after all
+                prior = None if reuse else prior
+            elif prior is not None and prior.state in ("not_started", "unconfirmed"):
                 prior = await self._release_unstarted(host, prior)
             if prior is not None:
                 log.info("job.idempotent_hit", host=host.name, job_id=prior.job_id)
@@ -296,13 +324,18 @@ class JobRunner:
         t0 = anyio.current_time()
         # a warm session reads its request byte by byte (dash's `read`): long commands go on a new session
         warm = (await self._take_warm(host, min(_WARM_WAIT_S, budget_s / 4))
-                if len(command) <= _WARM_MAX_COMMAND else None)
-        job_id = warm[0] if warm is not None else new_job_id()
+                if len(command) <= _WARM_MAX_COMMAND and claimed is None else None)
+        job_id = claimed or (warm[0] if warm is not None else new_job_id())
         rec = JobRecord(job_id=job_id, host=host.name, command=shown, base=self.jobs_dir, created_at=now(),
                         cwd=cwd, budget_s=budget_s, deadline_s=deadline_s, probes=list(probes or []),
                         readiness="pending" if probes else "none", idempotency_key=idempotency_key,
-                        meta={"on_timeout": on_timeout, **_reached(host)})
-        if idempotency_key:
+                        meta={"on_timeout": on_timeout, **_reached(host), **({"key_on_host": True} if claimed
+                                                                             else {})})
+        if reuse:
+            self.journal.update(job_id, state="running", finished_at=None, exit_status=None, signal=None,
+                                readiness=rec.readiness, probes=rec.probes, deadline_s=deadline_s,
+                                budget_s=budget_s, meta=rec.meta)
+        elif idempotency_key:
             # the unique (host, key) index decides a race with another task or process that also missed above
             holder = self.journal.add_idempotent(rec)
             if holder.job_id != job_id:
@@ -431,6 +464,20 @@ class JobRunner:
         if relaunch_found:
             return self._detached(rec, elapsed, None, why="the warm session ended without answering, but the job "
                                                            "had started on the host: it runs there as a job")
+        if claimed is not None and launch_error is not None and "exists already" in launch_error:
+            # the host holds this key's job already (another process or machine launched it): follow that one
+            log.info("job.claim_found_on_host", host=host.name, job_id=job_id)
+            self.journal.update(job_id, meta={**rec.meta, "found_on_host": True})
+            return await self._outcome_of_existing(host, self.journal.get(job_id), budget_s)
+        if (claimed is not None and launch_error is not None and refused and not _claim_retried
+                and "cannot create the job directory" in launch_error):
+            # another launch of the same key made the directory between this one's check and its mkdir: once
+            # more, and the exclusive command file decides which of them started the job
+            self.journal.update(job_id, state="not_started", finished_at=now())
+            return await self.run(host, command, budget_s=budget_s, on_timeout=on_timeout, cwd=cwd, env=env,
+                                  detach_immediately=detach_immediately, deadline_s=deadline_s, probes=probes,
+                                  idempotency_key=idempotency_key, key_on_host=True, kill_grace_s=kill_grace_s,
+                                  display_command=display_command, _claim_retried=True)
         if launch_error is not None:
             # the launcher refused before running the command (no job directory, missing cwd): never started
             self.journal.update(job_id, state="not_started" if refused else "lost", finished_at=now(),

@@ -15,6 +15,7 @@ import json
 import re
 import secrets
 import shlex
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from .toolkit import RunCommandResult, Toolkit
 
 __all__ = ["FileContent", "FileRestored", "FileWritten", "GpuMemory", "HostInfo", "HostList", "HostMemory",
-           "HttpResponse", "ServiceStatus", "WaitResult", "unit_of_path"]
+           "HttpResponse", "RestartPlan", "ServiceStatus", "WaitResult", "plan_restart", "unit_of_path"]
 
 BACKUP_DIR = "${XDG_STATE_HOME:-$HOME/.local/state}/agent-tools/backups"
 _UNIT_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:-_.@\\")
@@ -363,23 +364,31 @@ def _int(text: str | None) -> int:
         return 0
 
 
-async def restart_service(tk: Toolkit, host: str, unit: str, daemon_reload: bool = True,
-                          probes: list[dict[str, Any]] | None = None, deadline_s: float | None = None,
-                          approval_id: str | None = None) -> RunCommandResult:
-    """Restart a unit without blocking and return a ``detached`` job that follows it to readiness.
+@dataclass(frozen=True)
+class RestartPlan:
+    """What :func:`restart_service` runs, decided before anything changes (:func:`plan_restart`).
 
-    Steps: (1) one round trip reads the unit's properties (``InvocationID``, ``ConditionTimestampMonotonic``,
-    ``TimeoutStartUSec``: systemd.service(5)'s start timeout, after which systemd fails the start with
-    Result=timeout) and the journal's cursor; (2) run ``systemctl daemon-reload && systemctl restart --no-block
-    UNIT`` (``--no-block`` only enqueues the job; a plain restart blocks until Type=notify sends READY=1);
-    (3) look at readiness once and return a job whose probes are the unit up in a *new* invocation for its
-    settle window (:class:`~agent_tools.probes.specs.SystemdUnitProbe`) plus ``probes``, which count only
-    against the new process; its deadline defaults to the unit's start timeout + 30 s.
-
-    :param probes: extra probe specs (dicts). A ``systemd_unit`` probe of ``unit`` itself sets that probe's
-        options (e.g. ``settle_s``) instead of adding a second one.
+    :param command: ``systemctl daemon-reload && systemctl restart --no-block UNIT`` (or without the reload).
+    :param probes: probe specs (dicts) that judge the restart: the unit up in an invocation other than
+        ``InvocationID`` at planning time, then the extra probes (log probes from the unit's journal cursor then).
     :param deadline_s: seconds until a restart that is not ready counts as ``deadline_exceeded``.
+    :param timeout_s: the unit's ``TimeoutStartUSec`` in seconds (None: unlimited).
+    """
+
+    command: str
+    probes: list[dict[str, Any]]
+    deadline_s: float
+    timeout_s: float | None
+
+
+async def plan_restart(tk: Toolkit, host: str, unit: str, daemon_reload: bool = True,
+                       probes: list[dict[str, Any]] | None = None, deadline_s: float | None = None) -> RestartPlan:
+    """Steps (1) and the probes of :func:`restart_service`, without running the restart: a plan that can be kept
+    (a Temporal workflow's history) and run later, or again, with the same probes (an invocation that started
+    since the plan still counts as the restart's).
+
     :raises BadArguments: invalid unit name or probes, or a unit the host does not know.
+    :raises HostError: the host cannot be reached.
     """
     unit = check_unit(unit)
     extra = [probe_from_dict(p).model_dump(exclude_none=True) for p in (probes or [])]
@@ -401,6 +410,30 @@ async def restart_service(tk: Toolkit, host: str, unit: str, daemon_reload: bool
              "before_condition_us": int(condition) if condition.isdigit() else None, "journal_cursor": cursor},
             *extra]
     cmd = ("systemctl daemon-reload && " if daemon_reload else "") + f"systemctl restart --no-block {shlex.quote(unit)}"
+    return RestartPlan(cmd, spec, deadline_s, timeout_s)
+
+
+async def restart_service(tk: Toolkit, host: str, unit: str, daemon_reload: bool = True,
+                          probes: list[dict[str, Any]] | None = None, deadline_s: float | None = None,
+                          approval_id: str | None = None) -> RunCommandResult:
+    """Restart a unit without blocking and return a ``detached`` job that follows it to readiness.
+
+    Steps: (1) one round trip reads the unit's properties (``InvocationID``, ``ConditionTimestampMonotonic``,
+    ``TimeoutStartUSec``: systemd.service(5)'s start timeout, after which systemd fails the start with
+    Result=timeout) and the journal's cursor; (2) run ``systemctl daemon-reload && systemctl restart --no-block
+    UNIT`` (``--no-block`` only enqueues the job; a plain restart blocks until Type=notify sends READY=1);
+    (3) look at readiness once and return a job whose probes are the unit up in a *new* invocation for its
+    settle window (:class:`~agent_tools.probes.specs.SystemdUnitProbe`) plus ``probes``, which count only
+    against the new process; its deadline defaults to the unit's start timeout + 30 s.
+
+    :param probes: extra probe specs (dicts). A ``systemd_unit`` probe of ``unit`` itself sets that probe's
+        options (e.g. ``settle_s``) instead of adding a second one.
+    :param deadline_s: seconds until a restart that is not ready counts as ``deadline_exceeded``.
+    :raises BadArguments: invalid unit name or probes, or a unit the host does not know.
+    """
+    plan = await plan_restart(tk, host, unit, daemon_reload, probes, deadline_s)
+    h = tk.hosts.get(host)
+    cmd, spec, deadline_s, timeout_s = plan.command, plan.probes, plan.deadline_s, plan.timeout_s
     out = await tk.run_command(host=host, command=cmd, budget_s=30.0, approval_id=approval_id,
                                _probes=spec, _deadline_s=deadline_s)
     if not isinstance(out, Finished) or out.exit_status != 0:

@@ -387,13 +387,16 @@ class Toolkit:
         approval_id: str | None = None,
         _probes: list[dict[str, Any]] | None = None,
         _deadline_s: float | None = None,
+        _key_on_host: bool = False,
     ) -> RunCommandResult:
         """Run ``command`` on ``host`` under a budget; see :data:`RUN_COMMAND_DESC` and
         :meth:`JobRunner.run`. With a policy: ``deny`` → ``denied`` and ``ask`` → ``needs_approval`` without
         touching the host (unless ``approval_id`` is an approved, unused approval for exactly this host,
         command, ``cwd`` and ``env``, or the ``approver`` callback says yes); the policy decides ``env`` (like
         ``export NAME=VALUE`` before the command) and ``cwd`` with the command. ``allow`` runs with the rule's
-        budget, on_timeout, deadline, detach and probes. Returns an outcome model (never raises for host failures)."""
+        budget, on_timeout, deadline, detach and probes. ``_key_on_host`` (Python callers only: not in the tool's
+        schema) claims ``idempotency_key`` on the host itself (:meth:`JobRunner.run`'s ``key_on_host``). Returns an
+        outcome model (never raises for host failures)."""
         add_secret_values(secret_env_values(env))  # a command echoing them must not show them anywhere
         shown = redact(command)
         try:
@@ -422,8 +425,8 @@ class Toolkit:
                 h, command,
                 budget_s=budget_s if budget_s is not None else self.default_budget_s,
                 on_timeout=on_timeout or "detach",  # type: ignore[arg-type]
-                cwd=cwd, env=env, idempotency_key=idempotency_key, probes=probes or None, deadline_s=deadline_s,
-                detach_immediately=detach_now, display_command=shown))
+                cwd=cwd, env=env, idempotency_key=idempotency_key, key_on_host=_key_on_host, probes=probes or None,
+                deadline_s=deadline_s, detach_immediately=detach_now, display_command=shown))
         except AgentToolsError as exc:
             return self._explained(_error(exc, host, shown))
 
