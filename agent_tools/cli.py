@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
+from .cli_fleet import demo_fleet, rollout_app, worker
 from .cli_help import HelpGroup
 from .cli_import import import_app
 from .cli_mcp import mcp
@@ -464,6 +465,8 @@ def jobs(
 
 
 app.command()(mcp)
+app.command()(worker)
+app.add_typer(rollout_app, name="rollout")
 
 
 def main() -> None:
@@ -707,6 +710,9 @@ def demo_hicache(
         err.print(f"stdout was closed early (broken pipe): the rest of the transcript was not shown; the "
                   f"walkthrough ran to its end: {escape(result)}", highlight=False)
     raise typer.Exit(0 if result in ("verified", "rolled_back") else 1)
+
+
+demo_app.command("fleet")(demo_fleet)
 
 
 @demo_app.command("node")

@@ -58,7 +58,8 @@ def resolve_profile(spec: str) -> Path:
     return Path(spec)
 
 
-def install(root: Path, profile: str, load_s: float | None, shims: bool, python: str, port: int | None) -> None:
+def install(root: Path, profile: str, load_s: float | None, shims: bool, python: str, port: int | None,
+            hostname: str | None = None) -> None:
     lib = root / "opt/sglang-sim"
     lib.mkdir(parents=True, exist_ok=True)
     for name in (*PROGRAMS, *(SHIMS if shims else ()), "profile_default.json", "profile_small_ram.json"):
@@ -66,6 +67,8 @@ def install(root: Path, profile: str, load_s: float | None, shims: bool, python:
     data = json.loads(resolve_profile(profile).read_text(encoding="utf-8"))
     if load_s is not None:
         data.setdefault("timing", {})["load_s"] = load_s
+    if hostname is not None:
+        data.setdefault("node", {})["hostname"] = hostname
     if root.resolve() != Path("/"):
         data["state_path"] = str(root / "run/sglang-sim/state.json")
     etc = root / "etc/sglang-sim"

@@ -33,8 +33,8 @@ import anyio
 
 from ..tools.toolkit import Toolkit
 
-__all__ = ["HICACHE_FLAGS", "UNIT", "Caller", "WalkthroughResult", "add_hicache_flags", "hicache_edit",
-           "run_walkthrough"]
+__all__ = ["HICACHE_FLAGS", "KV_LINE_GREP", "UNIT", "VERIFY_FIELDS", "Caller", "HicacheFit", "WalkthroughResult",
+           "add_hicache_flags", "estimate_hicache", "hicache_edit", "port_of", "run_walkthrough"]
 
 HICACHE_FLAGS = ["--enable-hierarchical-cache", "--hicache-ratio", "2.0", "--hicache-write-policy",
                  "write_through", "--hicache-io-backend", "kernel"]
@@ -87,6 +87,65 @@ def add_hicache_flags(unit_text: str, flags: list[str] = HICACHE_FLAGS) -> str:
     """
     old, new = hicache_edit(unit_text, flags)
     return unit_text.replace(old, new, 1)
+
+
+@dataclass(frozen=True)
+class HicacheFit:
+    """Whether the hicache host pool fits a node's RAM (see :func:`estimate_hicache`); bytes unless named.
+
+    :param gpu_kv_bytes: the GPU KV pool of one rank.
+    :param tp: tensor-parallel ranks (each has its own host pool).
+    :param ratio: ``--hicache-ratio``.
+    :param host_pool_bytes: ``gpu_kv_bytes * ratio * tp``.
+    :param available_bytes: host RAM available (``free -b``).
+    """
+
+    gpu_kv_bytes: int
+    tp: int
+    ratio: float
+    host_pool_bytes: int
+    available_bytes: int
+
+    @property
+    def fits(self) -> bool:
+        """SGLang starts only when the host pool fits in available RAM minus its 10 GiB reserve."""
+        return self.host_pool_bytes <= self.available_bytes - TEN_GIB
+
+    def summary(self) -> str:
+        """One line: the estimate and whether it fits."""
+        return (f"GPU KV pool ≈ {self.gpu_kv_bytes / 1e9:.1f} GB per rank × tp {self.tp}; hicache ratio "
+                f"{self.ratio:g} needs ≈ {self.host_pool_bytes / 1e9:.1f} GB host RAM; available "
+                f"{self.available_bytes / 1e9:.1f} GB − 10 GiB reserve → "
+                + ("fits" if self.fits else "does NOT fit: expect the server to refuse and a rollback"))
+
+
+def estimate_hicache(gpu: dict[str, Any], mem: dict[str, Any], journal: str, unit_text: str,
+                     flags: list[str] = HICACHE_FLAGS) -> HicacheFit:
+    """The hicache host pool a node needs, from the results of ``gpu_memory``, ``host_memory``, the unit's journal
+    (its "KV Cache is allocated" line) and the unit file: per rank, the GPU KV pool (the journal's "KV size: X GB",
+    or "K size + V size"; else ``used - total * (1 - mem_fraction_static)`` from nvidia-smi) times
+    ``--hicache-ratio`` (sglang/srt/mem_cache/memory_pool_host.py), times the tensor-parallel ranks."""
+    gpus = gpu.get("gpus", [])
+    tp = int(_flag(unit_text, "--tp", "") or _flag(unit_text, "--tp-size", "") or max(1, len(gpus)))
+    mfs = float(_flag(unit_text, "--mem-fraction-static", "0.88"))
+    m = re.search(r"KV size: ([0-9.]+) GB", journal)
+    kv = re.search(r"K size: ([0-9.]+) GB, V size: ([0-9.]+) GB", journal)
+    gpu_kv_bytes = 0
+    if m:
+        gpu_kv_bytes = int(float(m.group(1)) * 1e9)
+    elif kv:
+        gpu_kv_bytes = int((float(kv.group(1)) + float(kv.group(2))) * 1e9)
+    elif gpus:  # fall back to the memory formula with what nvidia-smi shows
+        total = gpus[0]["total_mib"] * 2**20
+        used = gpus[0]["used_mib"] * 2**20
+        gpu_kv_bytes = max(0, int(used - total * (1 - mfs)))
+    ratio = float(flags[flags.index("--hicache-ratio") + 1]) if "--hicache-ratio" in flags else 2.0
+    return HicacheFit(gpu_kv_bytes, tp, ratio, int(gpu_kv_bytes * ratio * tp), int(mem.get("available_bytes", 0)))
+
+
+def port_of(unit_text: str) -> int:
+    """The ``--port`` of the server's command line in a unit file (SGLang's default 30000 when absent)."""
+    return _port_of(unit_text)
 
 
 def _port_of(unit_text: str) -> int:
@@ -196,28 +255,8 @@ async def run_walkthrough(tk: Toolkit | Caller, host: str | None, *, emit: Calla
     port = _port_of(unit_text)
 
     t.say("step 2: KV pool estimate")
-    gpus = gpu.get("gpus", [])
-    tp = int(_flag(unit_text, "--tp", "") or _flag(unit_text, "--tp-size", "") or max(1, len(gpus)))
-    mfs = float(_flag(unit_text, "--mem-fraction-static", "0.88"))
-    journal = str(svc.get("journal", ""))
-    m = re.search(r"KV size: ([0-9.]+) GB", journal)
-    kv = re.search(r"K size: ([0-9.]+) GB, V size: ([0-9.]+) GB", journal)
-    gpu_kv_bytes = 0
-    if m:
-        gpu_kv_bytes = int(float(m.group(1)) * 1e9)
-    elif kv:
-        gpu_kv_bytes = int((float(kv.group(1)) + float(kv.group(2))) * 1e9)
-    elif gpus:  # fall back to the memory formula with what nvidia-smi shows
-        total = gpus[0]["total_mib"] * 2**20
-        used = gpus[0]["used_mib"] * 2**20
-        gpu_kv_bytes = max(0, int(used - total * (1 - mfs)))
-    ratio = float(HICACHE_FLAGS[HICACHE_FLAGS.index("--hicache-ratio") + 1])
-    host_pool = int(gpu_kv_bytes * ratio * tp)
-    avail = int(mem.get("available_bytes", 0))
-    fits = host_pool <= avail - TEN_GIB
-    t.say(f"GPU KV pool ≈ {gpu_kv_bytes / 1e9:.1f} GB per rank × tp {tp}; hicache ratio {ratio:g} needs "
-          f"≈ {host_pool / 1e9:.1f} GB host RAM; available {avail / 1e9:.1f} GB − 10 GiB reserve → "
-          + ("fits" if fits else "does NOT fit: expect the server to refuse and a rollback"))
+    fit = estimate_hicache(gpu, mem, str(svc.get("journal", "")), unit_text)
+    t.say(fit.summary())
 
     t.say("step 3: add the hicache flags to the unit (one exact edit: atomic, backup, diff)")
     try:

@@ -9,6 +9,7 @@ start it with :func:`run_node` (or :func:`embedded_node`).
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import sys
@@ -29,7 +30,7 @@ from ..testing import EmbeddedHost, free_port
 from ..tools.toolkit import Toolkit
 from .hicache import UNIT
 
-__all__ = ["EmbeddedNode", "embedded_node", "run_node"]
+__all__ = ["EmbeddedNode", "count_starts", "embedded_node", "run_node"]
 
 
 @dataclass
@@ -43,6 +44,7 @@ class EmbeddedNode:
         ``AGENT_TOOLS_STATE_DIR`` for every process that drives the node, so its jobs never enter the user's
         journal (they vanish with the node).
     :param journal: the job journal in ``state_dir``.
+    :param root: the node's root (gpusim's ``SIM_SYSTEMD_ROOT``).
     """
 
     alias: str
@@ -50,11 +52,32 @@ class EmbeddedNode:
     ssh_config: Path
     state_dir: Path
     journal: Journal
+    root: Path
+
+    def starts(self, unit: str = UNIT) -> int:
+        """How many times ``unit`` was started on the node so far (its invocations in the node's journal: the
+        first start, then one per restart): counted on the node, whoever asked."""
+        return count_starts(self.root, unit)
+
+
+def count_starts(root: Path, unit: str = UNIT) -> int:
+    """The invocations of ``unit`` in the journal of the gpusim node at ``root`` (one per start or restart)."""
+    path = root / "run/sim-systemd/journal.jsonl"
+    seen: set[str] = set()
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get("UNIT") == unit and entry.get("INVOCATION_ID"):
+                seen.add(str(entry["INVOCATION_ID"]))
+    return len(seen)
 
 
 @asynccontextmanager
-async def run_node(profile: str = "default", *, load_s: float = 8.0,
-                   workdir: Path | None = None) -> AsyncIterator[EmbeddedNode]:
+async def run_node(profile: str = "default", *, load_s: float = 8.0, workdir: Path | None = None,
+                   alias: str = "gpu-node-1") -> AsyncIterator[EmbeddedNode]:
     """A simulated GPU node on an in-process SSH server on loopback (no root, no network), with the SGLang
     service started as it was before the agent came (no hicache); stopped and removed on exit.
 
@@ -65,11 +88,12 @@ async def run_node(profile: str = "default", *, load_s: float = 8.0,
     :param profile: ``default`` (2 TiB host RAM: hicache fits) or ``small_ram`` (it does not).
     :param load_s: the simulated model load time in seconds (a real node: ~11 minutes).
     :param workdir: directory for the node's files (default: a new temp dir, removed afterwards).
+    :param alias: the node's host alias (and its simulated hostname).
     """
     with tempfile.TemporaryDirectory(prefix="agent-tools-node-") as tmp:
         root = Path(workdir or tmp)
         port = free_port()
-        sim_install.install(root, profile, load_s, True, _python(), port)
+        sim_install.install(root, profile, load_s, True, _python(), port, hostname=alias)
         env = {
             "PATH": f"{root}/usr/local/bin:/usr/local/bin:/usr/bin:/bin",
             "SIM_SYSTEMD_ROOT": str(root),
@@ -80,7 +104,7 @@ async def run_node(profile: str = "default", *, load_s: float = 8.0,
         state_dir.mkdir(parents=True, exist_ok=True)
         journal = Journal(state_dir / "journal.sqlite3")
         try:
-            async with EmbeddedHost(root=root / "sshd", env=env, alias="gpu-node-1") as eh:
+            async with EmbeddedHost(root=root / "sshd", env=env, alias=alias) as eh:
                 config = eh.alias_config_path
                 host = SshHost(SshSettings(eh.alias, config_paths=[str(config)]))
                 registry = HostRegistry({eh.alias: host}, ssh_config=[str(config)])
@@ -88,7 +112,7 @@ async def run_node(profile: str = "default", *, load_s: float = 8.0,
                     tk = Toolkit(registry, journal=journal)
                     await tk.dispatch("run_command", {"host": eh.alias, "budget_s": 60,
                                                       "command": f"systemctl start {shlex.quote(UNIT)}"})
-                    yield EmbeddedNode(eh.alias, registry, config, state_dir, journal)
+                    yield EmbeddedNode(eh.alias, registry, config, state_dir, journal, root)
                 finally:
                     with anyio.CancelScope(shield=True):
                         await Toolkit(registry, journal=journal).dispatch(

@@ -1,0 +1,277 @@
+"""``agent-tools worker``, ``agent-tools rollout start|status|approve|cancel`` and ``agent-tools demo fleet``: fleet
+rollouts as Temporal workflows (:mod:`agent_tools.fleet`; needs the ``temporal`` extra, imported only when one of
+these commands runs).
+
+Registered on the main CLI by :mod:`agent_tools.cli`. What the hosts said (notes, probe evidence, host names) is
+untrusted: redacted and shown as plain text with control characters visible.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from typing import Annotated, Any
+
+import anyio
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .cli_help import HelpGroup
+from .display import plain
+from .redact import redact
+
+__all__ = ["demo_fleet", "rollout_app", "status_table", "worker"]
+
+_out = Console()
+_err = Console(stderr=True)
+
+TemporalOpt = Annotated[str, typer.Option("--temporal", metavar="HOST:PORT", help="the Temporal server (gRPC)")]
+QueueOpt = Annotated[str, typer.Option("--task-queue", metavar="QUEUE", help="the task queue of the fleet workers")]
+NamespaceOpt = Annotated[str, typer.Option("--namespace", help="the Temporal namespace")]
+
+
+def _need_temporal() -> None:
+    try:
+        import temporalio  # noqa: F401
+    except ImportError as exc:
+        _err.print("error: fleet commands need the temporal extra: pip install 'agent-tools[temporal]'",
+                   highlight=False)
+        raise typer.Exit(2) from exc
+
+
+def _shown(value: object, style: str = "") -> Text:
+    return plain(redact(str(value)), style)
+
+
+_STYLE = {"verified": "green", "refused": "yellow", "rolled_back": "yellow", "failed": "red", "skipped": "dim",
+          "cancelled": "dim", "awaiting_approval": "magenta", "restarting": "cyan", "rolling_back": "yellow",
+          "verifying": "cyan"}
+
+
+def status_table(st: dict[str, Any], starts: dict[str, int] | None = None) -> Table:
+    """A rollout's ``status`` as a rich table (one row per host; ``starts``: unit starts counted on the nodes)."""
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(st.get("counts", {}).items()))
+    title = (f"rollout: {st.get('phase')} (wave {st.get('wave', -1) + 1}/{st.get('waves')}), failures "
+             f"{st.get('failures')}/{st.get('failure_budget')} budget — {counts}")
+    table = Table(title=title, title_justify="left", expand=False)
+    for col in ("host", "wave", "state", "job", *(["node starts"] if starts is not None else []), "note"):
+        table.add_column(col)
+    for host, h in st.get("hosts", {}).items():
+        state = str(h.get("state"))
+        note = str(h.get("note", ""))
+        row = [_shown(host), Text(str(h.get("wave", ""))), _shown(state, _STYLE.get(state, "")),
+               _shown(h.get("job_id") or "")]
+        if starts is not None:
+            row.append(Text(str(starts.get(host, ""))))
+        row.append(_shown(note if len(note) < 110 else note[:107] + "…", "dim"))
+        table.add_row(*row)
+    if st.get("halted"):
+        table.caption = redact(str(st["halted"]))
+    return table
+
+
+def worker(
+    temporal: TemporalOpt,
+    task_queue: QueueOpt = "agent-tools-fleet",
+    policy: Annotated[list[str] | None, typer.Option("--policy", metavar="FILE",
+                                                     help="policy file (repeatable; default $AGENT_TOOLS_POLICY)")
+                      ] = None,
+    ssh_config: Annotated[list[str] | None, typer.Option("--ssh-config", "-F", metavar="FILE",
+                                                         help="OpenSSH client config file (repeatable)")] = None,
+    namespace: NamespaceOpt = "default",
+) -> None:
+    """Run a fleet worker: the FleetRollout/HostJob workflows and their activities over this machine's hosts and
+    policies, until SIGINT/SIGTERM. Several workers may share a task queue."""
+    _need_temporal()
+    from .errors import PolicyError
+    from .fleet.worker import run_worker
+    from .tools.factory import build_toolkit
+
+    try:
+        tk = build_toolkit(ssh_config=ssh_config, policy=policy, warm=True)
+    except PolicyError as exc:
+        _err.print(Text.assemble(("policy error: ", "red"), plain(exc)), highlight=False)
+        raise typer.Exit(2) from exc
+
+    async def go() -> None:
+        stop = anyio.Event()
+        async with tk, anyio.create_task_group() as tg:
+
+            async def on_signal() -> None:
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for _ in signals:
+                        stop.set()
+                        return
+
+            tg.start_soon(on_signal)
+            ready = anyio.Event()
+            tg.start_soon(lambda: run_worker(temporal, task_queue, tk, stop=stop, namespace=namespace, ready=ready))
+            await ready.wait()
+            _err.print(Text.assemble("fleet worker polling ", _shown(task_queue), " on ", _shown(temporal)),
+                       highlight=False)
+            await stop.wait()
+            tg.cancel_scope.cancel()
+
+    anyio.run(go)
+
+
+rollout_app = typer.Typer(cls=HelpGroup, no_args_is_help=True,
+                          help="Fleet rollouts (Temporal workflows): start, status, approve, cancel.")
+
+
+@rollout_app.command("start")
+def rollout_start(
+    hosts: Annotated[list[str], typer.Argument(help="host aliases, in rollout order")],
+    temporal: TemporalOpt,
+    workflow_id: Annotated[str, typer.Option("--id", metavar="ID", help="the rollout's workflow id")],
+    task_queue: QueueOpt = "agent-tools-fleet",
+    flag: Annotated[list[str] | None, typer.Option("--flag", metavar="WORD",
+                                                   help="a word to add to ExecStart (repeatable; default: the "
+                                                        "hicache walkthrough's flags)")] = None,
+    unit: Annotated[str, typer.Option("--unit", help="the systemd unit")] = "sglang.service",
+    canary: Annotated[int, typer.Option("--canary", help="hosts in the first wave")] = 1,
+    wave_size: Annotated[int, typer.Option("--wave-size", help="hosts per later wave")] = 3,
+    failure_budget: Annotated[int, typer.Option("--failure-budget", help="host failures tolerated")] = 0,
+    precheck: Annotated[bool, typer.Option("--precheck/--no-precheck",
+                                           help="refuse hosts whose RAM cannot hold the hicache pool")] = True,
+    heartbeat_s: Annotated[float, typer.Option("--heartbeat-s", help="heartbeat timeout of long steps")] = 10.0,
+    wait: Annotated[bool, typer.Option("--wait", help="wait for the end, showing the live table")] = False,
+    namespace: NamespaceOpt = "default",
+) -> None:
+    """Start a FleetRollout of the unit change over HOSTS."""
+    _need_temporal()
+    from .fleet.client import start_rollout
+    from .fleet.model import RolloutSpec
+    from .fleet.worker import connect
+
+    spec = RolloutSpec(hosts=list(hosts), flags=list(flag or []), unit=unit, canary=canary, wave_size=wave_size,
+                       failure_budget=failure_budget, precheck=precheck, heartbeat_s=heartbeat_s)
+
+    async def go() -> dict[str, Any] | None:
+        client = await connect(temporal, namespace)
+        handle = await start_rollout(client, spec, workflow_id=workflow_id, task_queue=task_queue)
+        _err.print(Text.assemble("started rollout ", _shown(handle.id), f" over {len(hosts)} host(s)"),
+                   highlight=False)
+        if not wait:
+            return None
+        return await _watch(client, workflow_id)
+
+    final = anyio.run(go)
+    if final is not None:
+        raise typer.Exit(0 if final.get("phase") == "done" and not final.get("counts", {}).get("failed") else 1)
+
+
+async def _watch(client: Any, workflow_id: str) -> dict[str, Any]:
+    from rich.live import Live
+
+    from .fleet.client import status
+
+    with Live(console=_out, auto_refresh=False) as live:
+        while True:
+            st = await status(client, workflow_id)
+            live.update(status_table(st), refresh=True)
+            if st["workflow"] != "RUNNING":
+                return st
+            await anyio.sleep(0.5)  # a person's view: the workflow pushes nothing, its state is queried
+
+
+@rollout_app.command("status")
+def rollout_status(
+    workflow_id: Annotated[str, typer.Argument(help="the rollout's workflow id")],
+    temporal: TemporalOpt,
+    as_json: Annotated[bool, typer.Option("--json", help="the status as JSON")] = False,
+    namespace: NamespaceOpt = "default",
+) -> None:
+    """Per-host state of a rollout (a query: works while it waits for approval and after it ended)."""
+    _need_temporal()
+    from .fleet.client import status
+    from .fleet.worker import connect
+
+    async def go() -> dict[str, Any]:
+        return await status(await connect(temporal, namespace), workflow_id)
+
+    st = anyio.run(go)
+    if as_json:
+        sys.stdout.write(json.dumps(st, default=str) + "\n")
+    else:
+        _out.print(Text.assemble("workflow ", _shown(workflow_id), ": ", _shown(st["workflow"])), highlight=False)
+        _out.print(status_table(st))
+
+
+@rollout_app.command("approve")
+def rollout_approve(
+    workflow_id: Annotated[str, typer.Argument(help="the rollout's workflow id")],
+    temporal: TemporalOpt,
+    host: Annotated[str, typer.Option("--host", metavar="ALIAS", help="the host to approve ('*': every host)")
+                    ] = "*",
+    by: Annotated[str | None, typer.Option("--by", metavar="NAME", help="who approves (default: $USER)")] = None,
+    namespace: NamespaceOpt = "default",
+) -> None:
+    """Send a person's yes to the rollout's step waiting for approval on HOST (a Temporal signal)."""
+    _need_temporal()
+    from .fleet.client import approve
+    from .fleet.worker import connect
+
+    who = by or os.environ.get("USER") or "unknown"
+
+    async def go() -> None:
+        await approve(await connect(temporal, namespace), workflow_id, host, who)
+
+    anyio.run(go)
+    _out.print(Text.assemble("approved ", _shown(host), " of ", _shown(workflow_id), " as ", _shown(who)),
+               highlight=False)
+
+
+@rollout_app.command("cancel")
+def rollout_cancel(
+    workflow_id: Annotated[str, typer.Argument(help="the rollout's workflow id")],
+    temporal: TemporalOpt,
+    namespace: NamespaceOpt = "default",
+) -> None:
+    """Cancel a rollout: running steps cancel their jobs on the hosts; hosts not done become cancelled."""
+    _need_temporal()
+    from .fleet.client import cancel
+    from .fleet.worker import connect
+
+    async def go() -> None:
+        await cancel(await connect(temporal, namespace), workflow_id)
+
+    anyio.run(go)
+    _out.print(Text.assemble("cancellation requested for ", _shown(workflow_id)), highlight=False)
+
+
+def demo_fleet(
+    hosts: Annotated[int, typer.Option("--hosts", help="embedded simulated GPU nodes (one has too little RAM)")
+                     ] = 8,
+    load_s: Annotated[float, typer.Option("--load-s", help="simulated model load seconds")] = 4.0,
+    wave_size: Annotated[int, typer.Option("--wave-size", help="hosts per wave after the canary")] = 3,
+    kill: Annotated[bool, typer.Option("--kill/--no-kill", help="SIGKILL the worker mid-wave, start another")
+                    ] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="print the final summary as one JSON line")] = False,
+) -> None:
+    """A local Temporal dev server, HOSTS embedded nodes, a worker process: a canary then waves roll the hicache
+    flags out; the worker is SIGKILLed mid-wave and a new one re-attaches. Ends with the counts (verified,
+    refused, restarts counted on the nodes)."""
+    _need_temporal()
+    from rich.live import Live
+
+    from .demo.fleet import run_fleet_demo
+
+    with Live(console=_err if as_json else _out, auto_refresh=False) as live:
+
+        def show(st: dict[str, Any], starts: dict[str, int], events: list[str]) -> None:
+            from rich.console import Group
+
+            live.update(Group(status_table(st, starts), *(_shown(e, "bold") for e in events[-4:])), refresh=True)
+
+        summary = anyio.run(lambda: run_fleet_demo(hosts, load_s=load_s, wave_size=wave_size, kill=kill,
+                                                   show=show))
+    if as_json:
+        sys.stdout.write(json.dumps(summary) + "\n")
+    else:
+        _out.print(Text.assemble(("RESULT: ", "bold"), _shown(summary["line"])), highlight=False)
+    raise typer.Exit(0 if summary["ok"] else 1)

@@ -1,0 +1,307 @@
+"""Temporal activities over a :class:`~agent_tools.tools.toolkit.Toolkit`: the worker's host registry, journal and
+policies decide what runs (a ``deny`` stays a ``denied`` result, an ``ask`` a ``needs_approval`` one that the
+workflow answers with a person's yes from a signal).
+
+Every activity takes one JSON object and returns one (the tools' results as the model reads them, redacted).
+A host problem the tools call retryable (unreachable, connection lost, busy) is raised as a retryable
+:class:`~temporalio.exceptions.ApplicationError`, so Temporal's retry policy tries again; anything else is
+returned for the workflow to judge.
+
+Long jobs (``fleet.restart``, ``fleet.run_command``) are one activity each that starts *or re-attaches*: the
+launch is keyed by the workflow's key for the step and claimed on the host (``key_on_host``), so the activity
+retried after its worker died (heartbeat timeout) or on another worker finds the job already on the host and
+follows it; it never launches it twice. While it follows, it heartbeats ``{"job_id", "host", "state",
+"readiness", "probes": [{"kind", "state"}...]}`` (the latest probe results); Temporal's cancellation, which
+arrives through a heartbeat, becomes ``job_cancel`` of the job (its whole process tree) before the activity
+reports itself cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import structlog
+from pydantic import BaseModel
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from ..demo.hicache import HICACHE_FLAGS, KV_LINE_GREP, estimate_hicache, hicache_edit, port_of
+from ..jobs.journal import now
+from ..outcomes import NeedsApproval, result_view
+from ..redact import redact_obj
+from ..tools import ops
+from ..tools.toolkit import Toolkit
+
+__all__ = ["FleetActivities", "server_info_fields"]
+
+log = structlog.get_logger(__name__)
+
+#: readiness values a restart's job settles in
+_SETTLED_READINESS = frozenset({"ready", "failed", "deadline_exceeded"})
+
+
+def server_info_fields(flags: list[str]) -> dict[str, str | None]:
+    """What ``/get_server_info`` must show for ``flags``: ``--name value`` → ``name`` (dashes as underscores) equal
+    to ``value``; a flag without a value → ``name`` true (None here)."""
+    want: dict[str, str | None] = {}
+    i = 0
+    while i < len(flags):
+        word = flags[i]
+        if word.startswith("--"):
+            name = word[2:].replace("-", "_")
+            if i + 1 < len(flags) and not flags[i + 1].startswith("--"):
+                want[name] = flags[i + 1]
+                i += 2
+                continue
+            want[name] = None
+        i += 1
+    return want
+
+
+def _matches(value: Any, want: str | None) -> bool:
+    if want is None:
+        return value is True or str(value).lower() == "true"
+    try:
+        return float(value) == float(want)
+    except (TypeError, ValueError):
+        return str(value) == want
+
+
+class FleetActivities:
+    """The activities a fleet worker runs, over ``toolkit`` (see the module docstring).
+
+    :param toolkit: the worker's Toolkit (its hosts, journal, policies and approval store).
+    :param poll_s: seconds each ``job_status`` long-poll waits while a long activity follows its job.
+    :param beat_s: seconds between heartbeats of a long activity (keep it well below the heartbeat timeout the
+        workflow sets; the SDK throttles what it sends to the server).
+    """
+
+    def __init__(self, toolkit: Toolkit, *, poll_s: float = 1.0, beat_s: float = 0.5) -> None:
+        self.tk = toolkit
+        self.poll_s = poll_s
+        self.beat_s = beat_s
+
+    def all(self) -> list[Callable[..., Any]]:
+        """Every activity, for ``Worker(activities=...)``."""
+        return [self.precheck, self.edit, self.plan_restart, self.restart, self.verify, self.restore,
+                self.run_command, self.host_memory, self.http_get]
+
+    # ------------------------------------------------------------------ helpers
+    def _view(self, out: BaseModel, host: str | None) -> dict[str, Any]:
+        """A result as :meth:`Toolkit.dispatch` shows it (redacted with the host's policy patterns too)."""
+        extra = self.tk.policy.redact_patterns(host) if self.tk.policy is not None and host else []
+        return dict(redact_obj(result_view(out), extra))
+
+    def _checked(self, out: dict[str, Any], what: str) -> dict[str, Any]:
+        """``out``, unless it is a retryable error: raised for Temporal to retry the activity."""
+        if out.get("outcome") == "error" and out.get("retryable"):
+            raise ApplicationError(f"{what}: {out.get('message')}", out, type=str(out.get("kind") or "error"))
+        return out
+
+    async def _approved(self, host: str, call: Callable[[str | None], Awaitable[BaseModel]],
+                        approved_by: str | None) -> dict[str, Any]:
+        """``call(None)``; when the policy asks and the workflow carries a person's yes (``approved_by``), the ask
+        is approved in this worker's approval store in that person's name and the call made again with it."""
+        out = await call(None)
+        if isinstance(out, NeedsApproval) and approved_by and self.tk.approvals is not None:
+            self.tk.approvals.approve(out.approval_id, by=approved_by)
+            log.info("fleet.approved", host=host, approval_id=out.approval_id, by=approved_by)
+            out = await call(out.approval_id)
+        return self._view(out, host)
+
+    async def _follow(self, host: str, launch: Callable[[str | None], Awaitable[BaseModel]],
+                      approved_by: str | None, settled: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        """Launch (or re-attach to) a keyed job and follow it until ``settled`` says so, heartbeating; on
+        cancellation, cancel the job first."""
+        info = activity.info()
+        t0 = now()
+        progress: dict[str, Any] = {"host": host, "job_id": None, "state": "launching", "attempt": info.attempt}
+        job_id: str | None = None
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._beat, progress)
+                out = self._checked(await self._approved(host, launch, approved_by), "launch")
+                if out.get("outcome") not in ("detached", "finished") or not out.get("job_id"):
+                    tg.cancel_scope.cancel()
+                    return out
+                job_id = str(out["job_id"])
+                # re-attached: the host had the job already (another worker's launch), or this worker's journal
+                # did (its own earlier attempt)
+                rec = self.tk.journal.get(job_id)
+                reattached = bool(rec.meta.get("found_on_host")) or rec.created_at < t0
+                progress.update(job_id=job_id, state="running", reattached=reattached)
+                activity.heartbeat(dict(progress))
+                log.info("fleet.job", host=host, job_id=job_id, attempt=info.attempt, reattached=reattached)
+                while True:
+                    st = self._view(await self.tk.job_status(job_id=job_id, wait_s=self.poll_s), host)
+                    if st.get("outcome") == "error":
+                        self._checked(st, f"job_status of {job_id}")
+                        tg.cancel_scope.cancel()
+                        return {**st, "job_id": job_id}
+                    progress.update(state=st.get("state"), readiness=st.get("readiness"),
+                                    probes=[{"kind": p.get("kind"), "state": p.get("state")}
+                                            for p in st.get("probes") or []])
+                    if settled(st):
+                        tg.cancel_scope.cancel()
+                        return {**st, "launch": out.get("outcome"), "reattached": reattached,
+                                "attempt": info.attempt}
+        except asyncio.CancelledError:
+            if job_id is not None:
+                with anyio.CancelScope(shield=True):
+                    res = self._view(await self.tk.job_cancel(job_id=job_id, grace_s=2.0), host)
+                log.info("fleet.job_cancelled", host=host, job_id=job_id, result=res.get("outcome"))
+            raise
+        raise AssertionError("unreachable")  # pragma: no cover (the loop returns)
+
+    async def _beat(self, progress: dict[str, Any]) -> None:
+        while True:
+            activity.heartbeat(dict(progress))
+            await anyio.sleep(self.beat_s)
+
+    # ------------------------------------------------------------------ activities
+    @activity.defn(name="fleet.precheck")
+    async def precheck(self, req: dict[str, Any]) -> dict[str, Any]:
+        """``{"host", "unit", "flags"}`` → ``{"outcome": "precheck", "fits", "summary", "path", "text", "old", "new",
+        "port"}`` (the walkthrough's memory estimate and its unit edit), or an ``error`` result.
+
+        Steps: ``gpu_memory``, ``host_memory``, ``service_status`` (the KV pool's journal line), ``read_file`` of
+        the unit file, :func:`~agent_tools.demo.hicache.estimate_hicache`."""
+        host, unit = str(req["host"]), str(req.get("unit") or "sglang.service")
+        flags = list(req.get("flags") or HICACHE_FLAGS)
+        gpu = self._checked(self._view(await self.tk.gpu_memory(host=host), host), "gpu_memory")
+        mem = self._checked(self._view(await self.tk.host_memory(host=host), host), "host_memory")
+        svc = self._checked(self._view(await self.tk.service_status(host=host, unit=unit, grep=KV_LINE_GREP,
+                                                                    journal_lines=1), host), "service_status")
+        if svc.get("outcome") == "error" or not svc.get("unit_file"):
+            return {"outcome": "error", "host": host, "kind": "unit", "retryable": False,
+                    "message": f"cannot use {unit} on {host}: {svc.get('message') or svc.get('state')}"}
+        path = str(svc["unit_file"])
+        unit_file = self._checked(self._view(await self.tk.read_file(host=host, path=path), host), "read_file")
+        if unit_file.get("outcome") == "error":
+            return unit_file
+        text = str(unit_file.get("text", ""))
+        try:
+            old, new = hicache_edit(text, flags)
+        except ValueError as exc:
+            return {"outcome": "error", "host": host, "kind": "unit", "retryable": False,
+                    "message": f"cannot edit {path}: {exc}"}
+        fit = estimate_hicache(gpu, mem, str(svc.get("journal", "")), text, flags)
+        return {"outcome": "precheck", "host": host, "fits": fit.fits, "summary": fit.summary(),
+                "needs_bytes": fit.host_pool_bytes, "available_bytes": fit.available_bytes, "path": path,
+                "text": text, "old": old, "new": new, "port": port_of(text)}
+
+    @activity.defn(name="fleet.edit")
+    async def edit(self, req: dict[str, Any]) -> dict[str, Any]:
+        """``{"host", "path", "old", "new", "text", "approved_by"?}`` → ``edit_file``'s result (with
+        ``backup_id``) and ``"outcome": "written"``, or its ``denied``/``needs_approval``/``error``. A retry that
+        finds the edit already made (``text`` with ``old`` replaced is what the file holds) returns
+        ``{"outcome": "written", "already": true}`` without a backup id: the rollback then writes ``text``
+        back."""
+        host, path, old, new = str(req["host"]), str(req["path"]), str(req["old"]), str(req["new"])
+        approved_by = req.get("approved_by")
+
+        async def call(approval_id: str | None) -> BaseModel:
+            return await self.tk.edit_file(host=host, path=path, old=old, new=new, approval_id=approval_id)
+
+        out = self._checked(await self._approved(host, call, approved_by), "edit_file")
+        if "bytes_written" in out:  # a FileWritten (its model has no outcome field)
+            return {**out, "outcome": "written"}
+        if out.get("outcome") == "error":
+            now = self._checked(self._view(await self.tk.read_file(host=host, path=path), host), "read_file")
+            if now.get("text") == str(req.get("text", "")).replace(old, new, 1):
+                return {"outcome": "written", "host": host, "path": path, "already": True, "backup_id": None}
+        return out
+
+    @activity.defn(name="fleet.plan_restart")
+    async def plan_restart(self, req: dict[str, Any]) -> dict[str, Any]:
+        """``{"host", "unit", "probes"}`` → ``{"command", "probes", "deadline_s", "timeout_s"}``
+        (:func:`~agent_tools.tools.ops.plan_restart`: the unit's invocation *now* is the one the restart must
+        replace, so the plan is made once, kept in the workflow's history, and every attempt follows it)."""
+        host = str(req["host"])
+        try:
+            plan = await ops.plan_restart(self.tk, host, str(req["unit"]), True, list(req.get("probes") or []))
+        except Exception as exc:
+            from ..errors import AgentToolsError
+
+            if isinstance(exc, AgentToolsError):
+                if exc.retryable:
+                    raise ApplicationError(f"plan_restart: {exc.message}", type=exc.kind) from exc
+                return {"outcome": "error", "host": host, "kind": exc.kind, "retryable": False,
+                        "message": exc.message}
+            raise
+        return {"outcome": "plan", "command": plan.command, "probes": plan.probes, "deadline_s": plan.deadline_s,
+                "timeout_s": plan.timeout_s}
+
+    @activity.defn(name="fleet.restart")
+    async def restart(self, req: dict[str, Any]) -> dict[str, Any]:
+        """``{"host", "plan", "key", "approved_by"?}`` → the final ``job_status`` of the restart (readiness
+        ``ready``/``failed``/``deadline_exceeded``), or the launch's result when it did not start (``denied``,
+        ``needs_approval``, ``error``). Starts the plan's command keyed by ``key`` on the host, or re-attaches to
+        the job an earlier attempt started."""
+        host, plan, key = str(req["host"]), dict(req["plan"]), str(req["key"])
+
+        async def launch(approval_id: str | None) -> BaseModel:
+            return await self.tk.run_command(host=host, command=str(plan["command"]), budget_s=30.0,
+                                             idempotency_key=key, approval_id=approval_id,
+                                             _probes=list(plan["probes"]), _deadline_s=float(plan["deadline_s"]),
+                                             _key_on_host=True)
+
+        return await self._follow(host, launch, req.get("approved_by"),
+                                  lambda st: st.get("readiness") in _SETTLED_READINESS)
+
+    @activity.defn(name="fleet.run_command")
+    async def run_command(self, req: dict[str, Any]) -> dict[str, Any]:
+        """``{"host", "command", "key", "budget_s"?, "approved_by"?}`` → the job's final ``job_status`` (exited,
+        killed, lost), or the launch's result when it ended within its budget or did not start. Starts or
+        re-attaches (as ``fleet.restart``)."""
+        host, command, key = str(req["host"]), str(req["command"]), str(req["key"])
+        budget_s = float(req.get("budget_s") or 5.0)
+
+        async def launch(approval_id: str | None) -> BaseModel:
+            return await self.tk.run_command(host=host, command=command, budget_s=budget_s, idempotency_key=key,
+                                             approval_id=approval_id, _key_on_host=True)
+
+        return await self._follow(host, launch, req.get("approved_by"),
+                                  lambda st: st.get("state") not in ("running", "unconfirmed"))
+
+    @activity.defn(name="fleet.verify")
+    async def verify(self, req: dict[str, Any]) -> dict[str, Any]:
+        """``{"host", "port", "flags"}`` → ``{"outcome": "verified"|"not_verified", "data", "missing"}``: the
+        server's ``/get_server_info`` shows every flag (:func:`server_info_fields`)."""
+        host, port = str(req["host"]), int(req["port"])
+        want = server_info_fields(list(req.get("flags") or HICACHE_FLAGS))
+        got = self._checked(self._view(await self.tk.http_get(
+            host=host, url=f"http://127.0.0.1:{port}/get_server_info", fields=list(want)), host), "http_get")
+        data = got.get("data") if isinstance(got.get("data"), dict) else {}
+        assert isinstance(data, dict)
+        missing = [k for k, v in want.items() if not _matches(data.get(k), v)]
+        return {"outcome": "not_verified" if missing or got.get("outcome") == "error" else "verified",
+                "host": host, "data": data, "missing": missing, "status": got.get("status"),
+                **({"message": got.get("message")} if got.get("outcome") == "error" else {})}
+
+    @activity.defn(name="fleet.restore")
+    async def restore(self, req: dict[str, Any]) -> dict[str, Any]:
+        """``{"host", "path", "backup_id"?, "text"}`` → ``restore_file``'s result (``write_file`` of ``text``, the
+        unit as the pre-check read it, when there is no backup id)."""
+        host, path = str(req["host"]), str(req["path"])
+        if req.get("backup_id"):
+            out = await self.tk.restore_file(host=host, path=path, backup_id=str(req["backup_id"]))
+        else:
+            out = await self.tk.write_file(host=host, path=path, content=str(req["text"]))
+        return self._checked(self._view(out, host), "restore")
+
+    @activity.defn(name="fleet.host_memory")
+    async def host_memory(self, req: dict[str, Any]) -> dict[str, Any]:
+        """``{"host"}`` → ``host_memory``'s result."""
+        host = str(req["host"])
+        return self._checked(self._view(await self.tk.host_memory(host=host), host), "host_memory")
+
+    @activity.defn(name="fleet.http_get")
+    async def http_get(self, req: dict[str, Any]) -> dict[str, Any]:
+        """``{"host", "url", "fields"?}`` → ``http_get``'s result (the URL is fetched from the host)."""
+        host = str(req["host"])
+        return self._checked(self._view(await self.tk.http_get(host=host, url=str(req["url"]),
+                                                               fields=req.get("fields")), host), "http_get")

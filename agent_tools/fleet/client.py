@@ -1,0 +1,36 @@
+"""Talking to fleet rollouts: start one, read its state, approve a waiting step, cancel it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+
+from .model import RolloutSpec
+from .workflow import FleetRollout
+
+__all__ = ["approve", "cancel", "start_rollout", "status"]
+
+
+async def start_rollout(client: Client, spec: RolloutSpec, *, workflow_id: str,
+                        task_queue: str) -> WorkflowHandle[Any, Any]:
+    """Start ``FleetRollout`` with ``spec`` as workflow ``workflow_id`` on ``task_queue``."""
+    return await client.start_workflow(FleetRollout.run, spec, id=workflow_id, task_queue=task_queue)
+
+
+async def status(client: Client, workflow_id: str) -> dict[str, Any]:
+    """The rollout's ``status`` query, plus ``"workflow": RUNNING | COMPLETED | ...`` (the execution's status)."""
+    handle = client.get_workflow_handle(workflow_id)
+    desc = await handle.describe()
+    state: dict[str, Any] = await handle.query(FleetRollout.status)
+    return {"workflow": desc.status.name if desc.status else "UNKNOWN", **state}
+
+
+async def approve(client: Client, workflow_id: str, host: str, by: str) -> None:
+    """Signal the person's yes for ``host`` (``"*"``: every host) of the rollout."""
+    await client.get_workflow_handle(workflow_id).signal(FleetRollout.approve, {"host": host, "by": by})
+
+
+async def cancel(client: Client, workflow_id: str) -> None:
+    """Request cancellation: running activities cancel their jobs, hosts not done become ``cancelled``."""
+    await client.get_workflow_handle(workflow_id).cancel()

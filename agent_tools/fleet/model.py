@@ -1,0 +1,64 @@
+"""The wire types of the fleet workflows: plain dataclasses (Temporal's default data converter sends them as
+JSON), importable inside the workflow sandbox."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["FINAL_STATES", "HOST_STATES", "HostJobSpec", "RolloutSpec"]
+
+#: a host's state in a rollout, in the order it moves through them
+HOST_STATES = ("pending", "prechecking", "refused", "editing", "awaiting_approval", "restarting", "verifying",
+               "verified", "rolling_back", "rolled_back", "failed", "skipped", "cancelled")
+#: states a host does not leave
+FINAL_STATES = frozenset({"refused", "verified", "rolled_back", "failed", "skipped", "cancelled"})
+
+
+@dataclass
+class RolloutSpec:
+    """What ``FleetRollout`` does.
+
+    :param hosts: host aliases, in rollout order (the first ``canary`` are the canary wave).
+    :param flags: words added to the unit's ExecStart command (the hicache walkthrough's flags by default).
+    :param unit: the systemd unit (SGLang's).
+    :param canary: hosts in the first wave (0: no canary wave).
+    :param wave_size: hosts per later wave (>= 1), rolled out concurrently.
+    :param failure_budget: host failures tolerated; the rollout halts (no further wave starts) once more hosts
+        than this failed. A host refused at the pre-check is not a failure (nothing was changed).
+    :param precheck: refuse a host whose RAM cannot hold the hicache host pool (the walkthrough's estimate);
+        False rolls out regardless (the server then refuses to start there and the host is rolled back).
+    :param probes: extra readiness probes of the restart (dicts, as ``restart_service`` takes); ``{port}`` in
+        a probe's ``url`` is the server's port from the unit file. Default: HTTP ``/health`` and the ready line.
+    :param heartbeat_s: the long activities' heartbeat timeout, seconds: a worker silent this long is taken for
+        dead and the activity is retried (re-attaching to its job).
+    :param restart_timeout_s: how long one host's restart may take to become ready, seconds (its activity's
+        start-to-close timeout; the job's own deadline is the unit's start timeout).
+    """
+
+    hosts: list[str]
+    flags: list[str] = field(default_factory=list)
+    unit: str = "sglang.service"
+    canary: int = 1
+    wave_size: int = 3
+    failure_budget: int = 0
+    precheck: bool = True
+    probes: list[dict[str, Any]] = field(default_factory=list)
+    heartbeat_s: float = 10.0
+    restart_timeout_s: float = 1800.0
+
+
+@dataclass
+class HostJobSpec:
+    """What ``HostJob`` runs: ``command`` on ``host`` as one job, followed to its end.
+
+    :param budget_s: the launch's budget in seconds (then the job runs on detached and is followed).
+    :param heartbeat_s: the activity's heartbeat timeout, seconds.
+    :param timeout_s: the activity's start-to-close timeout, seconds.
+    """
+
+    host: str
+    command: str
+    budget_s: float = 5.0
+    heartbeat_s: float = 10.0
+    timeout_s: float = 3600.0

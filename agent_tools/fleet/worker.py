@@ -1,0 +1,56 @@
+"""A fleet worker: the fleet workflows and the activities of :mod:`.activities` over one Toolkit, on one task
+queue. Several workers (processes, machines) share a queue; each keeps its own per-host channel limit (its
+Toolkit's SSH pool) and its own policies.
+"""
+
+from __future__ import annotations
+
+import anyio
+import structlog
+from temporalio.client import Client
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from ..tools.toolkit import Toolkit
+from .activities import FleetActivities
+from .workflow import FleetRollout, HostJob
+
+__all__ = ["WORKFLOWS", "build_worker", "connect", "run_worker"]
+
+log = structlog.get_logger(__name__)
+
+#: the workflow classes a fleet worker runs (the Replayer takes the same list)
+WORKFLOWS = [FleetRollout, HostJob]
+
+
+async def connect(target: str, namespace: str = "default") -> Client:
+    """A Temporal client of the server at ``target`` (``HOST:PORT``).
+
+    :raises RuntimeError: the server cannot be reached (temporalio's own error)."""
+    return await Client.connect(target, namespace=namespace)
+
+
+def sandbox_runner() -> SandboxedWorkflowRunner:
+    """Temporal's workflow sandbox with this package passed through (the workflow module imports only its own
+    model; passing ``agent_tools`` through spares re-importing the library per workflow run)."""
+    return SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules("agent_tools"))
+
+
+def build_worker(client: Client, task_queue: str, toolkit: Toolkit, *, max_concurrent_activities: int = 64,
+                 poll_s: float = 1.0) -> Worker:
+    """A :class:`temporalio.worker.Worker` running the fleet workflows and activities (not started)."""
+    acts = FleetActivities(toolkit, poll_s=poll_s)
+    return Worker(client, task_queue=task_queue, workflows=WORKFLOWS, activities=acts.all(),
+                  workflow_runner=sandbox_runner(), max_concurrent_activities=max_concurrent_activities)
+
+
+async def run_worker(target: str, task_queue: str, toolkit: Toolkit, *, stop: anyio.Event | None = None,
+                     namespace: str = "default", ready: anyio.Event | None = None) -> None:
+    """Run a fleet worker until ``stop`` is set (or forever, until cancelled); ``ready`` is set once it polls."""
+    client = await connect(target, namespace)
+    worker = build_worker(client, task_queue, toolkit)
+    async with worker:
+        log.info("fleet.worker_started", target=target, task_queue=task_queue)
+        if ready is not None:
+            ready.set()
+        await (stop or anyio.Event()).wait()

@@ -1,0 +1,245 @@
+"""The fleet workflows: ``FleetRollout`` (a unit change across hosts in a canary wave and then waves) and
+``HostJob`` (one command as a job on one host). Deterministic code only: every host contact is an activity of
+:mod:`.activities`, named by string (this module imports no activity code).
+
+``FleetRollout``, per host: ``fleet.precheck`` (refuse a host whose RAM cannot hold the hicache host pool) →
+``fleet.edit`` (with a backup) → ``fleet.plan_restart`` → ``fleet.restart`` (daemon-reload + restart, followed by
+its probes to readiness) → ``fleet.verify`` (``/get_server_info`` shows the flags). On a failed restart or
+verification: ``fleet.restore``, then a second planned restart followed to readiness (``rolled_back`` when the
+host serves again, ``failed`` when not). Hosts of one wave run concurrently; once more hosts failed than the
+failure budget allows, no further wave starts (``halted``; the hosts left are ``skipped``).
+
+A step that the worker's policy answers with ``needs_approval`` puts the host in ``awaiting_approval`` until the
+``approve`` signal names it (or ``"*"``), then the step is made again with the person's name
+(``agent-tools rollout approve``). The ``status`` query gives the whole state at any time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.workflow import ActivityCancellationType
+
+with workflow.unsafe.imports_passed_through():
+    from .model import FINAL_STATES, HostJobSpec, RolloutSpec
+
+__all__ = ["FleetRollout", "HostJob", "waves_of"]
+
+#: retries of an activity whose host was unreachable (or whose worker died): 1 s, 2 s, 4 s, ... up to 10 s apart
+_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
+                     maximum_interval=timedelta(seconds=10), maximum_attempts=20)
+#: default probes of a restart: the server's health endpoint and its ready line (a refusal fails it at once)
+_DEFAULT_PROBES: list[dict[str, Any]] = [
+    {"kind": "http", "url": "http://127.0.0.1:{port}/health"},
+    {"kind": "log", "unit": "{unit}", "pattern": "The server is fired up and ready to roll!",
+     "fail_pattern": "Not enough host memory|Traceback"},
+]
+
+
+def waves_of(hosts: list[str], canary: int, wave_size: int) -> list[list[str]]:
+    """``hosts`` in waves: the first ``canary`` hosts (when > 0), then ``wave_size`` at a time."""
+    if wave_size < 1 or canary < 0:
+        raise ValueError("wave_size must be >= 1 and canary >= 0")
+    first = [hosts[:canary]] if canary > 0 and hosts else []
+    rest = hosts[canary:] if canary > 0 else hosts
+    return first + [rest[i:i + wave_size] for i in range(0, len(rest), wave_size)]
+
+
+def _probes(spec: RolloutSpec, port: int) -> list[dict[str, Any]]:
+    out = []
+    for p in spec.probes or _DEFAULT_PROBES:
+        out.append({k: (v.replace("{port}", str(port)).replace("{unit}", spec.unit) if isinstance(v, str) else v)
+                    for k, v in p.items()})
+    return out
+
+
+@workflow.defn(name="FleetRollout")
+class FleetRollout:
+    """See the module docstring. Input :class:`~agent_tools.fleet.model.RolloutSpec`; result: the final
+    ``status``."""
+
+    def __init__(self) -> None:
+        self._hosts: dict[str, dict[str, Any]] = {}
+        self._approved: dict[str, str] = {}
+        self._phase = "starting"
+        self._wave = -1
+        self._waves = 0
+        self._halted: str | None = None
+        self._budget = 0
+
+    # ---------------------------------------------------------------- signals and queries
+    @workflow.signal
+    def approve(self, req: dict[str, Any]) -> None:
+        """``{"host": ALIAS | "*", "by": NAME}``: a person's yes for the host's waiting step (and its later
+        ones); ``"*"`` for every host of the rollout."""
+        self._approved[str(req.get("host") or "*")] = str(req.get("by") or "unknown")
+
+    @workflow.query
+    def status(self) -> dict[str, Any]:
+        """``{"phase", "wave", "waves", "failures", "failure_budget", "halted", "counts": {state: n},
+        "hosts": {alias: {"state", "wave", "note", "job_id"?, "approval"?, "restarts"...}}}``."""
+        counts: dict[str, int] = {}
+        for h in self._hosts.values():
+            counts[h["state"]] = counts.get(h["state"], 0) + 1
+        return {"phase": self._phase, "wave": self._wave, "waves": self._waves, "failures": self._failures(),
+                "failure_budget": self._budget, "halted": self._halted, "counts": counts,
+                "hosts": {k: dict(v) for k, v in self._hosts.items()}}
+
+    def _failures(self) -> int:
+        return sum(1 for h in self._hosts.values() if h["state"] in ("rolled_back", "failed"))
+
+    # ---------------------------------------------------------------- the rollout
+    @workflow.run
+    async def run(self, spec: RolloutSpec) -> dict[str, Any]:
+        self._budget = spec.failure_budget
+        waves = waves_of(list(spec.hosts), spec.canary, spec.wave_size)
+        self._waves = len(waves)
+        for i, wave in enumerate(waves):
+            for h in wave:
+                self._hosts[h] = {"state": "pending", "wave": i, "note": ""}
+        try:
+            for i, wave in enumerate(waves):
+                if self._halted:
+                    for h in wave:
+                        self._set(h, "skipped", f"not started: {self._halted}")
+                    continue
+                self._wave = i
+                self._phase = "canary" if i == 0 and spec.canary > 0 else "wave"
+                await asyncio.gather(*(self._one(spec, h) for h in wave))
+                if self._failures() > spec.failure_budget:
+                    self._halted = (f"halted after wave {i}: {self._failures()} host(s) failed, the failure budget "
+                                    f"is {spec.failure_budget}")
+            self._phase = "halted" if self._halted else "done"
+        except asyncio.CancelledError:
+            self._phase = "cancelled"
+            for h, st in self._hosts.items():
+                if st["state"] not in FINAL_STATES:
+                    self._set(h, "cancelled", "the rollout was cancelled")
+            raise
+        return self.status()
+
+    def _set(self, host: str, state: str, note: str | None = None, **extra: Any) -> None:
+        st = self._hosts[host]
+        st["state"] = state
+        if note is not None:
+            st["note"] = note
+        st.update(extra)
+
+    async def _act(self, name: str, req: dict[str, Any], *, long: float | None = None,
+                   heartbeat_s: float | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = await workflow.execute_activity(
+            name, req,
+            start_to_close_timeout=timedelta(seconds=long or 120.0),
+            heartbeat_timeout=timedelta(seconds=heartbeat_s) if heartbeat_s else None,
+            retry_policy=_RETRY,
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            result_type=dict)
+        return result
+
+    async def _step(self, host: str, name: str, req: dict[str, Any], **opts: Any) -> dict[str, Any]:
+        """An activity whose call the policy may answer ``needs_approval``: then wait for the approve signal and
+        make it again with the person's name."""
+        out = await self._act(name, {**req, "approved_by": self._approver(host)}, **opts)
+        if out.get("outcome") != "needs_approval":
+            return out
+        before = self._hosts[host]["state"]
+        self._set(host, "awaiting_approval", f"{name}: {out.get('command')} asks approval "
+                                             f"(rule {out.get('rule_id')}): agent-tools rollout approve",
+                  approval={"step": name, "command": out.get("command"), "rule_id": out.get("rule_id"),
+                            "reason": out.get("reason")})
+        await workflow.wait_condition(lambda: self._approver(host) is not None)
+        self._set(host, before, f"approved by {self._approver(host)}", approval=None)
+        return await self._act(name, {**req, "approved_by": self._approver(host)}, **opts)
+
+    def _approver(self, host: str) -> str | None:
+        return self._approved.get(host) or self._approved.get("*")
+
+    async def _one(self, spec: RolloutSpec, host: str) -> None:
+        info = workflow.info()
+        key = f"fleet/{info.workflow_id}/{info.run_id}/{host}"
+        self._set(host, "prechecking")
+        pre = await self._act("fleet.precheck", {"host": host, "unit": spec.unit, "flags": spec.flags})
+        if pre.get("outcome") != "precheck":
+            self._set(host, "failed", f"pre-check: {pre.get('message')}")
+            return
+        if spec.precheck and not pre["fits"]:
+            self._set(host, "refused", f"refused at pre-check: {pre['summary']}")
+            return
+        self._set(host, "editing", pre["summary"])
+        ed = await self._step(host, "fleet.edit", {"host": host, "path": pre["path"], "old": pre["old"],
+                                                   "new": pre["new"], "text": pre["text"]})
+        if ed.get("outcome") != "written":
+            self._set(host, "failed", f"edit_file: {ed.get('outcome')}: {ed.get('message') or ed.get('reason')}")
+            return
+        backup = ed.get("backup_id")
+        probes = _probes(spec, int(pre["port"]))
+        ok, why = await self._restart(spec, host, key + "/restart", probes, "restarting")
+        if ok:
+            self._set(host, "verifying")
+            v = await self._act("fleet.verify", {"host": host, "port": pre["port"], "flags": spec.flags})
+            if v.get("outcome") == "verified":
+                shown = ", ".join(f"{k}={val}" for k, val in (v.get("data") or {}).items())
+                self._set(host, "verified", f"/get_server_info: {shown}")
+                return
+            why = f"not verified: /get_server_info lacks {v.get('missing')} ({v.get('message') or v.get('data')})"
+        self._set(host, "rolling_back", why)
+        await self._act("fleet.restore", {"host": host, "path": pre["path"], "backup_id": backup,
+                                          "text": pre["text"]})
+        back, why2 = await self._restart(spec, host, key + "/rollback", probes[:1], "rolling_back")
+        if back:
+            self._set(host, "rolled_back", f"{why}; restored the unit and it serves again")
+        else:
+            self._set(host, "failed", f"{why}; restored the unit but it does not serve: {why2}")
+
+    async def _restart(self, spec: RolloutSpec, host: str, key: str, probes: list[dict[str, Any]],
+                       state: str) -> tuple[bool, str]:
+        self._set(host, state)
+        plan = await self._act("fleet.plan_restart", {"host": host, "unit": spec.unit, "probes": probes})
+        if plan.get("outcome") != "plan":
+            return False, f"restart: {plan.get('message')}"
+        st = await self._step(host, "fleet.restart", {"host": host, "plan": plan, "key": key},
+                              long=spec.restart_timeout_s, heartbeat_s=spec.heartbeat_s)
+        restarts = self._hosts[host].setdefault("restarts", [])
+        restarts.append({"key": key.rsplit("/", 1)[-1], "job_id": st.get("job_id"),
+                         "readiness": st.get("readiness"), "attempt": st.get("attempt"),
+                         "reattached": st.get("reattached")})
+        self._set(host, state, job_id=st.get("job_id"))
+        if st.get("readiness") == "ready":
+            return True, ""
+        if st.get("outcome") in ("denied", "error"):
+            return False, f"restart {st.get('outcome')}: {st.get('reason') or st.get('message')}"
+        failed = [p for p in st.get("probes") or [] if p.get("state") == "failed"]
+        evidence = str(failed[0].get("evidence", "")).splitlines()[-1:] if failed else []
+        return False, f"restart {st.get('readiness')}: {evidence[0] if evidence else st.get('why', '')}"
+
+
+@workflow.defn(name="HostJob")
+class HostJob:
+    """One command as a job on one host, followed to its end (:class:`~agent_tools.fleet.model.HostJobSpec`);
+    cancelling the workflow cancels the job (its whole process tree). Result: the job's final status."""
+
+    def __init__(self) -> None:
+        self._state: dict[str, Any] = {"state": "starting"}
+
+    @workflow.query
+    def status(self) -> dict[str, Any]:
+        """``{"state": ...}``, then the job's final status."""
+        return dict(self._state)
+
+    @workflow.run
+    async def run(self, spec: HostJobSpec) -> dict[str, Any]:
+        info = workflow.info()
+        self._state = {"state": "running", "host": spec.host}
+        out: dict[str, Any] = await workflow.execute_activity(
+            "fleet.run_command",
+            {"host": spec.host, "command": spec.command, "budget_s": spec.budget_s,
+             "key": f"hostjob/{info.workflow_id}/{info.run_id}"},
+            start_to_close_timeout=timedelta(seconds=spec.timeout_s),
+            heartbeat_timeout=timedelta(seconds=spec.heartbeat_s), retry_policy=_RETRY,
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED, result_type=dict)
+        self._state = out
+        return out
