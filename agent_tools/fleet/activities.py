@@ -104,12 +104,14 @@ class FleetActivities:
     async def _approved(self, host: str, call: Callable[[str | None], Awaitable[BaseModel]],
                         approved_by: str | None) -> dict[str, Any]:
         """``call(None)``; when the policy asks and the workflow carries a person's yes (``approved_by``), the ask
-        is approved in this worker's approval store in that person's name and the call made again with it."""
+        is approved in this worker's approval store in that person's name and the call made again with it (its
+        result then carries ``approval_id``)."""
         out = await call(None)
         if isinstance(out, NeedsApproval) and approved_by and self.tk.approvals is not None:
-            self.tk.approvals.approve(out.approval_id, by=approved_by)
-            log.info("fleet.approved", host=host, approval_id=out.approval_id, by=approved_by)
-            out = await call(out.approval_id)
+            approval_id = out.approval_id
+            self.tk.approvals.approve(approval_id, by=approved_by)
+            log.info("fleet.approved", host=host, approval_id=approval_id, by=approved_by)
+            return {**self._view(await call(approval_id), host), "approval_id": approval_id}
         return self._view(out, host)
 
     async def _follow(self, host: str, launch: Callable[[str | None], Awaitable[BaseModel]],
@@ -147,7 +149,7 @@ class FleetActivities:
                     if settled(st):
                         tg.cancel_scope.cancel()
                         return {**st, "launch": out.get("outcome"), "reattached": reattached,
-                                "attempt": info.attempt}
+                                "attempt": info.attempt, "approval_id": out.get("approval_id")}
         except asyncio.CancelledError:
             if job_id is not None:
                 with anyio.CancelScope(shield=True):

@@ -206,13 +206,15 @@ class FleetRollout:
         restarts = self._hosts[host].setdefault("restarts", [])
         restarts.append({"key": key.rsplit("/", 1)[-1], "job_id": st.get("job_id"),
                          "readiness": st.get("readiness"), "attempt": st.get("attempt"),
-                         "reattached": st.get("reattached")})
+                         "reattached": st.get("reattached"), "approval_id": st.get("approval_id")})
         self._set(host, state, job_id=st.get("job_id"))
         if st.get("readiness") == "ready":
             return True, ""
         if st.get("outcome") in ("denied", "error"):
             return False, f"restart {st.get('outcome')}: {st.get('reason') or st.get('message')}"
-        failed = [p for p in st.get("probes") or [] if p.get("state") == "failed"]
+        # the evidence that explains it: a failed log probe's line (the server's own words) first
+        failed = sorted((p for p in st.get("probes") or [] if p.get("state") == "failed"),
+                        key=lambda p: p.get("kind") != "log")
         evidence = str(failed[0].get("evidence", "")).splitlines()[-1:] if failed else []
         return False, f"restart {st.get('readiness')}: {evidence[0] if evidence else st.get('why', '')}"
 
