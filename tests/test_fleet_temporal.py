@@ -105,7 +105,7 @@ def _ids() -> tuple[str, str]:
 
 async def test_worker_sigkill_mid_restart_reattaches_and_the_node_restarts_once(
         temporal: DevServer, stack: AsyncExitStack, tmp_path: Path) -> None:
-    nodes = await _nodes(stack, tmp_path, [("fleet-a", "default")], load_s=4.0)
+    nodes = await _nodes(stack, tmp_path, [("fleet-a", "default")], load_s=2.5)
     node = nodes["fleet-a"]
     config = _fleet_config(tmp_path, nodes)
     wid, queue = _ids()
@@ -223,4 +223,33 @@ async def test_cancellation_reaches_the_job_and_kills_its_tree(temporal: DevServ
     with pytest.raises(WorkflowFailureError):
         await handle.result()
     assert (await run_on(host, alive)).stdout.split() == []  # the whole tree is gone when the workflow ends
+    await _replays(handle)
+
+
+async def test_dev_server_restart_mid_rollout_resumes_from_history(stack: AsyncExitStack, tmp_path: Path) -> None:
+    """The server stops (SIGTERM) while a restart is being followed and starts again on its SQLite database: the
+    workflow resumes from its history and the node still sees one restart."""
+    db, log = tmp_path / "own.db", tmp_path / "own.log"
+    server = spawn_dev_server(db, log=log)
+    stack.callback(lambda: server.stop())
+    await server.wait_ready()
+    nodes = await _nodes(stack, tmp_path, [("fleet-e", "default")], load_s=2.0)
+    wid, queue = _ids()
+    client = await Client.connect(server.target)
+    await _in_process_worker(stack, client, queue, _toolkit(tmp_path, nodes, "worker"))
+    handle = await start_rollout(client, RolloutSpec(hosts=["fleet-e"], canary=1, heartbeat_s=10.0),
+                                 workflow_id=wid, task_queue=queue)
+
+    async def restarting() -> bool:
+        st = await status(client, wid)
+        return st["hosts"]["fleet-e"]["state"] == "restarting" and nodes["fleet-e"].starts() == 2
+
+    await wait_until(restarting, "the restart job to run on the node", timeout_s=60)
+    await anyio.to_thread.run_sync(server.stop)
+    port = int(server.target.rsplit(":", 1)[1])
+    server = spawn_dev_server(db, port=port, log=log)  # the same database and port
+    await server.wait_ready()
+    final = await handle.result()
+    assert final["hosts"]["fleet-e"]["state"] == "verified", final["hosts"]["fleet-e"]
+    assert nodes["fleet-e"].starts() == 2
     await _replays(handle)
