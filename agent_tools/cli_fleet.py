@@ -39,7 +39,7 @@ def _need_temporal() -> None:
         import temporalio  # noqa: F401
     except ImportError as exc:
         _err.print("error: fleet commands need the temporal extra: pip install 'agent-tools[temporal]'",
-                   highlight=False)
+                   highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(2) from exc
 
 

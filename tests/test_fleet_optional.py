@@ -1,0 +1,37 @@
+"""Issue 18: the Temporal extra is optional: the core and the CLI import and run without temporalio, and the
+fleet commands say which extra they need."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+# temporalio made unimportable for the child interpreter, as on an install without the extra
+_BLOCK = """
+import importlib.abc, sys
+class _NoTemporal(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "temporalio" or name.startswith("temporalio."):
+            raise ImportError("No module named 'temporalio' (blocked by the test)")
+        return None
+sys.meta_path.insert(0, _NoTemporal())
+"""
+
+
+def _child(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", _BLOCK + code], capture_output=True, text=True, timeout=120)
+
+
+def test_core_and_cli_import_without_temporalio() -> None:
+    res = _child("import agent_tools.cli, agent_tools.adapters.mcp_server, agent_tools.tools.toolkit\n"
+                 "import agent_tools.demo.hicache, agent_tools.demo.node, agent_tools.fleet.model\n"
+                 "print(sorted(m for m in sys.modules if m.startswith('temporalio')))")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"
+
+
+def test_fleet_commands_name_the_extra_they_need() -> None:
+    res = _child("import sys\nfrom agent_tools.cli import app\n"
+                 "sys.argv = ['agent-tools', 'rollout', 'status', 'r1', '--temporal', '127.0.0.1:1']\napp()")
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert "pip install 'agent-tools[temporal]'" in res.stderr
