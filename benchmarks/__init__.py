@@ -6,10 +6,13 @@ runs every scenario and its baseline in alternating A/B rounds, prints min/media
 of medians, and removes every job, server and temp file it made (also on Ctrl-C). See
 ``docs/performance.md`` for the results and what they mean. ``agent_view`` is not a timing: it counts what a
 model reads through the MCP client in the hicache scenario (:mod:`benchmarks.agent_view`), against issue 14's goals.
+``fleet_rollout`` (the ``temporal`` extra) times a Temporal rollout against a plain loop
+(:mod:`benchmarks.fleet_rollout`).
 """
 
 from __future__ import annotations
 
-SCENARIOS = ("run_command", "dispatch", "cli", "detach", "host_states", "fanout", "output", "replay", "agent_view")
+SCENARIOS = ("run_command", "dispatch", "cli", "detach", "host_states", "fanout", "output", "replay", "agent_view",
+             "fleet_rollout")
 
 __all__ = ["SCENARIOS"]

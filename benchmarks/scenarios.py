@@ -27,6 +27,7 @@ from agent_tools.tools.toolkit import Toolkit
 
 from .agent_view import agent_view
 from .env import REPO_ROOT, BenchEnv, child_env
+from .fleet_rollout import fleet_rollout
 from .stats import CpuMeter, Row, Side, Target, interleave, progress
 
 __all__ = ["SCENARIO_FUNCS", "Params"]
@@ -443,4 +444,5 @@ SCENARIO_FUNCS: dict[str, Callable[[BenchEnv, Params], Awaitable[list[Row]]]] = 
     "output": output,
     "replay": replay,
     "agent_view": agent_view,
+    "fleet_rollout": fleet_rollout,
 }

