@@ -24,7 +24,7 @@ from .cli_help import HelpGroup
 from .display import plain
 from .redact import redact
 
-__all__ = ["demo_fleet", "rollout_app", "status_table", "worker"]
+__all__ = ["demo_fleet", "expand_hosts", "rollout_app", "status_table", "worker"]
 
 _out = Console()
 _err = Console(stderr=True)
@@ -74,6 +74,30 @@ def status_table(st: dict[str, Any], starts: dict[str, int] | None = None) -> Ta
     return table
 
 
+def expand_hosts(patterns: list[str], ssh_config: list[str] | None) -> list[str]:
+    """``patterns`` with every glob (``*``, ``?``, ``[``: fnmatch, as policy files' ``hosts``) replaced by the SSH
+    config's ``Host`` aliases it matches, sorted; plain aliases kept as given; each host once, first place kept.
+
+    :raises ValueError: a glob matches no alias."""
+    from fnmatch import fnmatchcase
+
+    from .hosts.registry import HostRegistry
+
+    known: list[str] | None = None
+    out: list[str] = []
+    for pat in patterns:
+        if not any(c in pat for c in "*?["):
+            found = [pat]
+        else:
+            if known is None:
+                known = sorted(a for a in HostRegistry(ssh_config=ssh_config).known() if a != "local")
+            found = [a for a in known if fnmatchcase(a, pat)]
+            if not found:
+                raise ValueError(f"{pat!r} matches no Host alias of the SSH config")
+        out.extend(a for a in found if a not in out)
+    return out
+
+
 def worker(
     temporal: TemporalOpt,
     task_queue: QueueOpt = "agent-tools-fleet",
@@ -82,6 +106,9 @@ def worker(
                       ] = None,
     ssh_config: Annotated[list[str] | None, typer.Option("--ssh-config", "-F", metavar="FILE",
                                                          help="OpenSSH client config file (repeatable)")] = None,
+    sticky_timeout_s: Annotated[float, typer.Option("--sticky-timeout-s", metavar="SECONDS",
+                                                    help="how long a workflow's next task waits for this worker "
+                                                         "before another may take it")] = 10.0,
     namespace: NamespaceOpt = "default",
 ) -> None:
     """Run a fleet worker: the FleetRollout/HostJob workflows and their activities over this machine's hosts and
@@ -109,7 +136,8 @@ def worker(
 
             tg.start_soon(on_signal)
             ready = anyio.Event()
-            tg.start_soon(lambda: run_worker(temporal, task_queue, tk, stop=stop, namespace=namespace, ready=ready))
+            tg.start_soon(lambda: run_worker(temporal, task_queue, tk, stop=stop, namespace=namespace, ready=ready,
+                                             sticky_timeout_s=sticky_timeout_s))
             await ready.wait()
             _err.print(Text.assemble("fleet worker polling ", _shown(task_queue), " on ", _shown(temporal)),
                        highlight=False)
@@ -125,7 +153,8 @@ rollout_app = typer.Typer(cls=HelpGroup, no_args_is_help=True,
 
 @rollout_app.command("start")
 def rollout_start(
-    hosts: Annotated[list[str], typer.Argument(help="host aliases, in rollout order")],
+    hosts: Annotated[list[str], typer.Argument(help="host aliases in rollout order, or globs (gpu-*) matched "
+                                                    "against the SSH config's Host aliases, sorted")],
     temporal: TemporalOpt,
     workflow_id: Annotated[str, typer.Option("--id", metavar="ID", help="the rollout's workflow id")],
     task_queue: QueueOpt = "agent-tools-fleet",
@@ -140,6 +169,9 @@ def rollout_start(
                                            help="refuse hosts whose RAM cannot hold the hicache pool")] = True,
     heartbeat_s: Annotated[float, typer.Option("--heartbeat-s", help="heartbeat timeout of long steps")] = 10.0,
     wait: Annotated[bool, typer.Option("--wait", help="wait for the end, showing the live table")] = False,
+    ssh_config: Annotated[list[str] | None, typer.Option("--ssh-config", "-F", metavar="FILE",
+                                                         help="OpenSSH client config whose aliases globs match "
+                                                              "(repeatable; default ~/.ssh/config)")] = None,
     namespace: NamespaceOpt = "default",
 ) -> None:
     """Start a FleetRollout of the unit change over HOSTS."""
@@ -148,6 +180,12 @@ def rollout_start(
     from .fleet.model import RolloutSpec
     from .fleet.worker import connect
 
+    try:
+        chosen = expand_hosts(list(hosts), ssh_config)
+    except ValueError as exc:
+        _err.print(Text.assemble(("error: ", "red"), _shown(exc)), highlight=False)
+        raise typer.Exit(2) from exc
+    hosts = chosen
     spec = RolloutSpec(hosts=list(hosts), flags=list(flag or []), unit=unit, canary=canary, wave_size=wave_size,
                        failure_budget=failure_budget, precheck=precheck, heartbeat_s=heartbeat_s)
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 # temporalio made unimportable for the child interpreter, as on an install without the extra
 _BLOCK = """
@@ -35,3 +38,14 @@ def test_fleet_commands_name_the_extra_they_need() -> None:
                  "sys.argv = ['agent-tools', 'rollout', 'status', 'r1', '--temporal', '127.0.0.1:1']\napp()")
     assert res.returncode == 2, (res.stdout, res.stderr)
     assert "pip install 'agent-tools[temporal]'" in res.stderr
+
+
+def test_rollout_hosts_may_be_globs_over_the_ssh_config(tmp_path: Path) -> None:
+    from agent_tools.cli_fleet import expand_hosts
+
+    config = tmp_path / "ssh_config"
+    config.write_text("Host gpu-b gpu-a\n  HostName 127.0.0.1\nHost cpu-c\n  HostName 127.0.0.1\nHost *\n  User x\n")
+    assert expand_hosts(["gpu-*", "cpu-c", "gpu-a"], [str(config)]) == ["gpu-a", "gpu-b", "cpu-c"]
+    assert expand_hosts(["db-1"], [str(config)]) == ["db-1"]  # a plain alias is taken as given
+    with pytest.raises(ValueError, match="matches no Host alias"):
+        expand_hosts(["dgx-*"], [str(config)])

@@ -35,12 +35,13 @@ Show = Callable[[dict[str, Any], dict[str, int], list[str]], None]
 
 
 def spawn_worker(target: str, task_queue: str, ssh_config: Path, state_dir: Path, log: Path,
-                 policy: list[str] | None = None) -> subprocess.Popen[bytes]:
+                 policy: list[str] | None = None, sticky_timeout_s: float = 2.0) -> subprocess.Popen[bytes]:
     """``agent-tools worker`` as a process of its own (this interpreter), with ``state_dir`` as its
-    ``AGENT_TOOLS_STATE_DIR`` (its journal) and its output appended to ``log``."""
+    ``AGENT_TOOLS_STATE_DIR`` (its journal) and its output appended to ``log``; ``sticky_timeout_s``: how soon
+    another worker takes over the workflow tasks of a dead one (the worker's ``--sticky-timeout-s``)."""
     env = {**os.environ, "AGENT_TOOLS_STATE_DIR": str(state_dir), "AGENT_TOOLS_POLICY": ""}
     args = [sys.executable, "-m", "agent_tools.cli", "worker", "--temporal", target, "--task-queue", task_queue,
-            "-F", str(ssh_config)]
+            "-F", str(ssh_config), "--sticky-timeout-s", str(sticky_timeout_s)]
     for p in policy or []:
         args += ["--policy", p]
     with open(log, "ab") as out:

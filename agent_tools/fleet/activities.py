@@ -30,6 +30,7 @@ from temporalio.exceptions import ApplicationError
 
 from ..demo.hicache import HICACHE_FLAGS, KV_LINE_GREP, estimate_hicache, hicache_edit, port_of
 from ..jobs.journal import now
+from ..jobs.manager import job_id_for_key
 from ..outcomes import NeedsApproval, result_view
 from ..redact import redact_obj
 from ..tools import ops
@@ -114,49 +115,45 @@ class FleetActivities:
             return {**self._view(await call(approval_id), host), "approval_id": approval_id}
         return self._view(out, host)
 
-    async def _follow(self, host: str, launch: Callable[[str | None], Awaitable[BaseModel]],
+    async def _follow(self, host: str, key: str, launch: Callable[[str | None], Awaitable[BaseModel]],
                       approved_by: str | None, settled: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-        """Launch (or re-attach to) a keyed job and follow it until ``settled`` says so, heartbeating; on
-        cancellation, cancel the job first."""
+        """Launch (or re-attach to) the job keyed ``key`` and follow it until ``settled`` says so, heartbeating; on
+        cancellation (during the launch too: the job id is known before, :func:`job_id_for_key`), cancel the job
+        first."""
         info = activity.info()
         t0 = now()
-        progress: dict[str, Any] = {"host": host, "job_id": None, "state": "launching", "attempt": info.attempt}
-        job_id: str | None = None
+        job_id = job_id_for_key(host, key)
+        progress: dict[str, Any] = {"host": host, "job_id": job_id, "state": "launching", "attempt": info.attempt}
+        beat = asyncio.create_task(self._beat(progress))
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._beat, progress)
-                out = self._checked(await self._approved(host, launch, approved_by), "launch")
-                if out.get("outcome") not in ("detached", "finished") or not out.get("job_id"):
-                    tg.cancel_scope.cancel()
-                    return out
-                job_id = str(out["job_id"])
-                # re-attached: the host had the job already (another worker's launch), or this worker's journal
-                # did (its own earlier attempt)
-                rec = self.tk.journal.get(job_id)
-                reattached = bool(rec.meta.get("found_on_host")) or rec.created_at < t0
-                progress.update(job_id=job_id, state="running", reattached=reattached)
-                activity.heartbeat(dict(progress))
-                log.info("fleet.job", host=host, job_id=job_id, attempt=info.attempt, reattached=reattached)
-                while True:
-                    st = self._view(await self.tk.job_status(job_id=job_id, wait_s=self.poll_s), host)
-                    if st.get("outcome") == "error":
-                        self._checked(st, f"job_status of {job_id}")
-                        tg.cancel_scope.cancel()
-                        return {**st, "job_id": job_id}
-                    progress.update(state=st.get("state"), readiness=st.get("readiness"),
-                                    probes=[{"kind": p.get("kind"), "state": p.get("state")}
-                                            for p in st.get("probes") or []])
-                    if settled(st):
-                        tg.cancel_scope.cancel()
-                        return {**st, "launch": out.get("outcome"), "reattached": reattached,
-                                "attempt": info.attempt, "approval_id": out.get("approval_id")}
+            out = self._checked(await self._approved(host, launch, approved_by), "launch")
+            if out.get("outcome") not in ("detached", "finished") or out.get("job_id") != job_id:
+                return out
+            # re-attached: the host had the job already (another worker's launch), or this worker's journal did
+            # (its own earlier attempt)
+            rec = self.tk.journal.get(job_id)
+            reattached = bool(rec.meta.get("found_on_host")) or rec.created_at < t0
+            progress.update(state="running", reattached=reattached)
+            activity.heartbeat(dict(progress))
+            log.info("fleet.job", host=host, job_id=job_id, attempt=info.attempt, reattached=reattached)
+            while True:
+                st = self._view(await self.tk.job_status(job_id=job_id, wait_s=self.poll_s), host)
+                if st.get("outcome") == "error":
+                    self._checked(st, f"job_status of {job_id}")
+                    return {**st, "job_id": job_id}
+                progress.update(state=st.get("state"), readiness=st.get("readiness"),
+                                probes=[{"kind": p.get("kind"), "state": p.get("state")}
+                                        for p in st.get("probes") or []])
+                if settled(st):
+                    return {**st, "launch": out.get("outcome"), "reattached": reattached, "attempt": info.attempt,
+                            "approval_id": out.get("approval_id")}
         except asyncio.CancelledError:
-            if job_id is not None:
-                with anyio.CancelScope(shield=True):
-                    res = self._view(await self.tk.job_cancel(job_id=job_id, grace_s=2.0), host)
-                log.info("fleet.job_cancelled", host=host, job_id=job_id, result=res.get("outcome"))
+            with anyio.CancelScope(shield=True):
+                res = self._view(await self.tk.job_cancel(job_id=job_id, grace_s=2.0), host)
+            log.info("fleet.job_cancelled", host=host, job_id=job_id, result=res.get("outcome"))
             raise
-        raise AssertionError("unreachable")  # pragma: no cover (the loop returns)
+        finally:
+            beat.cancel()
 
     async def _beat(self, progress: dict[str, Any]) -> None:
         while True:
@@ -251,7 +248,7 @@ class FleetActivities:
                                              _probes=list(plan["probes"]), _deadline_s=float(plan["deadline_s"]),
                                              _key_on_host=True)
 
-        return await self._follow(host, launch, req.get("approved_by"),
+        return await self._follow(host, key, launch, req.get("approved_by"),
                                   lambda st: st.get("readiness") in _SETTLED_READINESS)
 
     @activity.defn(name="fleet.run_command")
@@ -266,7 +263,7 @@ class FleetActivities:
             return await self.tk.run_command(host=host, command=command, budget_s=budget_s, idempotency_key=key,
                                              approval_id=approval_id, _key_on_host=True)
 
-        return await self._follow(host, launch, req.get("approved_by"),
+        return await self._follow(host, key, launch, req.get("approved_by"),
                                   lambda st: st.get("state") not in ("running", "unconfirmed"))
 
     @activity.defn(name="fleet.verify")

@@ -5,6 +5,8 @@ Toolkit's SSH pool) and its own policies.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import anyio
 import structlog
 from temporalio.client import Client
@@ -37,18 +39,26 @@ def sandbox_runner() -> SandboxedWorkflowRunner:
 
 
 def build_worker(client: Client, task_queue: str, toolkit: Toolkit, *, max_concurrent_activities: int = 64,
-                 poll_s: float = 1.0) -> Worker:
-    """A :class:`temporalio.worker.Worker` running the fleet workflows and activities (not started)."""
+                 poll_s: float = 1.0, sticky_timeout_s: float = 10.0) -> Worker:
+    """A :class:`temporalio.worker.Worker` running the fleet workflows and activities (not started).
+
+    :param sticky_timeout_s: how long the server keeps a workflow's next task for this worker (its cached
+        workflow state) before any worker of the queue may take it (``sticky_queue_schedule_to_start_timeout``,
+        10 s in the SDK): after this worker dies, the rollout waits that long once before another worker
+        replays it."""
     acts = FleetActivities(toolkit, poll_s=poll_s)
     return Worker(client, task_queue=task_queue, workflows=WORKFLOWS, activities=acts.all(),
-                  workflow_runner=sandbox_runner(), max_concurrent_activities=max_concurrent_activities)
+                  workflow_runner=sandbox_runner(), max_concurrent_activities=max_concurrent_activities,
+                  sticky_queue_schedule_to_start_timeout=timedelta(seconds=sticky_timeout_s))
 
 
 async def run_worker(target: str, task_queue: str, toolkit: Toolkit, *, stop: anyio.Event | None = None,
-                     namespace: str = "default", ready: anyio.Event | None = None) -> None:
-    """Run a fleet worker until ``stop`` is set (or forever, until cancelled); ``ready`` is set once it polls."""
+                     namespace: str = "default", ready: anyio.Event | None = None,
+                     sticky_timeout_s: float = 10.0) -> None:
+    """Run a fleet worker (:func:`build_worker`) until ``stop`` is set (or forever, until cancelled); ``ready`` is
+    set once it polls."""
     client = await connect(target, namespace)
-    worker = build_worker(client, task_queue, toolkit)
+    worker = build_worker(client, task_queue, toolkit, sticky_timeout_s=sticky_timeout_s)
     async with worker:
         log.info("fleet.worker_started", target=target, task_queue=task_queue)
         if ready is not None:
