@@ -7,8 +7,10 @@ failure.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -28,8 +30,10 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.worker import Replayer
 
 from agent_tools.demo.fleet import spawn_worker
+from agent_tools.demo.hicache import hicache_edit
 from agent_tools.demo.node import EmbeddedNode, run_node
-from agent_tools.fleet.client import approve, start_rollout, status
+from agent_tools.fleet.activities import FleetActivities
+from agent_tools.fleet.client import start_rollout, status
 from agent_tools.fleet.devserver import DevServer, spawn_dev_server
 from agent_tools.fleet.model import HostJobSpec, RolloutSpec
 from agent_tools.fleet.worker import WORKFLOWS, build_worker, sandbox_runner
@@ -96,6 +100,13 @@ async def _replays(handle: WorkflowHandle[Any, Any]) -> None:
 async def stack() -> AsyncIterator[AsyncExitStack]:
     async with AsyncExitStack() as s:
         yield s
+
+
+async def _cli(*args: str) -> str:
+    """``agent-tools ARGS`` (this interpreter); its stdout. :raises AssertionError: it failed."""
+    res = await anyio.run_process([sys.executable, "-m", "agent_tools.cli", *args], check=False)
+    assert res.returncode == 0, (args, res.stdout, res.stderr)
+    return res.stdout.decode()
 
 
 def _ids() -> tuple[str, str]:
@@ -192,7 +203,10 @@ rules:
     # host releases it and the restart, which asks too
     assert host["approval"]["step"] == "fleet.edit" and host["approval"]["rule_id"] == "<writes>", host
     assert nodes["fleet-c"].starts() == 1  # nothing restarted while it waits
-    await approve(client, wid, "fleet-c", "alice")
+    # the person's side, through the CLI: the table, then the yes
+    shown = await _cli("rollout", "status", wid, "--temporal", temporal.target, "--json")
+    assert json.loads(shown)["hosts"]["fleet-c"]["state"] == "awaiting_approval"
+    await _cli("rollout", "approve", wid, "--host", "fleet-c", "--by", "alice", "--temporal", temporal.target)
     final = await handle.result()
     assert final["hosts"]["fleet-c"]["state"] == "verified", final["hosts"]["fleet-c"]
     assert nodes["fleet-c"].starts() == 2
@@ -253,3 +267,25 @@ async def test_dev_server_restart_mid_rollout_resumes_from_history(stack: AsyncE
     assert final["hosts"]["fleet-e"]["state"] == "verified", final["hosts"]["fleet-e"]
     assert nodes["fleet-e"].starts() == 2
     await _replays(handle)
+
+
+async def test_a_retried_edit_finds_its_edit_made_and_the_rollback_writes_the_unit_back(
+        stack: AsyncExitStack, tmp_path: Path) -> None:
+    """The edit activity retried after its first attempt edited the file (its worker died before reporting):
+    no second edit, no error; with no backup id the rollback writes the pre-check's text back."""
+    nodes = await _nodes(stack, tmp_path, [("fleet-f", "default")], load_s=1.0)
+    tk = _toolkit(tmp_path, nodes, "worker")
+    await stack.enter_async_context(tk)
+    acts = FleetActivities(tk)
+    unit = await tk.dispatch("service_status", {"host": "fleet-f", "unit": "sglang.service"})
+    path = unit["unit_file"]
+    text = (await tk.dispatch("read_file", {"host": "fleet-f", "path": path}))["text"]
+    old, new = hicache_edit(text)
+    req = {"host": "fleet-f", "path": path, "old": old, "new": new, "text": text}
+    first = await acts.edit(req)
+    assert first["outcome"] == "written" and first["backup_id"]
+    again = await acts.edit(req)
+    assert again == {"outcome": "written", "host": "fleet-f", "path": path, "already": True, "backup_id": None}
+    assert (await tk.dispatch("read_file", {"host": "fleet-f", "path": path}))["text"] == text.replace(old, new, 1)
+    await acts.restore({"host": "fleet-f", "path": path, "backup_id": None, "text": text})
+    assert (await tk.dispatch("read_file", {"host": "fleet-f", "path": path}))["text"] == text

@@ -29,10 +29,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from ..demo.hicache import HICACHE_FLAGS, KV_LINE_GREP, estimate_hicache, hicache_edit, port_of
+from ..errors import AgentToolsError
 from ..jobs.journal import now
 from ..jobs.manager import job_id_for_key
 from ..outcomes import NeedsApproval, result_view
-from ..redact import redact_obj
+from ..redact import redact, redact_obj
 from ..tools import ops
 from ..tools.toolkit import Toolkit
 
@@ -222,15 +223,11 @@ class FleetActivities:
         host = str(req["host"])
         try:
             plan = await ops.plan_restart(self.tk, host, str(req["unit"]), True, list(req.get("probes") or []))
-        except Exception as exc:
-            from ..errors import AgentToolsError
-
-            if isinstance(exc, AgentToolsError):
-                if exc.retryable:
-                    raise ApplicationError(f"plan_restart: {exc.message}", type=exc.kind) from exc
-                return {"outcome": "error", "host": host, "kind": exc.kind, "retryable": False,
-                        "message": exc.message}
-            raise
+        except AgentToolsError as exc:
+            if exc.retryable:
+                raise ApplicationError(f"plan_restart: {exc.message}", type=exc.kind) from exc
+            return {"outcome": "error", "host": host, "kind": exc.kind, "retryable": False,
+                    "message": redact(exc.message)}
         return {"outcome": "plan", "command": plan.command, "probes": plan.probes, "deadline_s": plan.deadline_s,
                 "timeout_s": plan.timeout_s}
 
