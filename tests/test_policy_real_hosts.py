@@ -168,6 +168,14 @@ async def test_path_changed_by_builtins_or_local_code_through_ssh_never_runs(tk:
         out = await tk.dispatch("run_command", {"host": HOST, "command": command, "cwd": work})
         assert out["outcome"] == "needs_approval", (command, out)
     assert host_sh(systemd_hosts, f"ls {MARK}* 2>/dev/null || true").strip() == ""
+    before = host_sh(systemd_hosts, "md5sum /etc/issue")
+    for command in ("cat <<EOF >> /etc/issue\npwned\nEOF", f"sh <<EOF < {work}/evil.sh\nls\nEOF",
+                    f"bash <<< ls < {work}/evil.sh"):  # a redirection after <<EOF; the last input is what sh reads
+        host_sh(systemd_hosts, f"printf 'touch {MARK}-stdin\\n' > {work}/evil.sh")
+        out = await tk.dispatch("run_command", {"host": HOST, "command": command, "cwd": work})
+        assert out["outcome"] == "needs_approval", (command, out)
+    assert host_sh(systemd_hosts, "md5sum /etc/issue") == before
+    assert host_sh(systemd_hosts, f"ls {MARK}* 2>/dev/null || true").strip() == ""
     # the attack is real: bash itself runs ./ls once PATH is unset
     host_sh(systemd_hosts, f"cd {work} && bash -c 'unset PATH; ls'; ls {MARK}-planted-ls")
     host_sh(systemd_hosts, f"rm -rf {work} {MARK}*")

@@ -905,7 +905,26 @@ def _wrap_su(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
 
 
 def _wrap_shell(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
-    """``bash [opts] -c SCRIPT [argv0 args...]``, ``bash FILE``, ``bash`` reading stdin."""
+    """``bash [opts] -c SCRIPT [argv0 args...]``, ``bash FILE``, ``bash`` reading stdin; an interactive shell (``-i``,
+    ``--rcfile``/``--init-file``) also runs a start-up file and expands history, which the policy cannot see (bash(1),
+    INVOCATION and HISTORY EXPANSION). A login shell's files (/etc/profile, ~/.profile) are the host's own."""
+    found = _shell_script(name, args, ctx)
+    startup: str | None = None
+    i = 0
+    while i < len(args) and args[i].static and args[i].text[:1] in ("-", "+") and args[i].text not in ("--", "-"):
+        text = args[i].text
+        if text in ("--rcfile", "--init-file") or (text[:1] == "-" and text[1:2] != "-" and "i" in text[1:]):
+            startup = text
+            break
+        i += 2 if text in ("-o", "+o", "-O", "+O") else 1
+    if startup is None:
+        return found
+    return [_Self(f"{name} {startup}: an interactive shell runs ~/.bashrc or the --rcfile and expands history (`!:1-3` "
+                  "makes a command of earlier words), which the policy cannot see"),
+            *(r for r in found if not isinstance(r, _Self))]
+
+
+def _shell_script(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
     has_c = reads_stdin = False
     i = 0
     while i < len(args):
@@ -1316,22 +1335,28 @@ class _Walker:
         extra: list[_Word] = []
         stdin: StdinKind = "inherit"
         stdin_text: str | None = None
+        # bash applies a command's redirections left to right (the last one of fd 0 is its input), and those of
+        # the command itself before those of an enclosing group: the innermost level that has one decides
+        level, stdin_level = 0, -1
 
         def take(redir_node: tree_sitter.Node, own: bool) -> None:
-            nonlocal stdin, stdin_text
+            nonlocal stdin, stdin_text, stdin_level
             redir, more, text = self.redirect(redir_node)
             if own:
                 extra.extend(more)
             if redir is None:
                 return
             redirects.append(redir)
-            if stdin == "inherit" and redir.fd in (None, 0):
-                if redir.op in ("<<", "<<-"):
-                    stdin, stdin_text = "heredoc", text
-                elif redir.op == "<<<":
-                    stdin, stdin_text = "herestring", text
-                elif redir.op in ("<", "<&", "<>"):
-                    stdin = "file"
+            if stdin_level in (-1, level) and redir.fd in (None, 0) and redir.op in ("<<", "<<-", "<<<", "<", "<&",
+                                                                                       "<>"):
+                stdin_level = level
+                kinds: dict[str, tuple[StdinKind, str | None]] = {
+                    "<<": ("heredoc", text), "<<-": ("heredoc", text), "<<<": ("herestring", text)}
+                stdin, stdin_text = kinds.get(redir.op, ("file", None))
+            if redir_node.type == "heredoc_redirect":  # `cat <<EOF > /dev/sda`: tree-sitter nests what follows
+                for nested in redir_node.children:
+                    if nested.type.endswith("_redirect"):
+                        take(nested, own)
 
         for child in node.children:
             if child.type.endswith("_redirect"):
@@ -1340,6 +1365,7 @@ class _Walker:
         parent = cur.parent
         while parent is not None and parent.type not in ("command_substitution", "process_substitution",
                                                          "command", "program"):  # fmt: skip
+            level += 1
             if parent.type == "function_definition":  # `f() { ...; } > /dev/sda`: every call writes there
                 for child in parent.children:
                     if child.type.endswith("_redirect"):
@@ -1347,15 +1373,19 @@ class _Walker:
             if parent.type == "redirected_statement":
                 body = parent.child_by_field_name("body")
                 own = body is not None and body == cur and cur.type == "command"
+                if own:
+                    level -= 1  # the command's own redirections, written after it
                 for child in parent.children:
                     if child.type.endswith("_redirect"):
                         take(child, own)
+                if own:
+                    level += 1
             if parent.type == "pipeline" and stdin == "inherit":
                 idx = next(k for k, c in enumerate(parent.children) if c == cur)
                 if any(c.type in ("|", "|&") for c in parent.children[:idx]):
-                    stdin = "pipe"
+                    stdin, stdin_level = "pipe", level
             if parent.type == "heredoc_redirect" and stdin == "inherit":
-                stdin = "pipe"  # `cat <<EOF | sh`: the pipeline hangs off the here-doc redirect
+                stdin, stdin_level = "pipe", level  # `cat <<EOF | sh`: the pipeline hangs off the here-doc redirect
             cur, parent = parent, parent.parent
         return redirects, extra, stdin, stdin_text
 

@@ -369,3 +369,31 @@ def test_files_named_by_the_login_directory_or_found_below_it_are_not() -> None:
 )
 def test_a_copy_into_a_directory_of_devices_writes_the_device(command: str, written: str) -> None:
     assert written in parse_command(command)[-1].writes
+
+
+def test_the_last_input_redirection_is_what_a_shell_reads() -> None:
+    """bash applies redirections left to right: ``bash <<< 'ls' < /tmp/x`` reads /tmp/x (it was parsed as ``ls``)."""
+    for command in ("bash <<< 'ls' < /tmp/x", "sh <<EOF < /tmp/x\nls\nEOF", "bash <<< ls 0</tmp/x",
+                    "{ bash < /tmp/x; } <<< ls"):
+        assert any(c.opaque for c in parse_command(command)), command
+        assert ["ls"] not in [c.argv for c in parse_command(command)], command
+    assert [c.argv for c in parse_command("bash < /tmp/x <<EOF\nls\nEOF")] == [["ls"]]  # the last one wins
+    assert [c.argv for c in parse_command("{ bash <<< 'ls'; } < /tmp/x")] == [["ls"]]
+
+
+def test_an_interactive_shell_is_opaque_a_login_shell_is_not() -> None:
+    for command in ("bash -i <<< ls", "bash -ic ls", "bash -o pipefail -i -c ls", "bash --rcfile /tmp/x -c ls"):
+        assert any("interactive" in (c.opaque_reason or "") for c in parse_command(command)), command
+    for command in ("bash -lc ls", "bash --login -c ls", "bash -c ls -i"):
+        assert not [c for c in parse_command(command) if c.opaque], command
+
+
+@pytest.mark.parametrize(
+    ("command", "written"),
+    [("cat <<EOF > /dev/sda\nx\nEOF", "/dev/sda"), ("cat <<EOF >/etc/passwd\nx\nEOF", "/etc/passwd"),
+     ("cat <<'EOF' 1<>/dev/nvme0n1\nx\nEOF", "/dev/nvme0n1"), ("cat <<A <<B >> /etc/issue\nx\nA\ny\nB", "/etc/issue")],
+)
+def test_a_redirection_after_a_here_document_on_its_line_is_seen(command: str, written: str) -> None:
+    """tree-sitter-bash nests the redirections that follow ``<<EOF`` inside the here-doc node: ``cat <<EOF >
+    /dev/sda`` was allowed as a plain ``cat``."""
+    assert any(written in c.writes for c in parse_command(command))
