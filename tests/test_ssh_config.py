@@ -2,7 +2,8 @@
 
 Ground truth is ssh(1) itself on the real systemd test hosts (``ssh -F CFG ALIAS``, ``ssh -G``): a missing
 IdentityFile among several, a missing CertificateFile, ``Match final``, ProxyJump through a hop whose config has
-a missing key, and a key file that cannot be used (a clear, non-retryable ``ssh_config`` error naming it).
+a missing key, ProxyJump through a hop that is itself reached through another hop (an address only the first hop
+can reach), and a key file that cannot be used (a clear, non-retryable ``ssh_config`` error naming it).
 """
 
 from __future__ import annotations
@@ -60,6 +61,18 @@ Host via-hop
     User root
     IdentityFile {key}
     ProxyJump missing-first
+# a hop reached through a hop of its own: h1's sshd on h1's own loopback (only h1 can reach that address), then h2
+Host nested-mid
+    HostName 127.0.0.1
+    HostKeyAlias {h1}
+    User root
+    IdentityFile {key}
+    ProxyJump missing-first
+Host via-nested
+    HostName {h2}
+    User root
+    IdentityFile {key}
+    ProxyJump nested-mid
 Host key-is-a-directory
     HostName {h1}
     User root
@@ -85,14 +98,16 @@ async def _agent_tools(config: Path, alias: str) -> str:
     return res.stdout.decode().strip()
 
 
-@pytest.mark.parametrize("alias", ["missing-first", "cert-missing", "final-agent", "final-root", "via-hop"])
+@pytest.mark.parametrize("alias", ["missing-first", "cert-missing", "final-agent", "final-root", "via-hop",
+                                   "via-nested"])
 async def test_same_machine_same_user_as_ssh(cfg: Path, alias: str, systemd_hosts: HostPool) -> None:
     truth = _ssh(cfg, alias)
     assert await _agent_tools(cfg, alias) == truth
     expected = {"missing-first": ("at-h1", "root"), "cert-missing": ("at-h1", "root"),
-                "final-agent": ("at-h2", "agent"), "final-root": ("at-h2", "root"), "via-hop": ("at-h2", "root")}[alias]
+                "final-agent": ("at-h2", "agent"), "final-root": ("at-h2", "root"), "via-hop": ("at-h2", "root"),
+                "via-nested": ("at-h2", "root")}[alias]
     assert tuple(truth.split()[:2]) == expected  # the config means what the test says it means
-    if alias == "via-hop":  # reached through the hop: at-h2 sees the connection come from at-h1
+    if alias in ("via-hop", "via-nested"):  # reached through the hop: at-h2 sees the connection come from at-h1
         assert truth.split()[2] == systemd_hosts.address(1)
 
 
