@@ -237,6 +237,7 @@ class _Session:
             if t is not None:
                 text, call.timeout_s = t
                 call.timed_out, exit_status = True, None  # killed by the tool, not an exit of the command
+                call.nonzero = False
         else:
             exit_status = 0
             interpretation = side.get("returnCodeInterpretation")
