@@ -176,7 +176,7 @@ class FleetActivities:
         svc = self._checked(self._view(await self.tk.service_status(host=host, unit=unit, grep=KV_LINE_GREP,
                                                                     journal_lines=1), host), "service_status")
         if svc.get("outcome") == "error" or not svc.get("unit_file"):
-            return {"outcome": "error", "host": host, "kind": "unit", "retryable": False,
+            return {"outcome": "error", "host": host, "kind": "not_found", "retryable": False,
                     "message": f"cannot use {unit} on {host}: {svc.get('message') or svc.get('state')}"}
         path = str(svc["unit_file"])
         unit_file = self._checked(self._view(await self.tk.read_file(host=host, path=path), host), "read_file")
@@ -186,7 +186,7 @@ class FleetActivities:
         try:
             old, new = hicache_edit(text, flags)
         except ValueError as exc:
-            return {"outcome": "error", "host": host, "kind": "unit", "retryable": False,
+            return {"outcome": "error", "host": host, "kind": "bad_arguments", "retryable": False,
                     "message": f"cannot edit {path}: {exc}"}
         fit = estimate_hicache(gpu, mem, str(svc.get("journal", "")), text, flags)
         return {"outcome": "precheck", "host": host, "fits": fit.fits, "summary": fit.summary(),
