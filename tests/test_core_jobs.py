@@ -50,24 +50,32 @@ async def test_detach_then_follow_to_exit(any_host: Host, runner: JobRunner) -> 
     assert st.new_stdout.text == "done\n"  # only what is new since the detached outcome showed "start"
 
 
+def _unique_seconds() -> int:
+    """A sleep length no other test (another xdist worker, the local and sshd variants at once) uses, so a
+    machine-wide ``pgrep`` sees only this test's processes."""
+    return 100_000 + uuid.uuid4().int % 800_000
+
+
 async def test_cancel_kills_the_whole_tree(any_host: Host, runner: JobRunner) -> None:
-    out = await runner.run(any_host, "bash -c 'sleep 901 & sleep 901 & wait'", budget_s=1)
+    n = _unique_seconds()
+    out = await runner.run(any_host, f"bash -c 'sleep {n} & sleep {n} & wait'", budget_s=1)
     assert isinstance(out, Detached)
     res = await runner.cancel(any_host, out.job_id, grace_s=2)
     assert res.state == "killed" and res.survivors == [] and len(res.signalled) >= 3
-    left = await run_on(any_host, "pgrep -f 'sleep 90[1]' || true")
+    left = await run_on(any_host, f"pgrep -f 'slee[p] {n}' || true")
     assert left.stdout.strip() == b""
 
 
 async def test_double_forked_and_setsid_children_are_cancelled(any_host: Host, runner: JobRunner) -> None:
-    cmd = ("setsid sleep 902 & (sleep 903 &) ; "
-           "python3 -c \"import subprocess,time;[subprocess.Popen(['sleep','904']) for _ in range(3)];"
+    n = _unique_seconds()
+    cmd = (f"setsid sleep {n}2 & (sleep {n}3 &) ; "
+           f"python3 -c \"import subprocess,time;[subprocess.Popen(['sleep','{n}4']) for _ in range(3)];"
            "time.sleep(600)\"")
     out = await runner.run(any_host, cmd, budget_s=1.5)
     assert isinstance(out, Detached)
     res = await runner.cancel(any_host, out.job_id, grace_s=1)
     assert res.survivors == []
-    left = await run_on(any_host, "pgrep -f 'sleep 90[234]' || true")
+    left = await run_on(any_host, f"pgrep -f 'slee[p] {n}[234]' || true")
     assert left.stdout.strip() == b""
 
 
