@@ -157,12 +157,14 @@ async def test_a_carriage_return_is_not_a_blank_to_bash(tk: Toolkit, systemd_hos
 
 async def test_path_changed_by_builtins_or_local_code_through_ssh_never_runs(tk: Toolkit,
                                                                            systemd_hosts: HostPool) -> None:
-    """``unset PATH`` makes bash look a command up in the current directory, ``PATH[0]=.`` assigns PATH, and ssh's
+    """``unset PATH`` makes bash look a command up in the current directory, ``PATH[0]=.`` assigns PATH,
+    ``BASH_CMDS[ls]=FILE`` is bash's command hash table (like ``hash -p``), and ssh's
     ProxyCommand runs a local command: each was allowed (``ls``, ``true``) and ran a program the agent planted."""
     work = "/tmp/at13-path"
     host_sh(systemd_hosts, f"rm -rf {work} {MARK}*; mkdir -p {work}; for p in ls cat; do "
                            f"printf '#!/bin/sh\\ntouch {MARK}-planted-%s\\n' $p > {work}/$p; chmod +x {work}/$p; done")
     for command in ("unset PATH; ls", "unset -v PATH; cat /etc/hostname", "PATH[0]=.; ls", "PATH[0]=. ls",
+                    f"BASH_CMDS[ls]={work}/ls; ls", f"declare -A BASH_CMDS=([cat]={work}/cat); cat /etc/hostname",
                     f"ssh -o ProxyCommand='touch {MARK}-proxy' -o BatchMode=yes nohost true",
                     f"ssh -oProxyCommand='touch {MARK}-proxy2' nohost true"):
         out = await tk.dispatch("run_command", {"host": HOST, "command": command, "cwd": work})
@@ -178,4 +180,5 @@ async def test_path_changed_by_builtins_or_local_code_through_ssh_never_runs(tk:
     assert host_sh(systemd_hosts, f"ls {MARK}* 2>/dev/null || true").strip() == ""
     # the attack is real: bash itself runs ./ls once PATH is unset
     host_sh(systemd_hosts, f"cd {work} && bash -c 'unset PATH; ls'; ls {MARK}-planted-ls")
+    host_sh(systemd_hosts, f"bash -c 'BASH_CMDS[cat]={work}/cat; cat /etc/hostname'; ls {MARK}-planted-cat")
     host_sh(systemd_hosts, f"rm -rf {work} {MARK}*")

@@ -96,7 +96,8 @@ _PY_EXEC_HINT = re.compile(r"os\.system|subprocess|os\.exec|os\.spawn|os\.popen|
 # Variables whose value changes which program runs or what a shell/interpreter executes at start-up (named in the
 # reason), and the ones the login environment usually exports (so even an unexported assignment reaches children).
 _DANGEROUS_VAR_RE = re.compile(
-    r"^(?:PATH|IFS|ENV|BASH_ENV|SHELLOPTS|BASHOPTS|PS4|PROMPT_COMMAND|CDPATH|GLOBIGNORE|BASH_LOADABLES_PATH|"
+    r"^(?:PATH|IFS|ENV|BASH_ENV|BASH_CMDS|BASH_ALIASES|SHELLOPTS|BASHOPTS|PS4|PROMPT_COMMAND|CDPATH|GLOBIGNORE|"
+    r"BASH_LOADABLES_PATH|"
     r"BASH_XTRACEFD|EXECIGNORE|FUNCNEST|HOME|SHELL|USER|LOGNAME|TMPDIR|XDG_[A-Z_]+|"
     r"LD_[A-Z_]+|DYLD_[A-Z_]+|GCONV_PATH|HOSTALIASES|LOCPATH|NLSPATH|GLIBC_TUNABLES|MALLOC_[A-Z_]+|"
     r"PYTHON[A-Z_]*|PERL5[A-Z_]*|PERLLIB|RUBY[A-Z_]*|NODE_[A-Z_]+|JAVA_TOOL_OPTIONS|_JAVA_OPTIONS|CLASSPATH|"

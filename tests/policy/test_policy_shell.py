@@ -282,6 +282,8 @@ def test_more_programs_writing_their_operands(command: str, writes: list[str]) -
         ("unset -v -- IFS", "unset IFS"),
         ("PATH[0]=.; ls", "sets PATH"),
         ("PATH+=:.; ls", "sets PATH"),
+        ("BASH_CMDS[ls]=/tmp/evil; ls", "sets BASH_CMDS"),  # bash's command hash table: ls runs /tmp/evil
+        ("declare -A BASH_ALIASES=([ls]=x); ls", "sets BASH_ALIASES"),
         ("sleep 1 & wait -n -p PATH; ls", "wait assigns PATH"),
         ("set -k; ls LD_PRELOAD=/tmp/evil.so", "sets LD_PRELOAD"),
         ("set -o keyword; git status GIT_DIR=/tmp/e", "sets GIT_DIR"),
