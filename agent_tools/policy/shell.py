@@ -1455,7 +1455,9 @@ class _Walker:
             kind = node.type
             if kind == "command":
                 self.command(node)
-            elif kind == "redirected_statement" and node.child_by_field_name("body") is None:
+            elif kind == "redirected_statement" and not _has_command(node.child_by_field_name("body")):
+                # `> /dev/sda`, and a body that is no command of its own (`[ 1 ] > /dev/sda`, `((x)) < /dev/watchdog`,
+                # `declare x > f`): bash opens the files all the same
                 redirects, _, _, _ = self.context_for(node)
                 self.out.append(self.pseudo(None, self.text(node), redirects))
             elif kind == "variable_assignment" and (node.parent is None or node.parent.type not in (
@@ -1627,6 +1629,17 @@ def _emit(words: list[_Word], ctx: _Ctx, reason: str | None, defines: tuple[str,
         text=ctx.text,
         cwds=list(dict.fromkeys(ctx.cwds)),
     )
+
+
+def _has_command(node: tree_sitter.Node | None) -> bool:
+    """Whether ``node`` holds a simple command (which then carries the redirections around it)."""
+    stack = [node] if node is not None else []
+    while stack:
+        cur = stack.pop()
+        if cur.type == "command":
+            return True
+        stack.extend(cur.children)
+    return False
 
 
 def _certain(cwds: Sequence[str | None]) -> str | None:

@@ -399,3 +399,9 @@ def test_a_redirection_after_a_here_document_on_its_line_is_seen(command: str, w
     """tree-sitter-bash nests the redirections that follow ``<<EOF`` inside the here-doc node: ``cat <<EOF >
     /dev/sda`` was allowed as a plain ``cat``."""
     assert any(written in c.writes for c in parse_command(command))
+
+
+def test_a_redirection_of_a_statement_that_is_no_command_is_kept() -> None:
+    for command, target in (("[ 1 ] > /dev/sda", "/dev/sda"), ("((x=1)) < /dev/watchdog", "/dev/watchdog"),
+                            ("declare x > /etc/issue", "/etc/issue")):
+        assert any(target in c.writes for c in parse_command(command)), command
