@@ -786,10 +786,14 @@ _SUFFIX_WRAPPERS = frozenset({"taskset", "numactl", "chrt", "prlimit", "unshare"
                               "ltrace", "valgrind", "systemd-run", "setpriv", "pkexec", "script", "faketime", "chpst",
                               "firejail", "bwrap", "cgexec", "catchsegv", "sg", "dbus-run-session", "xvfb-run",
                               "daemonize", "start-stop-daemon", "softlimit", "setuidgid", "capsh", "run-one",
-                              "systemd-inhibit", "schroot", "proot", "fakeroot", "ip"})
+                              "systemd-inhibit", "schroot", "proot", "fakeroot", "ip", "perf", "caffeinate", "screen",
+                              "entr", "tmux", "parallel", "systemd-nspawn", "runuser"})
+#: wrappers whose words may each be a shell command line (``tmux new -d 'CMD'``, ``parallel ::: 'CMD'``)
+_SCRIPT_WORDS = frozenset({"tmux", "parallel"})
 _PROGRAM_WORD_RE = re.compile(r"^[A-Za-z_./][A-Za-z0-9_.+/-]*$")
 #: options of those wrappers whose value is a shell command line
-_SCRIPT_OPTIONS: dict[str, frozenset[str]] = {n: frozenset({"-c", "--command"}) for n in ("flock", "script", "sg")}
+_SCRIPT_OPTIONS: dict[str, frozenset[str]] = {n: frozenset({"-c", "--command"})
+                                              for n in ("flock", "script", "sg", "capsh", "runuser")}
 
 
 def _wrap_suffixes(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
@@ -803,10 +807,18 @@ def _wrap_suffixes(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
         if "exec" not in texts:
             return results
         args = args[texts.index("exec") + 2 :]
+    script_options = _SCRIPT_OPTIONS.get(name, frozenset())
     for i, word in enumerate(args):
-        if word.static and word.text in _SCRIPT_OPTIONS.get(name, ()) and i + 1 < len(args):
+        text = word.text
+        if not word.static or not script_options:
+            continue
+        if (text in script_options or re.match(r"^-[A-Za-z]*c$", text)) and i + 1 < len(args):  # `script -qc CMD`
             script = args[i + 1]
-            results.append(_Script(script.text if script.static else None, f"{name} {word.text}"))
+            results.append(_Script(script.text if script.static else None, f"{name} {text}"))
+        elif text.startswith("--command="):
+            results.append(_Script(text.split("=", 1)[1], f"{name} --command"))
+    if name in _SCRIPT_WORDS:
+        results.extend(_Script(w.text, name) for w in args if w.static and " " in w.text)
     for i, word in enumerate(args):
         if (word.static and _PROGRAM_WORD_RE.match(word.text) and not word.text.startswith("-")
                 and word.text.rsplit("/", 1)[-1] not in ("", ".", "..")
@@ -900,6 +912,8 @@ def _wrap_su(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
         if word.static and word.text.startswith("--command="):
             script = _Word.literal(word.text.split("=", 1)[1])
             break
+    if script is None and name == "runuser" and any(w.static and w.text == "-u" for w in args):
+        return _wrap_suffixes(name, args, ctx)  # `runuser -u USER -- CMD` runs CMD
     if script is None:
         return [_Self(f"{name} without -c opens an interactive shell")]
     return [_Script(script.text if script.static else None, f"{name} -c")]

@@ -266,12 +266,14 @@ def test_random_block_device_writes_are_denied(default: PolicySet, gpu: PolicySe
     wrappers = ["{c}", "sudo {c}", "sudo -n -u root {c}", "nice -n 5 {c}", "timeout 5 {c}", "env -i {c}",
                 "nohup {c}", "time {c}", "busybox {c}", "bash -c {q}", "sh -c {q}", "ssh other {q}", "eval {q}",
                 "true && {c}", "ls; {c}", "toybox {c}", "taskset -c 1 {c}", "nsenter -t 1 -m {c}",
-                "systemd-run --unit x {c}", "flock /tmp/l -c {q}"]
+                "systemd-run --unit x {c}", "flock /tmp/l -c {q}", "perf stat {c}", "runuser -u root -- {c}",
+                "script -qc {q} /dev/null", "tmux new -d {q}", "parallel ::: {q}", "screen -dm {c}", "caffeinate {c}",
+                "capsh -- -c {q}"]
     for _ in range(700):
         command = rng.choice(forms).format(d=rng.choice(devices))
         wrapped = rng.choice(wrappers)
         if wrapped.startswith(("busybox", "nohup", "time", "sudo", "nice", "timeout", "env", "toybox", "taskset",
-                               "nsenter", "systemd-run")) and (
+                               "nsenter", "systemd-run", "perf", "runuser", "screen", "caffeinate")) and (
                 command.startswith(("{", ":", "exec", "f()")) or ">" in command or "|" in command or ";" in command):
             wrapped = "bash -c {q}"  # a wrapper runs a program, not shell syntax
         full = wrapped.format(c=command, q=shlex.quote(command))
