@@ -10,6 +10,7 @@ directory it may run in (``cd / && rm -rf *`` holds ``/*``), when that is not th
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -24,6 +25,74 @@ __all__ = ["CompiledRule", "Token", "compile_rule"]
 _CAPTURE_RE = re.compile(r"^\{([A-Za-z_][A-Za-z0-9_]*)(?::(.+))?\}$")
 _GLOB_CHARS = frozenset("*?[")
 _LONG_OPTION_RE = re.compile(r"^--[A-Za-z0-9][A-Za-z0-9-]*")
+
+
+def _glob_tokens(pattern: str) -> list[str | frozenset[str] | None]:
+    """An fnmatch pattern as tokens: a one-character string (a literal), a frozenset (a ``[...]`` class; one holding
+    ``"!"`` is negated), None (``?``) and the two-character string ``"**"`` (``*``)."""
+    out: list[str | frozenset[str] | None] = []
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "*":
+            if not out or out[-1] != "**":
+                out.append("**")
+        elif ch == "?":
+            out.append(None)
+        elif ch == "[" and (end := pattern.find("]", i + 2)) != -1:
+            body = pattern[i + 1 : end]
+            negate = body[:1] in ("!", "^")
+            body = body[1:] if negate else body
+            members: set[str] = set()
+            k = 0
+            while k < len(body):
+                if k + 2 < len(body) and body[k + 1] == "-":
+                    members.update(chr(c) for c in range(ord(body[k]), ord(body[k + 2]) + 1))
+                    k += 3
+                else:
+                    members.add(body[k])
+                    k += 1
+            out.append(frozenset({"!", *members}) if negate else frozenset(members))
+            i = end
+        else:
+            out.append(ch)
+        i += 1
+    return out
+
+
+def _chars_meet(a: str | frozenset[str] | None, b: str | frozenset[str] | None) -> bool:
+    """Whether two one-character tokens accept a common character."""
+    if a is None or b is None:
+        return True
+    na, nb = isinstance(a, frozenset) and "!" in a, isinstance(b, frozenset) and "!" in b
+    sa = ({a} if isinstance(a, str) else set(a)) - ({"!"} if na else set())
+    sb = ({b} if isinstance(b, str) else set(b)) - ({"!"} if nb else set())
+    if na and nb:
+        return True  # both exclude finitely many characters
+    if na:
+        return bool(sb - sa)
+    if nb:
+        return bool(sa - sb)
+    return bool(sa & sb)
+
+
+def globs_intersect(a: str, b: str) -> bool:
+    """Whether some string matches both fnmatch patterns ``a`` and ``b`` (``/d?v/sda`` and ``/dev/*`` do)."""
+    ta, tb = _glob_tokens(a), _glob_tokens(b)
+
+    @functools.cache
+    def meet(i: int, j: int) -> bool:
+        if i == len(ta) and j == len(tb):
+            return True
+        if i < len(ta) and ta[i] == "**":
+            return meet(i + 1, j) or (j < len(tb) and meet(i, j + 1))
+        if j < len(tb) and tb[j] == "**":
+            return meet(i, j + 1) or (i < len(ta) and meet(i + 1, j))
+        if i == len(ta) or j == len(tb):
+            return False
+        return _chars_meet(ta[i], tb[j]) and meet(i + 1, j + 1)
+
+    return meet(0, 0)
 
 
 @dataclass(frozen=True)
@@ -46,6 +115,13 @@ class Token:
         if m:
             return Token("capture", alts=tuple(m.group(2).split("|")) if m.group(2) else (), name=m.group(1))
         return Token("alts", alts=tuple(text.split("|")))
+
+    def may_match_glob(self, word: str) -> bool:
+        """Whether ``word``, a pathname pattern the shell expands (``/d?v/sda``), may name a word this token
+        matches (normalised like a path)."""
+        if not any(c in _GLOB_CHARS for c in word) or self.kind != "alts":
+            return False
+        return any(globs_intersect(normalise_path(word), alt) for alt in self.alts)
 
     def matches_text(self, word: str, also: tuple[str, ...] = (), *, abbreviations: bool = False) -> bool:
         """Whether ``word`` (or its normalised path form, or one of ``also``) matches this token's alternatives.
@@ -141,7 +217,8 @@ class CompiledRule:
             return None
         if self.redirect_to is not None:
             redirect_to = self.redirect_to
-            if not any(redirect_to.matches_text(target) for target in self.written(command)):
+            if not any(redirect_to.matches_text(target) or (strict and redirect_to.may_match_glob(target))
+                       for target in self.written(command)):
                 return None
         return self._match_from(0, 0, argv, dynamic, command.args_from_stdin, {}, resolved)
 

@@ -436,3 +436,13 @@ def test_option_values_are_not_the_verb(default: PolicySet, gpu: PolicySet) -> N
     assert ps.decide("h", "tool -x wipe").decision == "deny"
     assert ps.decide("h", "tool -x wipe now").decision == "deny"
     assert ps.decide("h", "tool -x v wipe").decision == "deny"
+
+
+def test_a_glob_that_may_expand_to_a_device_is_a_device_write(default: PolicySet, gpu: PolicySet) -> None:
+    """The shell expands a pathname pattern before the program runs: ``cp x /d?v/sda`` writes /dev/sda."""
+    for ps, host in ((default, "web-1"), (gpu, "gpu-node-1")):
+        for command in ("cp x /d?v/sda", "cat x > /d*/sda", "cp x /*/nvme0n1", "cat x > /dev/sd[a-c]",
+                        "tee /dev/[!n]da < x", "dd if=x of=/de[v]/sda"):
+            assert ps.decide(host, command).decision == "deny", (host, command)
+        for command in ("cp x /tmp/*.txt", "echo > /etc/*.conf", "cp x /dev/shm/*"):
+            assert ps.decide(host, command).decision == "ask", (host, command)
