@@ -135,6 +135,8 @@ def _emit(result: BaseModel | dict[str, Any], as_json: bool) -> dict[str, Any]:
 
 
 def _render(d: dict[str, Any]) -> None:
+    # what a person reads at this CLI names CLI commands, not the agent's tool calls
+    d = {k: cli_hint(v) if k in _HINTED and isinstance(v, str) else v for k, v in d.items()}
     kind = d.get("outcome")
     if kind is None and "state" in d and "job_id" in d:
         _say(_shown(d["job_id"], "bold"), " on ", _shown(d.get("host")), ": ", _shown(d["state"], "bold"),
@@ -172,8 +174,16 @@ def _render(d: dict[str, Any]) -> None:
         _say(("next: ", "dim"), _shown(cli_hint(d["next"]), "dim"))
 
 
+#: the fields of a result whose text may name tools (translated by :func:`cli_hint` before it is shown)
+_HINTED = frozenset({"next", "why", "message", "reason", "prompt", "note"})
+
 #: a tool call written in a hint (``job_status(job_id='j_x', wait_s=60)``) and its keyword arguments
-_CALL_RE = re.compile(r"\b(job_status|job_output|job_cancel|list_jobs)\(([^()]*)\)")
+_CALL_RE = re.compile(r"\b(job_status|job_output|job_cancel|list_jobs|list_hosts|service_status|restart_service)"
+                      r"\(([^()]*)\)")
+#: a tool named without a call (``list_hosts lists the known hosts``) that has a CLI command
+_BARE_RE = re.compile(r"\b(job_status|job_output|job_cancel|list_jobs|list_hosts)\b(?!\()")
+_BARE_CLI = {"job_status": "agent-tools status", "job_output": "agent-tools output", "job_cancel": "agent-tools cancel",
+             "list_jobs": "agent-tools jobs", "list_hosts": "agent-tools hosts"}
 _KWARG_RE = re.compile(r"(\w+)=(?:'([^']*)'|([\w.\-]+))")
 _APPROVAL_RE = re.compile(r"call again with the same arguments and approval_id='([\w-]+)'")
 
@@ -192,17 +202,31 @@ def _cli_next(tk: Toolkit, d: dict[str, Any]) -> dict[str, Any]:
         rec = tk.journal.get(job_id)
     except Exception:  # a job the journal does not know: the agent's text, translated
         return d
-    return dict(d, next=guide(facts_of(rec, state=str(d.get("state") or "running"))).next_text("cli"))
+    facts = facts_of(rec, state=str(d.get("state") or "running"),
+                     output_cut="job_output" in str(d["next"]))  # (the agent's text knew whether output was cut)
+    return dict(d, next=guide(facts).next_text("cli"))
 
 
 def cli_hint(text: str) -> str:
     """A ``next`` text that no structured hint made (an approval's, a tool's own) as this CLI's commands: the tool
     calls written for an agent (``job_status(job_id='j_x', wait_s=60)``, ``job_output``, ``job_cancel``,
-    ``list_jobs``; "call again with approval_id='a_x'") become ``agent-tools status j_x --wait 60``, ``output``,
-    ``cancel``, ``jobs`` and ``--approve a_x``. Calls of tools that have no CLI command stay as they are."""
+    ``list_jobs``, ``list_hosts``, ``service_status``, ``restart_service``; "call again with approval_id='a_x'")
+    become ``agent-tools status j_x --wait 60``, ``output``, ``cancel``, ``jobs``, ``hosts``, ``run HOST --
+    systemctl status|restart UNIT`` and ``--approve a_x``; a tool named alone (``list_hosts lists ...``) becomes
+    its command too. Calls of tools that have no CLI command (read_file, restore_file) stay as they are."""
     def command(m: re.Match[str]) -> str:
-        args = {k: a if a else b for k, a, b in _KWARG_RE.findall(m.group(2))}
+        # a placeholder (host=...) becomes the argument's name in capitals, as in the commands' usage lines
+        args = {k: k.upper() if (a or b) == "..." else (a or b) for k, a, b in _KWARG_RE.findall(m.group(2))}
         job = shlex.quote(args.get("job_id", "JOB_ID"))
+        where = shlex.quote(args.get("host", "HOST"))
+        unit = shlex.quote(args.get("unit", "UNIT"))
+        if m.group(1) == "list_hosts":
+            return "agent-tools hosts" + (" --check" if args.get("check") in ("true", "True") else "")
+        if m.group(1) == "service_status":
+            return f"agent-tools run {where} -- systemctl status {unit}"
+        if m.group(1) == "restart_service":
+            reload = "systemctl daemon-reload && " if args.get("daemon_reload") in ("true", "True") else ""
+            return f"agent-tools run {where} -- {shlex.quote(reload + 'systemctl restart --no-block ' + unit)}"
         if m.group(1) == "job_status":
             return f"agent-tools status {job}" + (f" --wait {args['wait_s']}" if "wait_s" in args else "")
         if m.group(1) == "job_output":
@@ -210,10 +234,13 @@ def cli_hint(text: str) -> str:
                     + (f" --stream {shlex.quote(args['stream'])}" if "stream" in args else ""))
         if m.group(1) == "job_cancel":
             return f"agent-tools cancel {job}" + (f" --grace {args['grace_s']}" if "grace_s" in args else "")
-        return "agent-tools jobs" + (f" {shlex.quote(args['host'])}" if "host" in args else "")
+        return "agent-tools jobs" + (f" {shlex.quote(args['host'])}" if "host" in args else "") + \
+            (f" --state {shlex.quote(args['state'])}" if "state" in args else "") + \
+            (f" --offset {args['offset']}" if "offset" in args else "")
 
     text = _APPROVAL_RE.sub(lambda m: f"run the same command again with --approve {m.group(1)}", text)
-    return _CALL_RE.sub(command, text)
+    text = _CALL_RE.sub(command, text)
+    return _BARE_RE.sub(lambda m: _BARE_CLI[m.group(1)], text)
 
 
 _SHELL_SYNTAX = frozenset(";|&<>$`()\n")
@@ -431,20 +458,27 @@ def cancel(
     if as_json:
         _emit(d, True)
     else:
-        _say(_shown(d.get("message") or json.dumps(d)))
+        _say(_shown(cli_hint(str(d.get("message") or json.dumps(d)))))
     raise typer.Exit(1 if d.get("outcome") == "error" or d.get("survivors") else 0)
 
 
 @app.command()
 def jobs(
     host: Annotated[str | None, typer.Argument(help="only this host (refreshes states from it)")] = None,
+    state: Annotated[str | None, typer.Option("--state", metavar="running|exited|killed|lost",
+                                              help="only jobs in this state")] = None,
+    limit: Annotated[int, typer.Option("--limit", metavar="N", help="jobs at most (1-100)")] = 20,
+    offset: Annotated[int, typer.Option("--offset", metavar="N", help="jobs to skip (the next page's offset)")] = 0,
     as_json: JsonOpt = False,
     ssh_config: SshConfigOpt = None,
 ) -> None:
-    """List known jobs, newest first."""
+    """List known jobs, newest first, a page at a time."""
     async def go() -> dict[str, Any]:
         async with _toolkit(ssh_config) as tk:
-            return await tk.dispatch("list_jobs", {"host": host})
+            args: dict[str, Any] = {"host": host, "limit": limit, "offset": offset}
+            if state is not None:
+                args["state"] = state
+            return await tk.dispatch("list_jobs", args)
 
     d = _run(go)
     if as_json or d.get("outcome") == "error":
@@ -460,8 +494,43 @@ def jobs(
         table.add_row(_shown(j["job_id"]), _shown(j["host"]), _shown(j["state"]),
                       "" if j.get("exit_status") is None else _shown(j["exit_status"]), _shown(cut))
     out.print(table)
+    shown = f"jobs {offset + 1}-{offset + len(d['jobs'])} of {d['total']}" if d["jobs"] else f"no job of {d['total']}"
+    if d.get("next_offset") is not None:
+        more = ["agent-tools", "jobs", *([host] if host else []), *(["--state", state] if state else []),
+                "--limit", str(limit), "--offset", str(d["next_offset"])]
+        shown += f"; next page: {shlex.join(more)}"
+    _say((shown, "dim"))
     if d.get("note"):
-        _say(("note: ", "dim"), _shown(d["note"], "dim"))
+        _say(("note: ", "dim"), _shown(cli_hint(d["note"]), "dim"))
+
+
+@app.command()
+def hosts(
+    check: Annotated[bool, typer.Option("--check", help="connect to each host now: is it reachable?")] = False,
+    as_json: JsonOpt = False,
+    ssh_config: SshConfigOpt = None,
+) -> None:
+    """Hosts to use: local and the SSH config and policy aliases, with the jobs running on each."""
+    async def go() -> dict[str, Any]:
+        async with _toolkit(ssh_config) as tk:
+            return await tk.dispatch("list_hosts", {"check": check})
+
+    d = _run(go, None if as_json or not check else "checking hosts")
+    if as_json or d.get("outcome") == "error":
+        _emit(d, True)
+        raise typer.Exit(1 if d.get("outcome") == "error" else 0)
+    from rich.table import Table
+
+    table = Table("host", "source", "hostname", "jobs running", *(["reachable"] if check else []))
+    for h in d["hosts"]:
+        row: list[Text | str] = [_shown(h["host"]), _shown(h["source"]), _shown(h.get("hostname", "")),
+                                 str(h.get("jobs_running", 0))]
+        if check:
+            row.append(_shown("yes" if h.get("reachable") else f"no: {h.get('error', '')}"))
+        table.add_row(*row)
+    out.print(table)
+    if d.get("note"):
+        _say(("note: ", "dim"), _shown(cli_hint(d["note"]), "dim"))
 
 
 app.command()(mcp)

@@ -14,7 +14,8 @@ A command always ends in exactly one outcome (the ``outcome`` field is the discr
 
 Job states (``JobStatus.state``): ``running``, ``exited``, ``killed``, ``lost``, and ``not_started`` (the
 launch provably never reached the host: nothing ran; not lost work); with probes attached a
-job's ``readiness`` is ``pending`` → ``ready`` | ``failed`` | ``deadline_exceeded``. Success is never
+job's ``readiness`` is ``pending`` → ``ready`` | ``failed`` | ``deadline_exceeded`` | ``superseded`` (a newer
+restart of the same unit took over: its job says what became of the unit). Success is never
 reported without a receipt: an exit status written by the job's monitor, or probes that passed.
 
 Results lead with the state, stay small, carry evidence and name the next call (``next``).
@@ -226,7 +227,7 @@ class JobStatus(ResultModel):
     state: Literal["running", "exited", "killed", "lost", "not_started"]
     exit_status: int | None = None
     signal: str | None = None
-    readiness: Literal["none", "pending", "ready", "failed", "deadline_exceeded"] = "none"
+    readiness: Literal["none", "pending", "ready", "failed", "deadline_exceeded", "superseded"] = "none"
     elapsed_s: float = Field(description="seconds since the job started while it runs or its readiness is "
                                          "pending; once it is over, frozen at its end (the host's record of the "
                                          "run time) or at the readiness verdict: the same on every later look")
@@ -275,12 +276,15 @@ class JobInfo(ResultModel):
     readiness: str = "none"
     exit_status: int | None = None
     created_at: float = Field(description="unix time the job was started")
-    summary: str = Field(default="", description="one line: state, exit status and readiness, e.g. 'exited 0, "
-                                                 "readiness pending'")
 
 
 class JobList(ResultModel):
+    """A page of the known jobs, newest first."""
+
     jobs: list[JobInfo]
+    total: int = Field(description="jobs that match (on every page)")
+    next_offset: int | None = Field(default=None, description="set when more match: list_jobs(offset=next_offset) "
+                                                              "shows the next page")
     note: str = ""
 
 

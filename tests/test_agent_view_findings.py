@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,12 @@ import pytest
 
 from agent_tools.hosts.registry import HostRegistry
 from agent_tools.jobs.journal import Journal
+from agent_tools.testing import free_port
 from agent_tools.testing.waiting import wait_until
 from agent_tools.tools.toolkit import Toolkit
 
 from .sshd import RealSshd
-from .test_agent_view import Model, model_for, node_model
+from .test_agent_view import Model, cli, follow, model_for, node_model
 
 UNIT = "sglang.service"
 SYSTEMD_INIT = Path("/run/systemd/system").is_dir()  # sd_booted(3): this machine's init is systemd
@@ -164,3 +166,221 @@ async def test_list_hosts_counts_the_jobs_running_now_not_as_last_seen(state_dir
         text, listing = await model.read("list_hosts")
         assert "jobs_running" not in {h["host"]: h for h in listing["hosts"]}["local"], text  # 0: left out
         assert tk.journal.get(job["job_id"]).state == "exited"  # what the host said is recorded
+
+
+# ---------------------------------------------------------------------------------------------- 4: list_jobs pages
+async def test_list_jobs_pages_by_limit_and_offset_and_filters_by_state(state_dir: Path, tmp_path: Path) -> None:
+    go = tmp_path / "never"
+    tk = Toolkit()
+    async with tk, model_for(tk) as model:
+        done = [(await model.read("run_command", {"host": "local", "command": f"echo {i}"}))[1]["job_id"]
+                for i in range(5)]
+        running = [(await model.read("run_command", {"host": "local", "budget_s": 1, "command":
+                                                     f"while [ ! -e {go} ]; do sleep 0.05; done"}))[1]["job_id"]
+                   for _ in range(2)]
+        newest_first = [*reversed(running), *reversed(done)]
+        seen: list[str] = []
+        offset: int | None = 0
+        while offset is not None:
+            text, page = await model.read("list_jobs", {"limit": 3, "offset": offset})
+            assert page["total"] == 7 and len(page["jobs"]) <= 3, text
+            seen += [j["job_id"] for j in page["jobs"]]
+            offset = page.get("next_offset")
+        assert seen == newest_first  # every job once, in order, across the pages
+        _, page = await model.read("list_jobs", {"state": "running"})
+        assert [j["job_id"] for j in page["jobs"]] == list(reversed(running)) and page["total"] == 2
+        assert "next_offset" not in page
+        _, page = await model.read("list_jobs", {"state": "exited", "limit": 2, "offset": 2})
+        assert [j["job_id"] for j in page["jobs"]] == newest_first[4:6] and page["next_offset"] == 4
+        # the listing says each fact once (no summary repeating state, exit status and readiness)
+        assert set(page["jobs"][0]) == {"job_id", "host", "command", "state", "exit_status", "created_at"}
+        for job_id in running:
+            await model.read("job_cancel", {"job_id": job_id, "grace_s": 1})
+
+    res = cli("jobs", "--state", "exited", "--limit", "2", "--offset", "2", tmp_path=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert [line for j in newest_first[4:6] for line in res.stdout.splitlines() if j in line], res.stdout
+    assert not any(j in res.stdout for j in newest_first[:4] + newest_first[6:]), res.stdout
+    assert "jobs 3-4 of 5; next page: agent-tools jobs --state exited --limit 2 --offset 4" in res.stdout, res.stdout
+    assert cli("jobs", "--state", "gone", tmp_path=tmp_path).returncode != 0
+
+
+# ---------------------------------------------------------------------------------------------- 8: next hints
+async def test_next_hints_are_useful_and_have_real_values(state_dir: Path, tmp_path: Path) -> None:
+    unit_file = tmp_path / "etc" / "systemd" / "system" / "sglang.service"
+    unit_file.parent.mkdir(parents=True)
+    unit_file.write_text("[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server --port 30000\n")
+    plain_file = tmp_path / "app.conf"
+    plain_file.write_text("level=info\n")
+    tk = Toolkit()
+    async with tk, model_for(tk) as model:
+        # a job whose whole output was shown: no job_output hint (it would only repeat it)
+        _, job = await model.read("run_command", {"host": "local", "budget_s": 0.5,
+                                                  "command": "sleep 1; echo small; echo err >&2; exit 3"})
+        assert job["outcome"] == "detached", job
+        st = await follow_job(model, job["job_id"])
+        assert st["new_stdout"] == {"text": "small\n"} and "job_output" not in st["next"], st
+        _, job = await model.read("run_command", {"host": "local", "budget_s": 0.5, "command": "sleep 1; echo ok"})
+        st = await follow_job(model, job["job_id"])
+        assert st["state"] == "exited" and "job_output" not in st["next"], st
+        # ... but when a view had to leave bytes out, job_output is the way to them
+        _, job = await model.read("run_command", {"host": "local", "budget_s": 0.5, "command": "sleep 1; seq 1 20000"})
+        st = await follow_job(model, job["job_id"])
+        assert f"job_output(job_id='{job['job_id']}', offset=0)" in st["next"], st["next"]
+
+        # edit_file names the real path and backup; restore_file has a next too
+        text, edited = await model.read("edit_file", {"host": "local", "path": str(unit_file), "old": "--port 30000",
+                                                      "new": "--port 30000 --enable-hierarchical-cache"})
+        assert "..." not in edited["next"], text
+        assert (f"restore_file(host='local', path='{unit_file}', backup_id='{edited['backup_id']}') undoes it"
+                in edited["next"]), text
+        assert "restart_service(host='local', unit='sglang.service', daemon_reload=true)" in edited["next"]
+        text, restored = await model.read("restore_file", {"host": "local", "path": str(unit_file),
+                                                           "backup_id": edited["backup_id"]})
+        assert "restart_service(host='local', unit='sglang.service', daemon_reload=true)" in restored["next"], text
+        _, edited = await model.read("edit_file", {"host": "local", "path": str(plain_file), "old": "info",
+                                                   "new": "debug"})
+        text, restored = await model.read("restore_file", {"host": "local", "path": str(plain_file),
+                                                           "backup_id": edited["backup_id"]})
+        assert restored["next"] and "restart_service" not in restored["next"], text
+
+
+async def follow_job(model: Model, job_id: str) -> dict[str, Any]:
+    for _ in range(10):
+        _, st = await model.read("job_status", {"job_id": job_id, "wait_s": 10})
+        if st["state"] != "running":
+            return st
+    raise AssertionError(f"the job never ended: {st}")
+
+
+def test_cli_texts_name_cli_commands_not_tools(tmp_path: Path) -> None:
+    res = cli("run", "gpu-node1", "--", "uptime", tmp_path=tmp_path)
+    assert res.returncode != 0 and "agent-tools hosts lists the known hosts" in res.stdout, res.stdout
+    assert "list_hosts" not in res.stdout
+    res = cli("status", "j_0000000000000000", tmp_path=tmp_path)
+    assert "agent-tools jobs HOST rediscovers" in res.stdout and "list_jobs" not in res.stdout, res.stdout
+    res = cli("hosts", tmp_path=tmp_path)
+    assert res.returncode == 0 and "local" in res.stdout, res.stdout
+
+
+# ---------------------------------------------------------------------------------------------- 3: superseded
+async def test_a_restart_superseded_by_a_newer_one_says_so(tmp_path: Path) -> None:
+    async with node_model(tmp_path, load_s=2) as (node, model):
+        _, first = await model.read("restart_service", {"host": node.alias, "unit": UNIT})
+        _, second = await model.read("restart_service", {"host": node.alias, "unit": UNIT})
+        assert first["outcome"] == second["outcome"] == "detached", (first, second)
+        text, old = await model.read("job_status", {"job_id": first["job_id"], "wait_s": 5})
+        assert old["readiness"] == "superseded", text
+        assert second["job_id"] in old["why"] and "newer restart" in old["why"], text
+        assert old["next"].startswith(f"job_status(job_id='{second['job_id']}'"), text
+        new = await follow(model, second["job_id"])
+        assert new["readiness"] == "ready", new
+        _, again = await model.read("job_status", {"job_id": first["job_id"]})
+        assert again["readiness"] == "superseded"  # final: it never turns ready or failed afterwards
+        _, listing = await model.read("list_jobs", {"host": node.alias})
+        assert {j["job_id"]: j.get("readiness") for j in listing["jobs"]}[first["job_id"]] == "superseded"
+
+
+# ---------------------------------------------------------------------------------------------- 5: log probe
+async def test_a_log_line_from_before_the_restart_never_passes_the_probe(tmp_path: Path) -> None:
+    log_file = tmp_path / "server.log"
+    log_file.write_text("INFO: The server is fired up and ready to roll!\n")  # the previous run's line
+    async with node_model(tmp_path, load_s=1) as (node, model):
+        text, job = await model.read("restart_service", {"host": node.alias, "unit": UNIT, "deadline_s": 120,
+                                                         "probes": [
+            {"kind": "log", "path": str(log_file), "pattern": "ready to roll"},
+            {"kind": "log", "unit": "sglang", "pattern": "ready to roll"}]})  # (the unit named without .service)
+        assert job["outcome"] == "detached", text
+        # the unit's own journal is read from the restart on, whatever the name's spelling
+        stored = node.journal.get(job["job_id"]).probes
+        assert [p.get("cursor") is not None for p in stored if p.get("unit") == UNIT and p["kind"] == "log"] == [True]
+        for _ in range(20):
+            _, st = await model.read("job_status", {"job_id": job["job_id"], "wait_s": 5})
+            reports = {(p["kind"], p.get("target")): p for p in st.get("probes", [])}
+            if reports.get(("log", UNIT), {}).get("state") == "passed":
+                break
+        else:
+            raise AssertionError(f"the unit never logged its ready line: {st}")
+        # the unit is up and logged its line; the file still holds only the old line: not ready
+        assert st["readiness"] == "pending", st
+        assert reports[("log", str(log_file))]["state"] == "not_yet", st
+        assert "nothing logged since the start" in reports[("log", str(log_file))]["evidence"], st
+        with log_file.open("a") as f:
+            f.write("INFO: The server is fired up and ready to roll!\n")  # this run's line
+        st = await follow(model, job["job_id"])
+        assert st["readiness"] == "ready", st
+
+
+async def test_a_log_probe_needs_a_unit_or_a_path(tmp_path: Path) -> None:
+    async with node_model(tmp_path, load_s=1) as (node, model):
+        for probe in ({"kind": "log", "pattern": "ready"},
+                      {"kind": "log", "pattern": "ready", "unit": UNIT, "path": "/var/log/x.log"}):
+            for name, args in (("restart_service", {"host": node.alias, "unit": UNIT, "probes": [probe]}),
+                               ("wait_for", {"host": node.alias, "probes": [probe], "deadline_s": 1})):
+                text, err = await model.read(name, args)
+                assert (err["outcome"], err["kind"], err["retryable"]) == ("error", "bad_arguments", False), text
+                assert "give unit (its journal) or path (a log file)" in err["message"], text
+        _, jobs = await model.read("list_jobs", {})
+        assert not [j for j in jobs["jobs"] if "restart" in j["command"]], jobs  # nothing was restarted
+
+
+# ---------------------------------------------------------------------------------------------- 6: port holder
+async def test_http_get_says_when_the_port_is_held_by_another_process_than_the_unit(tmp_path: Path) -> None:
+    async with node_model(tmp_path, load_s=1) as (node, model):
+        _, status = await model.read("service_status", {"host": node.alias, "unit": UNIT, "journal_lines": 0})
+        unit_text = (await model.read("read_file", {"host": node.alias, "path": status["unit_file"]}))[1]["text"]
+        port = int(re.search(r"--port (\d+)", unit_text).group(1))  # type: ignore[union-attr]
+        url = f"http://127.0.0.1:{port}/health"
+        _, restart = await model.read("restart_service", {"host": node.alias, "unit": UNIT,
+                                                          "probes": [{"kind": "http", "url": url}]})
+        assert (await follow(model, restart["job_id"]))["readiness"] == "ready"
+        text, ok = await model.read("http_get", {"host": node.alias, "url": url})
+        assert ok["status"] == 200 and "note" not in ok, text  # the unit's own process answers
+
+        await model.read("run_command", {"host": node.alias, "command": f"systemctl stop {UNIT}"})
+        serve = tmp_path / "www"
+        serve.mkdir()
+        (serve / "health").write_text("ok from a stray server\n")
+        _, stray = await model.read("run_command", {
+            "host": node.alias, "budget_s": 1,
+            "command": f"exec {sys.executable} -m http.server {port} --bind 127.0.0.1 --directory {serve}"})
+        assert stray["outcome"] == "detached", stray
+        try:
+            for _ in range(100):
+                text, answer = await model.read("http_get", {"host": node.alias, "url": url})
+                if answer.get("status") == 200:
+                    break
+            assert answer["body"] == "ok from a stray server\n", text
+            assert re.search(rf"^port {port} is held by pid \d+ \(python3?[^)]*\), not by {UNIT} \(job "
+                             rf"{restart['job_id']} follows it\): {UNIT} has no main process", answer["note"]), text
+        finally:
+            await model.read("job_cancel", {"job_id": stray["job_id"], "grace_s": 1})
+
+
+async def test_an_http_probe_answered_by_the_process_from_before_the_restart_does_not_pass(tmp_path: Path) -> None:
+    port = free_port()
+    serve = tmp_path / "www"
+    serve.mkdir()
+    (serve / "health").write_text("ok from the old process\n")
+    async with node_model(tmp_path, load_s=1) as (node, model):
+        # the old server: its pid is what restart_service records as the unit's MainPID before the restart
+        _, old = await model.read("run_command", {
+            "host": node.alias, "budget_s": 1,
+            "command": f"echo $$; exec {sys.executable} -m http.server {port} --bind 127.0.0.1 --directory {serve}"})
+        assert old["outcome"] == "detached", old
+        old_pid = int(old["stdout"]["text"].split()[0])
+        try:
+            url = f"http://127.0.0.1:{port}/health"
+            text, res = await model.read("wait_for", {"host": node.alias, "deadline_s": 8, "probes": [
+                {"kind": "systemd_unit", "unit": UNIT, "old_main_pid": old_pid, "settle_s": 0},
+                {"kind": "http", "url": url}]})
+            assert res["outcome"] == "deadline_exceeded", text
+            http = res["probes"][1]
+            assert http["state"] == "not_yet" and f"still held by {UNIT}'s process from before the restart " \
+                   f"({old_pid})" in http["evidence"], text
+            # without that process on the port the probe passes (the unit is up)
+            text, res = await model.read("wait_for", {"host": node.alias, "deadline_s": 8, "probes": [
+                {"kind": "systemd_unit", "unit": UNIT, "settle_s": 0}, {"kind": "http", "url": url}]})
+            assert res["outcome"] == "ready", text
+        finally:
+            await model.read("job_cancel", {"job_id": old["job_id"], "grace_s": 1})

@@ -305,12 +305,12 @@ async def test_next_follows_readiness_while_the_restart_loads(systemd_hosts: Hos
         assert "done" not in st["next"] and "pending" in st["next"], st["next"]
         assert "activating" in st["why"], st["why"]
         row = next(r for r in dump(await tk.list_jobs(host=host))["jobs"] if r["job_id"] == out["job_id"])
-        assert row["summary"] == "exited 0, readiness pending", row
+        assert (row["state"], row["exit_status"], row["readiness"]) == ("exited", 0, "pending"), row
         st = await follow(rel, tk, out["job_id"], until=settled, limit_s=60)
         assert st["readiness"] == "ready", st
         assert st["next"].startswith("ready: go on"), st["next"]
         row = next(r for r in dump(await tk.list_jobs(host=host))["jobs"] if r["job_id"] == out["job_id"])
-        assert row["summary"] == "exited 0, readiness ready", row
+        assert (row["state"], row["exit_status"], row["readiness"]) == ("exited", 0, "ready"), row
     await on_host(pool, host, f"systemctl stop {name}")
 
 

@@ -63,6 +63,9 @@ class JobFacts:
     :param readiness_detail: the probes' evidence ("waiting for readiness: ...", journal lines).
     :param units: systemd units the job's probes follow (for ``service_status`` hints).
     :param deadline_s: the job's deadline in seconds (chooses the long-poll wait), or None.
+    :param superseded_by: the newer restart job of the same unit that took over (readiness ``superseded``).
+    :param output_cut: some of the job's output was left out of what the agent was shown (False: every byte was
+        in a result, so ``job_output`` would only repeat it and is not suggested).
     """
 
     job_id: str
@@ -75,6 +78,8 @@ class JobFacts:
     readiness_detail: str = ""
     units: tuple[str, ...] = ()
     deadline_s: float | None = None
+    superseded_by: str = ""
+    output_cut: bool = True
 
 
 @dataclass(frozen=True)
@@ -126,6 +131,7 @@ def guide(f: JobFacts) -> Guidance:
     follow = NextCall("job_status", {**jid, "wait_s": follow_wait_s(f.deadline_s)}, "to keep following")
     cancel = NextCall("job_cancel", dict(jid), "to stop it")
     stderr = NextCall("job_output", {**jid, "stream": "stderr"}, "shows why")
+    wrote: tuple[NextCall, ...] = (NextCall("job_output", dict(jid), "shows what it wrote"),) if f.output_cut else ()
     inspect = tuple(NextCall("service_status", {"host": f.host, "unit": u}, "shows the unit and its journal")
                     for u in f.units[:2])
     cls = exit_class(f.exit_status)
@@ -139,10 +145,16 @@ def guide(f: JobFacts) -> Guidance:
 
     failed = f.state in ("killed", "lost", "not_started") or (f.state == "exited" and cls != "zero")
     nexts: tuple[NextCall, ...]
+    if f.readiness == "superseded":
+        newer = f.superseded_by
+        nexts = (NextCall("job_status", {"job_id": newer, "wait_s": follow_wait_s(f.deadline_s)},
+                          "follows the newer restart"),) if newer else (NextCall(None, note="follow the newer "
+                                                                                            "restart's job"),)
+        return Guidance(summary, ready_why or "a newer restart of the same unit took over", nexts, True)
     if f.readiness in FINAL_READINESS:
         # "failed" also follows "ready" (the unit died later: see probes.readiness), so it is not "never ready"
         word = "readiness failed" if f.readiness == "failed" else "it was not ready by its deadline"
-        nexts = (*inspect, *(() if inspect else (stderr,)),
+        nexts = (*inspect, *(() if inspect or not f.output_cut else (stderr,)),
                  NextCall(None, note=f"{word}: read the evidence in why, fix the cause, then try again"))
         if f.state == "running":
             nexts += (cancel,)
@@ -150,16 +162,15 @@ def guide(f: JobFacts) -> Guidance:
     if failed:
         if f.state == "lost":
             nexts = (NextCall(None, note="the job's outcome is unknown: check the host's state before acting (do "
-                                         "not assume success)"), NextCall("job_output", dict(jid), "shows what it "
-                                                                                                    "wrote"))
+                                         "not assume success)"), *wrote)
         elif f.state == "not_started":
             nexts = (NextCall(None, note="it never started (nothing ran): run the command again if it is still "
                                          "wanted"),)
         elif f.state == "killed":
-            nexts = (NextCall(None, note="it was killed; run it again only if that is still wanted"),
-                     NextCall("job_output", dict(jid), "shows what it wrote"))
+            nexts = (NextCall(None, note="it was killed; run it again only if that is still wanted"), *wrote)
         else:
-            nexts = (stderr, NextCall(None, note="it failed: fix the cause before running it again"))
+            nexts = (*((stderr,) if f.output_cut else ()),
+                     NextCall(None, note="it failed: fix the cause before running it again"))
         if f.readiness == "pending":
             ready_why = "readiness will not be reached: " + (ready_why or "the command did not succeed")
         elif f.readiness == "ready":
@@ -183,9 +194,8 @@ def guide(f: JobFacts) -> Guidance:
     if f.state == "running":
         # (not job_output: job_status brings the new output, and a shortened view says where job_output reads on)
         return Guidance(summary, state_why, (follow, cancel), False)
-    return Guidance(summary, state_why, (NextCall(None, note="done"),
-                                         NextCall("job_output", {**jid, "offset": 0}, "pages the full output")),
-                    True)
+    pages = (NextCall("job_output", {**jid, "offset": 0}, "pages the full output"),) if f.output_cut else ()
+    return Guidance(summary, state_why, (NextCall(None, note="done"), *pages), True)
 
 
 def _arg(value: Any) -> str:

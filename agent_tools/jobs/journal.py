@@ -27,6 +27,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -292,15 +293,36 @@ class Journal:
         sets = ",".join(f"{k}=?" for k in fields)
         self._exec(f"UPDATE jobs SET {sets} WHERE job_id=?", (*fields.values(), job_id))
 
-    def list(self, host: str | None = None, limit: int = 200) -> list[JobRecord]:
-        """Jobs newest first, optionally for one host."""
-        if host is None:
-            rows = self._exec(f"SELECT {','.join(_COLUMNS)} FROM jobs ORDER BY created_at DESC LIMIT ?",
-                              (limit,))
-        else:
-            rows = self._exec(f"SELECT {','.join(_COLUMNS)} FROM jobs WHERE host=? ORDER BY created_at DESC "
-                              "LIMIT ?", (host, limit))
+    def list(self, host: str | None = None, limit: int = 200, *, offset: int = 0,
+             states: Collection[str] | None = None, not_states: Collection[str] = ()) -> list[JobRecord]:
+        """Jobs newest first: ``limit`` of them after skipping ``offset``, optionally only one host's, only those in
+        ``states``, none in ``not_states``."""
+        where, params = self._filter(host, states, not_states)
+        rows = self._exec(f"SELECT {','.join(_COLUMNS)} FROM jobs{where} ORDER BY created_at DESC, rowid DESC "
+                          "LIMIT ? OFFSET ?", (*params, limit, offset))
         return [self._row(r) for r in rows]
+
+    def count(self, host: str | None = None, *, states: Collection[str] | None = None,
+              not_states: Collection[str] = ()) -> int:
+        """How many jobs :meth:`list` pages through with the same filters."""
+        where, params = self._filter(host, states, not_states)
+        return int(self._exec(f"SELECT COUNT(*) FROM jobs{where}", params)[0][0])
+
+    @staticmethod
+    def _filter(host: str | None, states: Collection[str] | None,
+                not_states: Collection[str]) -> tuple[str, tuple[Any, ...]]:
+        terms: list[str] = []
+        params: list[Any] = []
+        if host is not None:
+            terms.append("host=?")
+            params.append(host)
+        if states is not None:
+            terms.append(f"state IN ({','.join('?' * len(states))})" if states else "0")
+            params.extend(states)
+        if not_states:
+            terms.append(f"state NOT IN ({','.join('?' * len(not_states))})")
+            params.extend(not_states)
+        return (" WHERE " + " AND ".join(terms) if terms else ""), tuple(params)
 
     def ensure(self, rec: JobRecord) -> bool:
         """Insert ``rec`` unless a job with its id exists (used when rediscovering jobs from a host); returns

@@ -919,7 +919,9 @@ class JobRunner:
         err_seen = vst.views["stderr"].size if "stderr" in vst.views else vst.stderr_bytes
         self.journal.update(job_id, stdout_seen=max(rec.stdout_seen, out_seen),
                             stderr_seen=max(rec.stderr_seen, err_seen))
-        g = guide(facts_of(rec, state=state, detail=why, readiness_detail=ready_why))
+        # every byte in a result already (no view ever had to cut: the streams fit one view): no job_output hint
+        cut = new_out.truncated or new_err.truncated or max(vst.stdout_bytes, vst.stderr_bytes) > self.view_bytes
+        g = guide(facts_of(rec, state=state, detail=why, readiness_detail=ready_why, output_cut=cut))
         return JobStatus(job_id=job_id, host=rec.host, command=rec.command, state=state,
                          exit_status=code, signal=sig, readiness=rec.readiness,
                          elapsed_s=elapsed_of(rec), deadline_s=rec.deadline_s, why=g.why, probes=reports,
@@ -935,6 +937,18 @@ class JobRunner:
         last = [ProbeReport(**r) for r in rec.meta.get("last_probes", [])]
         if rec.readiness not in ("pending", "ready"):
             return last, str(rec.meta.get("readiness_why", ""))
+        newer = self._newer_restart(rec)
+        if newer is not None:
+            unit = _restarted_unit(rec)
+            was = "it had been ready; " if rec.readiness == "ready" else ""
+            detail = (f"superseded: {was}a newer restart of {unit} (job {newer.job_id}) took over; the unit's state is "
+                      "that job's to judge")
+            meta = dict(rec.meta, readiness_why=detail, superseded_by=newer.job_id, settled_at=now())
+            self.journal.update(rec.job_id, readiness="superseded", meta=meta)
+            log.info("job.readiness", host=rec.host, job_id=rec.job_id, readiness="superseded", was=rec.readiness,
+                     by=newer.job_id)
+            rec.readiness, rec.meta = "superseded", meta
+            return last, detail
         verdict = await judge(host, rec.probes, readiness=rec.readiness, state=state, exit_status=code,
                               state_detail=why, elapsed_s=now() - rec.created_at, deadline_s=rec.deadline_s,
                               last=last)
@@ -947,6 +961,19 @@ class JobRunner:
                      was=rec.readiness)
         rec.probes, rec.readiness, rec.meta = verdict.specs, verdict.readiness, meta
         return verdict.reports, verdict.detail
+
+    def _newer_restart(self, rec: JobRecord) -> JobRecord | None:
+        """The newest restart of the same unit on the same host started after ``rec`` (a restart_service job:
+        a ``systemctl restart`` command followed by a systemd_unit probe), or None; only for such a job itself."""
+        unit = _restarted_unit(rec)
+        if unit is None:
+            return None
+        for other in self.journal.list(rec.host, limit=50):  # newest first
+            if other.created_at <= rec.created_at or other.job_id == rec.job_id:
+                break
+            if other.state != "not_started" and _restarted_unit(other) == unit:
+                return other
+        return None
 
     async def refresh_readiness(self, host: Host, *, limit: int = 20) -> int:
         """Look again at the readiness of the newest ``limit`` jobs on ``host`` whose readiness can still
@@ -1257,13 +1284,24 @@ def elapsed_of(rec: JobRecord) -> float:
     return round(max(0.0, end - rec.created_at), 3)
 
 
-def facts_of(rec: JobRecord, *, state: str | None = None, detail: str = "", readiness_detail: str = "") -> JobFacts:
-    """:class:`~agent_tools.jobs.hints.JobFacts` of a journal row (``state`` overrides the recorded one)."""
+def _restarted_unit(rec: JobRecord) -> str | None:
+    """The unit a restart job restarts (``systemctl restart ... UNIT`` with a systemd_unit probe of it), else None."""
+    if "systemctl restart" not in rec.command:
+        return None
+    return next((str(p["unit"]) for p in rec.probes if p.get("kind") == "systemd_unit" and p.get("unit")
+                 and str(p["unit"]) in rec.command), None)
+
+
+def facts_of(rec: JobRecord, *, state: str | None = None, detail: str = "", readiness_detail: str = "",
+             output_cut: bool = True) -> JobFacts:
+    """:class:`~agent_tools.jobs.hints.JobFacts` of a journal row (``state`` overrides the recorded one;
+    ``output_cut``: see :class:`~agent_tools.jobs.hints.JobFacts`)."""
     units = tuple(str(p["unit"]) for p in rec.probes if p.get("kind") == "systemd_unit" and p.get("unit"))
     return JobFacts(job_id=rec.job_id, host=rec.host, state=state or rec.state, readiness=rec.readiness,
                     exit_status=rec.exit_status, signal=rec.signal, detail=detail,
                     readiness_detail=readiness_detail or str(rec.meta.get("readiness_why", "")), units=units,
-                    deadline_s=rec.deadline_s)
+                    deadline_s=rec.deadline_s, superseded_by=str(rec.meta.get("superseded_by", "")),
+                    output_cut=output_cut)
 
 
 def _reached(host: Host) -> dict[str, Any]:

@@ -48,7 +48,7 @@ from .specs import (
 from .systemd import STATE_KEYS as UNIT_STATE_KEYS
 from .systemd import UNIT_PROPS, check_unit
 
-__all__ = ["STATE_KEYS", "UNIT_PROPS", "ProbeResult", "advance", "check_probe", "check_probes"]
+__all__ = ["STATE_KEYS", "UNIT_PROPS", "ProbeResult", "advance", "check_probe", "check_probes", "port_holder"]
 
 #: key a passed log probe's spec carries into later checks (the line it saw); internal, not part of the schema
 MATCHED = "matched_line"
@@ -388,6 +388,30 @@ async def check_probe(host: Host, spec: dict[str, Any] | Any, *, gate: str | Non
                            f"host error: {exc.message}")
 
 
+async def port_holder(h: Host, port: int, unit: str, main_pid: int | None = None
+                      ) -> tuple[int, int, str, bool] | None:
+    """Who holds TCP ``port`` on the host: ``(listener pid, unit's MainPID, listener's comm, whether the listener
+    is the unit's main process or a descendant of it)``, from ``ss -Hltnp`` (iproute2: the listening socket's
+    owner) and ``systemctl show -p MainPID``, walking ``PPid:`` of /proc/PID/status up; None when no listener's
+    pid can be seen (nothing listens, or ss is missing or may not see other users' processes).
+
+    :param main_pid: compare with this process instead of the unit's MainPID now (e.g. the one before a restart).
+    """
+    q = shlex.quote(unit)
+    main = f"m={int(main_pid)}; " if main_pid else f"m=$(systemctl show -p MainPID --value {q} 2>/dev/null); "
+    script = (main +
+              f"l=$(ss -Hltnp 'sport = :{port}' 2>/dev/null | grep -o 'pid=[0-9]*' | head -n 1 | cut -d= -f2); "
+              '[ -n "$l" ] || exit 0; c=$(cat /proc/$l/comm 2>/dev/null); in=no; p=$l; '
+              'while [ -n "$p" ] && [ "$p" -gt 1 ]; do [ "$p" = "$m" ] && { in=yes; break; }; '
+              "p=$(sed -n 's/^PPid:[[:space:]]*//p' /proc/$p/status 2>/dev/null); done; "
+              'echo "$l ${m:-0} $in $c"')
+    res = await run_on(h, script)
+    parts = res.stdout.decode("utf-8", "replace").split(maxsplit=3)
+    if len(parts) < 3 or not parts[0].isdigit() or not parts[1].isdigit():
+        return None
+    return int(parts[0]), int(parts[1]), parts[3].strip() if len(parts) > 3 else "?", parts[2] == "yes"
+
+
 async def check_probes(host: Host, specs: list[dict[str, Any]]) -> list[ProbeResult]:
     """Check a job's probes on one host: its ``systemd_unit`` probes first (concurrently), then the others
     (concurrently; each at most one round trip), which count only against the units' new processes.
@@ -451,6 +475,9 @@ async def check_probes(host: Host, specs: list[dict[str, Any]]) -> list[ProbeRes
         if starts:
             await _only_new_listeners(host, specs, results, min(starts),
                                       {r.target for i in units if (r := results[i]) is not None})
+    old = [(str(specs[i].get("unit")), int(specs[i]["old_main_pid"])) for i in units if specs[i].get("old_main_pid")]
+    if old and not waiting:  # the same for hosts whose cgroups cannot be read: the old main process by its pid
+        await _answered_by_old_process(host, specs, results, old)
     return [r for r in results if r is not None]
 
 
@@ -459,3 +486,26 @@ def _int(value: object) -> int | None:
         return int(str(value)) if value not in (None, "") else None
     except ValueError:
         return None
+
+
+async def _answered_by_old_process(host: Host, specs: list[dict[str, Any]], results: list[ProbeResult | None],
+                                   old: list[tuple[str, int]]) -> None:
+    """An http or port probe that passed does not count while its port is held by a unit's main process from
+    before the restart (or a child of it: :func:`port_holder`; the old server kept alive past the restart, e.g.
+    ``KillMode=none``, still answering): it is turned into ``not_yet``, naming that process."""
+    for i, spec in enumerate(specs):
+        r = results[i]
+        if r is None or r.state != "passed" or spec.get("kind") not in ("http", "port"):
+            continue
+        try:
+            port = int(spec["port"]) if spec.get("kind") == "port" else (urlsplit(str(spec.get("url"))).port or 80)
+        except (KeyError, TypeError, ValueError):
+            continue
+        for unit, pid_before in old:
+            held = await port_holder(host, port, unit, main_pid=pid_before)
+            if held is not None and held[3]:
+                pid, _, comm, _ = held
+                results[i] = ProbeResult(r.kind, r.target, "not_yet",
+                                         f"{r.evidence}, but from pid {pid} ({comm}): port {port} is still held by "
+                                         f"{unit}'s process from before the restart ({pid_before}), not the new one")
+                break

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from ..errors import BadArguments
@@ -84,6 +84,9 @@ class SystemdUnitProbe(_Spec):
     journal_cursor: SkipJsonSchema[str | None] = Field(
         default=None, description="journal cursor from before the restart (set by the tools): the failure "
                                   "evidence is the unit's journal lines after it")
+    old_main_pid: SkipJsonSchema[int | None] = Field(
+        default=None, ge=0, description="MainPID before the restart (set by the tools): an http or port probe "
+                                        "answered from a port this process (or a child) still holds does not pass")
 
 
 class HttpProbe(_Spec):
@@ -117,6 +120,20 @@ class LogProbe(_Spec):
                                                                          "the tools)")
     offset: SkipJsonSchema[int] = Field(default=0, ge=0, description="path: byte offset to start at (0: the whole "
                                                                      "file; moved on by the tools as they read)")
+
+    @field_validator("unit")
+    @classmethod
+    def _unit_name(cls, unit: str | None) -> str | None:
+        # systemd.unit(5): a name without a type suffix means a service (as systemctl and journalctl -u read it);
+        # normalised so it compares equal to the unit a restart follows
+        return unit if unit is None or "." in unit else unit + ".service"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> LogProbe:
+        if (self.unit is None) == (self.path is None):
+            raise ValueError("a log probe follows one source: give unit (its journal) or path (a log file), not "
+                             + ("both" if self.unit else "neither"))
+        return self
 
 
 class PortProbe(_Spec):

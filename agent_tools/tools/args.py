@@ -58,7 +58,10 @@ class JobCancelArgs(_Args):
 
 
 class ListJobsArgs(_Args):
-    host: str | None = Field(default=None, description="only this host (refreshes states from it)")
+    host: str | None = Field(default=None, description="only this host")
+    state: Literal["running", "exited", "killed", "lost"] | None = Field(default=None, description="only these")
+    limit: int = Field(default=10, ge=1, le=100, description="jobs at most")
+    offset: int = Field(default=0, ge=0, description="jobs to skip (next_offset)")
 
 
 class ListHostsArgs(_Args):

@@ -35,7 +35,7 @@ from ..errors import (
 )
 from ..hosts.base import Host, run_on
 from ..outcomes import Denied, Detached, Finished, NeedsApproval, ProbeReport, ResultModel
-from ..probes.checks import UNIT_PROPS, advance, check_probes
+from ..probes.checks import UNIT_PROPS, advance, check_probes, port_holder
 from ..probes.parse import parse_free, parse_nvidia_smi, parse_systemctl_show, parse_timespan_s
 from ..probes.specs import probe_from_dict
 
@@ -122,7 +122,8 @@ class FileRestored(ResultModel):
     host: str
     path: str
     backup_id: str
-    diff: str
+    diff: str = Field(description="unified diff current → restored")
+    next: str = ""
 
 
 class GpuMemory(ResultModel):
@@ -164,6 +165,8 @@ class HttpResponse(ResultModel):
     body: str = Field(default="", description="the body as text, when it is not JSON (first 16 KiB)")
     body_bytes: int = Field(default=0, description="size of the body in bytes")
     missing: list[str] = Field(default_factory=list, description="fields asked for that the body does not have")
+    note: str = Field(default="", description="set when the port is held by a process that is not the main process "
+                                              "(or a child of it) of the unit a job follows on that port")
 
 
 _ENOENT = ("No such file or directory", "No such file", "Not a directory", "Directory nonexistent")
@@ -402,12 +405,19 @@ async def plan_restart(tk: Toolkit, host: str, unit: str, daemon_reload: bool = 
     timeout_s = parse_timespan_s(props.get("TimeoutStartUSec", ""))
     if deadline_s is None:
         deadline_s = (timeout_s + 30.0) if timeout_s is not None else 900.0
-    for p in extra:
-        if p.get("kind") == "log" and p.get("unit") == unit and not p.get("cursor"):
+    for p in extra:  # a log probe counts only what is written from now on: never a line from before the restart
+        if p.get("kind") != "log" or p.get("cursor") or p.get("offset"):
+            continue
+        if p.get("unit") == unit:
             p["cursor"] = unit_cursor
+        elif p.get("unit"):
+            p["cursor"] = await _journal_cursor(h, str(p["unit"]))
+        elif p.get("path"):
+            p["offset"] = await _file_size(h, str(p["path"]))
     condition = props.get("ConditionTimestampMonotonic", "")
     spec = [{**own, "kind": "systemd_unit", "unit": unit, "not_invocation": props.get("InvocationID") or None,
-             "before_condition_us": int(condition) if condition.isdigit() else None, "journal_cursor": cursor},
+             "before_condition_us": int(condition) if condition.isdigit() else None, "journal_cursor": cursor,
+             "old_main_pid": _int(props.get("MainPID")) or None},
             *extra]
     cmd = ("systemctl daemon-reload && " if daemon_reload else "") + f"systemctl restart --no-block {shlex.quote(unit)}"
     return RestartPlan(cmd, spec, deadline_s, timeout_s)
@@ -446,6 +456,20 @@ async def restart_service(tk: Toolkit, host: str, unit: str, daemon_reload: bool
                     why=f"restart of {unit} enqueued; the probes judge readiness (the unit allows {allows} to "
                         "start)",  # (not status.why: it repeats the probes' evidence, which is right below)
                     probes=status.probes, stdout=out.stdout, stderr=out.stderr, next=status.next)
+
+
+async def _journal_cursor(h: Host, unit: str) -> str | None:
+    """The cursor of ``unit``'s newest journal entry (journalctl(1) ``-n 0 --show-cursor``), None without one."""
+    res = await run_on(h, f"journalctl -u {shlex.quote(unit)} -n 0 --show-cursor --no-pager -o cat 2>/dev/null")
+    found = [ln for ln in res.stdout.decode("utf-8", "replace").splitlines() if ln.startswith("-- cursor: ")]
+    return found[-1].removeprefix("-- cursor: ").strip() if found else None
+
+
+async def _file_size(h: Host, path: str) -> int:
+    """``path``'s size in bytes now (0 when it does not exist yet: all of it will be new)."""
+    res = await run_on(h, f"wc -c < {shlex.quote(path)} 2>/dev/null || echo 0")
+    text = res.stdout.decode("ascii", "replace").strip().splitlines()
+    return int(text[-1]) if text and text[-1].isdigit() else 0
 
 
 async def _unit_and_cursor(h: Host, host: str, unit: str) -> tuple[dict[str, str], str | None, str | None]:
@@ -533,11 +557,18 @@ async def _replace(tk: Toolkit, host: str, path: str, old: bytes | None, data: b
 
 def _after_write_hint(host: str, path: str, backup_id: str | None) -> str:
     unit = unit_of_path(path)
-    undo = f"restore_file(host='{host}', path=..., backup_id='{backup_id}') undoes it" if backup_id else ""
+    undo = f"restore_file(host={host!r}, path={path!r}, backup_id={backup_id!r}) undoes it" if backup_id else ""
     if unit is None:
         return undo
-    apply = f"restart_service(host='{host}', unit='{unit}', daemon_reload=true) applies it"
+    apply = f"restart_service(host={host!r}, unit={unit!r}, daemon_reload=true) applies it"
     return apply + ("; " + undo if undo else "")
+
+
+def _after_restore_hint(host: str, path: str) -> str:
+    unit = unit_of_path(path)
+    if unit is not None:
+        return f"restart_service(host={host!r}, unit={unit!r}, daemon_reload=true) applies the restored file"
+    return "the file is as it was before the write; restart or reload whatever reads it for the change to apply"
 
 
 async def write_file(tk: Toolkit, host: str, path: str, content: str, backup: bool = True,
@@ -618,7 +649,8 @@ async def restore_file(tk: Toolkit, host: str, path: str, backup_id: str) -> Fil
         if f"{backup_id}.path" in err or f"/{backup_id}:" in err or f"'{backup_id}'" in err:
             raise NotFound(f"no backup {backup_id} on {host} (backups are kept per host under {BACKUP_DIR})")
         raise file_error(host, path, "restore", err)
-    return FileRestored(host=host, path=path, backup_id=backup_id, diff=_diff(current or b"", res.stdout, path))
+    return FileRestored(host=host, path=path, backup_id=backup_id, diff=_diff(current or b"", res.stdout, path),
+                        next=_after_restore_hint(host, path))
 
 
 async def gpu_memory(tk: Toolkit, host: str) -> GpuMemory:
@@ -729,7 +761,7 @@ async def http_get(tk: Toolkit, host: str, url: str, fields: list[str] | None = 
         else:
             missing = list(fields)
     return HttpResponse(host=host, url=url, status=status, data=data, body=text, body_bytes=len(body),
-                        missing=missing)
+                        missing=missing, note=await _foreign_holder(tk, h, host, port))
 
 
 async def _port_owner(tk: Toolkit, h: Host, host: str, port: int) -> str:
@@ -755,6 +787,28 @@ async def _port_owner(tk: Toolkit, h: Host, host: str, port: int) -> str:
     except AgentToolsError:
         pass
     return f"; {unit} (job {rec.job_id}) serves this port"
+
+
+async def _foreign_holder(tk: Toolkit, h: Host, host: str, port: int) -> str:
+    """A note when a job of the journal follows a unit with a probe on ``port`` and the port's listener is not
+    that unit's main process (or a child of it): the answer came from another process (an old server that kept
+    the port, a stray one), else ""."""
+    found = _unit_for_port(tk.journal.list(host, limit=100), port)
+    if found is None:
+        return ""
+    unit, rec = found
+    try:
+        with anyio.move_on_after(5):
+            held = await port_holder(h, port, unit)
+            if held is None or held[3]:
+                return ""
+            pid, main, comm, _ = held
+            owner = f"{unit}'s main process is {main}" if main else f"{unit} has no main process (not running)"
+            return (f"port {port} is held by pid {pid} ({comm}), not by {unit} (job {rec.job_id} follows it): "
+                    f"{owner}, so this answer comes from another process (an old server that kept the port?)")
+    except AgentToolsError:
+        pass
+    return ""
 
 
 def _unit_for_port(records: list[JobRecord], port: int) -> tuple[str, JobRecord] | None:

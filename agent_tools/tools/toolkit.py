@@ -23,9 +23,8 @@ from pydantic import BaseModel, ValidationError
 from ..errors import AgentToolsError, BadArguments
 from ..hosts.reach import check_same_machine, host_identity
 from ..hosts.registry import HostRegistry
-from ..jobs.hints import guide
 from ..jobs.journal import Journal
-from ..jobs.manager import JobRunner, _answer_within, _error, facts_of
+from ..jobs.manager import JobRunner, _answer_within, _error
 from ..outcomes import (
     Denied,
     Detached,
@@ -110,12 +109,10 @@ RUN_COMMAND_DESC = (
     "detached (still running at the budget: a job to follow with job_status), killed, needs_input (wanted a "
     "password or a terminal), needs_approval, denied, error (start_unconfirmed: it may be running; follow its "
     "job_id, do not rerun). Restart units with restart_service.")
-JOB_STATUS_DESC = ("A job's state (running|exited|killed|lost|not_started), readiness with probes (pending|ready|"
-                   "failed|deadline_exceeded) and new output; wait_s long-polls for a change.")
+JOB_STATUS_DESC = "A job's state, readiness (with probes) and new output; wait_s long-polls for a change."
 JOB_OUTPUT_DESC = "Page a job's output by byte offset; every byte is kept on the host."
 JOB_CANCEL_DESC = "Stop a job: TERM to its whole process tree, KILL after grace_s, then check nothing is left."
-LIST_JOBS_DESC = ("Known jobs, newest first, with their last known state (unconfirmed: start not confirmed); "
-                  "with host, looked at again there.")
+LIST_JOBS_DESC = "Known jobs, newest first, a page at a time; with host, their states refreshed there."
 LIST_HOSTS_DESC = ("Hosts to use: 'local' and the SSH config and policy aliases, with running jobs; check=true "
                    "tries each.")
 RESTART_SERVICE_DESC = (
@@ -482,8 +479,11 @@ class Toolkit:
         except AgentToolsError as exc:
             return _noted(_error(exc, None, None), note)
 
-    async def list_jobs(self, host: str | None = None) -> JobList | ErrorOutcome:
-        """Known jobs, newest first. With ``host``, one round trip to that host (bounded by the runner's
+    async def list_jobs(self, host: str | None = None, state: str | None = None, limit: int = 10,
+                        offset: int = 0) -> JobList | ErrorOutcome:
+        """A page of the known jobs, newest first: ``limit`` jobs after the first ``offset``, only those in
+        ``state`` when given (running, exited, killed, lost); ``total`` counts the matches and ``next_offset`` is
+        set while more follow. With ``host``, one round trip to that host (bounded by the runner's
         ``answer_timeout_s``) refreshes their states and readiness and rediscovers jobs found in its job
         directories that the journal does not know (deleted or damaged journal, another controller), adding them
         to the journal.
@@ -511,14 +511,18 @@ class Toolkit:
                     notes.append(f"{len(elsewhere)} job(s) were started on another machine than {host} reaches now "
                                  "(its host key differs from the one recorded at their launch): their states are "
                                  "left as they were, not concluded from this machine")
-            recs = self.journal.list(host)
-            jobs = [r for r in recs if r.state != "not_started"]
-            if len(jobs) < len(recs):
-                notes.append(f"{len(recs) - len(jobs)} launch(es) that never started (nothing ran) are not listed")
+            states = None if state is None else [state]
+            hidden = ("not_started",)
+            jobs = self.journal.list(host, limit, offset=offset, states=states, not_states=hidden)
+            total = self.journal.count(host, states=states, not_states=hidden)
+            never = self.journal.count(host, states=hidden) if state is None else 0
+            if never:
+                notes.append(f"{never} launch(es) that never started (nothing ran) are not listed")
+            end = offset + len(jobs)
             return JobList(jobs=[JobInfo(job_id=r.job_id, host=r.host, command=r.command, state=r.state,
-                                         readiness=r.readiness, exit_status=r.exit_status,
-                                         created_at=r.created_at, summary=guide(facts_of(r)).summary)
-                                 for r in jobs], note="; ".join(notes))
+                                         readiness=r.readiness, exit_status=r.exit_status, created_at=r.created_at)
+                                 for r in jobs], total=total, next_offset=end if end < total else None,
+                           note="; ".join(notes))
         except AgentToolsError as exc:
             return _error(exc, host, None)
 
