@@ -378,6 +378,8 @@ async def test_an_http_probe_answered_by_the_process_from_before_the_restart_doe
             http = res["probes"][1]
             assert http["state"] == "not_yet" and f"still held by {UNIT}'s process from before the restart " \
                    f"({old_pid})" in http["evidence"], text
+            # each fact once: why names the probes that did not pass; their evidence is in probes only
+            assert res["why"] == f"not passed within 8 s: http {url}" and http["evidence"] not in res["why"], text
             # without that process on the port the probe passes (the unit is up)
             text, res = await model.read("wait_for", {"host": node.alias, "deadline_s": 8, "probes": [
                 {"kind": "systemd_unit", "unit": UNIT, "settle_s": 0}, {"kind": "http", "url": url}]})

@@ -696,13 +696,15 @@ async def wait_for(tk: Toolkit, host: str, probes: list[dict[str, Any]], deadlin
         elapsed = round(anyio.current_time() - t0, 3)
         if any(r.state == "failed" for r in results):
             return WaitResult(host=host, outcome="failed", elapsed_s=elapsed, probes=reports,
-                              why="; ".join(r.evidence for r in results if r.state == "failed"))
+                              why="failed: " + ", ".join(f"{r.kind} {r.target}" for r in results
+                                                         if r.state == "failed"))
         if all(r.state == "passed" for r in results):
             return WaitResult(host=host, outcome="ready", elapsed_s=elapsed, probes=reports, why="all probes passed")
         remaining = deadline_s - (anyio.current_time() - t0)
         if remaining <= 0:
             return WaitResult(host=host, outcome="deadline_exceeded", elapsed_s=elapsed, probes=reports,
-                              why="; ".join(f"{r.kind}: {r.evidence}" for r in results if r.state != "passed"))
+                              why=f"not passed within {deadline_s:g} s: " + ", ".join(
+                                  f"{r.kind} {r.target}" for r in results if r.state != "passed"))
         await anyio.sleep(min(delay, remaining))
         delay = min(delay * 1.6, 2.0)
 
