@@ -212,7 +212,8 @@ def test_no_raw_secret_outside_the_jobs_own_directories(tmp_path: Path, real_ssh
         for host, extra in (("local", []), (real_sshd.alias, ["-F", ssh_config])):
             res = cli(tmp_path, "state-rediscover", "jobs", host, *extra, env=env, log=f"jobs-{host}")
             assert res.returncode == 0 and "rediscovered" in res.stdout, res.stdout + res.stderr
-            res = cli(tmp_path, "state-rediscover", "jobs", host, "--json", *extra, env=env, log=f"jobs-json-{host}")
+            res = cli(tmp_path, "state-rediscover", "jobs", host, "--json", "--limit", "100", *extra, env=env,
+                      log=f"jobs-json-{host}")  # (every job: the listing is paged, 20 a page by default)
             listed = json.loads(res.stdout)["jobs"]
             assert {j["job_id"] for j in listed} >= set(job_ids) & {j["job_id"] for j in listed}
             assert any("HF_TOKEN=[REDACTED]" in j["command"] for j in listed), listed
