@@ -53,12 +53,13 @@ _STYLE = {"verified": "green", "refused": "yellow", "rolled_back": "yellow", "fa
 
 
 def status_table(st: dict[str, Any], starts: dict[str, int] | None = None) -> Table:
-    """A rollout's ``status`` as a rich table (one row per host; ``starts``: unit starts counted on the nodes)."""
+    """A rollout's ``status`` as a rich table (one row per host; ``starts``: the unit's restarts counted on the
+    nodes)."""
     counts = ", ".join(f"{k} {v}" for k, v in sorted(st.get("counts", {}).items()))
     title = (f"rollout: {st.get('phase')} (wave {st.get('wave', -1) + 1}/{st.get('waves')}), failures "
              f"{st.get('failures')}/{st.get('failure_budget')} budget — {counts}")
     table = Table(title=title, title_justify="left", expand=False)
-    for col in ("host", "wave", "state", "job", *(["node starts"] if starts is not None else []), "note"):
+    for col in ("host", "wave", "state", "job", *(["node restarts"] if starts is not None else []), "note"):
         table.add_column(col)
     for host, h in st.get("hosts", {}).items():
         state = str(h.get("state"))

@@ -167,7 +167,9 @@ class FleetRollout:
             self._set(host, "failed", f"pre-check: {pre.get('message')}")
             return
         if spec.precheck and not pre["fits"]:
-            self._set(host, "refused", f"refused at pre-check: {pre['summary']}")
+            self._set(host, "refused", f"refused at pre-check: the hicache pool needs {pre['needs_bytes'] / 1e9:.1f} "
+                                       f"GB of host RAM, {pre['available_bytes'] / 1e9:.1f} GB available minus the "
+                                       "10 GiB reserve", precheck=pre["summary"])
             return
         self._set(host, "editing", pre["summary"])
         ed = await self._step(host, "fleet.edit", {"host": host, "path": pre["path"], "old": pre["old"],
