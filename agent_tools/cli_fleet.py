@@ -43,6 +43,18 @@ def _need_temporal() -> None:
         raise typer.Exit(2) from exc
 
 
+def _exit_now(code: int = 0) -> None:
+    """Flush and end the process without interpreter teardown: temporalio's client (its Rust runtime's threads)
+    can abort a short-lived process at finalization ("PyGILState_Release: thread state ... must be current",
+    SIGABRT after the work was done; temporalio/sdk-python#300, open)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 def _shown(value: object, style: str = "") -> Text:
     return plain(redact(str(value)), style)
 
@@ -146,6 +158,7 @@ def worker(
             tg.cancel_scope.cancel()
 
     anyio.run(go)
+    _exit_now(0)
 
 
 rollout_app = typer.Typer(cls=HelpGroup, no_args_is_help=True,
@@ -190,6 +203,13 @@ def rollout_start(
     spec = RolloutSpec(hosts=list(hosts), flags=list(flag or []), unit=unit, canary=canary, wave_size=wave_size,
                        failure_budget=failure_budget, precheck=precheck, heartbeat_s=heartbeat_s)
 
+    from .fleet.workflow import spec_problem
+
+    problem = spec_problem(spec)
+    if problem:
+        _err.print(Text.assemble(("error: ", "red"), _shown(problem)), highlight=False)
+        raise typer.Exit(2)
+
     async def go() -> dict[str, Any] | None:
         client = await connect(temporal, namespace)
         handle = await start_rollout(client, spec, workflow_id=workflow_id, task_queue=task_queue)
@@ -200,8 +220,8 @@ def rollout_start(
         return await _watch(client, workflow_id)
 
     final = anyio.run(go)
-    if final is not None:
-        raise typer.Exit(0 if final.get("phase") == "done" and not final.get("counts", {}).get("failed") else 1)
+    ok = final is None or (final.get("phase") == "done" and not final.get("counts", {}).get("failed"))
+    _exit_now(0 if ok else 1)
 
 
 async def _watch(client: Any, workflow_id: str) -> dict[str, Any]:
@@ -239,6 +259,7 @@ def rollout_status(
     else:
         _out.print(Text.assemble("workflow ", _shown(workflow_id), ": ", _shown(st["workflow"])), highlight=False)
         _out.print(status_table(st))
+    _exit_now(0)
 
 
 @rollout_app.command("approve")
@@ -263,6 +284,7 @@ def rollout_approve(
     anyio.run(go)
     _out.print(Text.assemble("approved ", _shown(host), " of ", _shown(workflow_id), " as ", _shown(who)),
                highlight=False)
+    _exit_now(0)
 
 
 @rollout_app.command("cancel")
@@ -281,6 +303,7 @@ def rollout_cancel(
 
     anyio.run(go)
     _out.print(Text.assemble("cancellation requested for ", _shown(workflow_id)), highlight=False)
+    _exit_now(0)
 
 
 def demo_fleet(
@@ -313,4 +336,4 @@ def demo_fleet(
         sys.stdout.write(json.dumps(summary) + "\n")
     else:
         _out.print(Text.assemble(("RESULT: ", "bold"), _shown(summary["line"])), highlight=False)
-    raise typer.Exit(0 if summary["ok"] else 1)
+    _exit_now(0 if summary["ok"] else 1)

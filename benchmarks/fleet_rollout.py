@@ -103,8 +103,11 @@ async def _reset(tk: Toolkit, originals: dict[str, tuple[str, str]]) -> None:
 
             async def one(host: str = host, path: str = path, text: str = text) -> None:
                 await tk.write_file(host=host, path=path, content=text)
-                out = _d(await tk.restart_service(host=host, unit=UNIT))
-                await _follow(tk, str(out["job_id"]))
+                for _ in range(3):  # a host busy or slow under the load of the whole fleet: again
+                    out = _d(await tk.restart_service(host=host, unit=UNIT))
+                    if out.get("job_id") and (await _follow(tk, str(out["job_id"]))).get("readiness") == "ready":
+                        return
+                raise RuntimeError(f"{host}: the reset restart did not become ready: {out}")
 
             tg.start_soon(one)
 

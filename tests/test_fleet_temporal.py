@@ -289,3 +289,27 @@ async def test_a_retried_edit_finds_its_edit_made_and_the_rollback_writes_the_un
     assert (await tk.dispatch("read_file", {"host": "fleet-f", "path": path}))["text"] == text.replace(old, new, 1)
     await acts.restore({"host": "fleet-f", "path": path, "backup_id": None, "text": text})
     assert (await tk.dispatch("read_file", {"host": "fleet-f", "path": path}))["text"] == text
+
+
+async def test_rollout_cancel_marks_unfinished_hosts_cancelled(temporal: DevServer, stack: AsyncExitStack,
+                                                               tmp_path: Path) -> None:
+    nodes = await _nodes(stack, tmp_path, [("fleet-g", "default"), ("fleet-h", "default")], load_s=4.0)
+    wid, queue = _ids()
+    client = await Client.connect(temporal.target)
+    await _in_process_worker(stack, client, queue, _toolkit(tmp_path, nodes, "worker"))
+    handle = await start_rollout(client, RolloutSpec(hosts=["fleet-g", "fleet-h"], canary=1, heartbeat_s=3.0),
+                                 workflow_id=wid, task_queue=queue)
+
+    async def restarting() -> bool:
+        st = await status(client, wid)
+        return st["hosts"]["fleet-g"]["state"] == "restarting" and nodes["fleet-g"].starts() == 2
+
+    await wait_until(restarting, "the canary's restart to run", timeout_s=60)
+    await _cli("rollout", "cancel", wid, "--temporal", temporal.target)
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+    st = await status(client, wid)  # a closed workflow still answers the query (from its history)
+    assert st["workflow"] == "CANCELED" and st["phase"] == "cancelled", st
+    assert {h: v["state"] for h, v in st["hosts"].items()} == {"fleet-g": "cancelled", "fleet-h": "cancelled"}
+    assert nodes["fleet-h"].starts() == 1  # the next wave never started
+    await _replays(handle)

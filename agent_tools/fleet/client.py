@@ -7,14 +7,19 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 
 from .model import RolloutSpec
-from .workflow import FleetRollout
+from .workflow import FleetRollout, spec_problem
 
 __all__ = ["approve", "cancel", "start_rollout", "status"]
 
 
 async def start_rollout(client: Client, spec: RolloutSpec, *, workflow_id: str,
                         task_queue: str) -> WorkflowHandle[Any, Any]:
-    """Start ``FleetRollout`` with ``spec`` as workflow ``workflow_id`` on ``task_queue``."""
+    """Start ``FleetRollout`` with ``spec`` as workflow ``workflow_id`` on ``task_queue``.
+
+    :raises ValueError: the spec is invalid (:func:`~agent_tools.fleet.workflow.spec_problem`); nothing started."""
+    problem = spec_problem(spec)
+    if problem:
+        raise ValueError(f"invalid rollout: {problem}")
     return await client.start_workflow(FleetRollout.run, spec, id=workflow_id, task_queue=task_queue)
 
 

@@ -22,12 +22,13 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from .model import FINAL_STATES, HostJobSpec, RolloutSpec
 
-__all__ = ["FleetRollout", "FleetSteps", "HostJob", "waves_of"]
+__all__ = ["FleetRollout", "FleetSteps", "HostJob", "spec_problem", "waves_of"]
 
 #: retries of an activity whose host was unreachable (or whose worker died): 1 s, 2 s, 4 s, ... up to 10 s apart
 _RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
@@ -47,6 +48,19 @@ def waves_of(hosts: list[str], canary: int, wave_size: int) -> list[list[str]]:
     first = [hosts[:canary]] if canary > 0 and hosts else []
     rest = hosts[canary:] if canary > 0 else hosts
     return first + [rest[i:i + wave_size] for i in range(0, len(rest), wave_size)]
+
+
+def spec_problem(spec: RolloutSpec) -> str | None:
+    """What is wrong with ``spec`` (no hosts, a host twice, wave_size < 1, canary or failure_budget < 0), or
+    None."""
+    if not spec.hosts:
+        return "no hosts"
+    twice = sorted({h for h in spec.hosts if spec.hosts.count(h) > 1})
+    if twice:
+        return f"hosts given more than once: {', '.join(twice)}"
+    if spec.wave_size < 1 or spec.canary < 0 or spec.failure_budget < 0:
+        return "wave_size must be >= 1, canary and failure_budget >= 0"
+    return None
 
 
 def _probes(spec: RolloutSpec, port: int) -> list[dict[str, Any]]:
@@ -96,6 +110,9 @@ class FleetRollout:
     @workflow.run
     async def run(self, spec: RolloutSpec) -> dict[str, Any]:
         self._budget = spec.failure_budget
+        problem = spec_problem(spec)
+        if problem:
+            raise ApplicationError(f"invalid rollout: {problem}", non_retryable=True)
         waves = waves_of(list(spec.hosts), spec.canary, spec.wave_size)
         self._waves = len(waves)
         for i, wave in enumerate(waves):
@@ -109,7 +126,7 @@ class FleetRollout:
                     continue
                 self._wave = i
                 self._phase = "canary" if i == 0 and spec.canary > 0 else "wave"
-                await asyncio.gather(*(self._one(spec, h) for h in wave))
+                await asyncio.gather(*(self._guarded(spec, h) for h in wave))
                 if self._failures() > spec.failure_budget:
                     self._halted = (f"halted after wave {i}: {self._failures()} host(s) failed, the failure budget "
                                     f"is {spec.failure_budget}")
@@ -157,6 +174,16 @@ class FleetRollout:
 
     def _approver(self, host: str) -> str | None:
         return self._approved.get(host) or self._approved.get("*")
+
+    async def _guarded(self, spec: RolloutSpec, host: str) -> None:
+        """:meth:`_one`; a step whose retries ran out (a host unreachable for minutes) fails that host, not the
+        rollout; a cancellation goes on up."""
+        try:
+            await self._one(spec, host)
+        except ActivityError as exc:
+            if isinstance(exc.cause, CancelledError):  # the rollout is being cancelled: its step was
+                raise asyncio.CancelledError() from exc
+            self._set(host, "failed", f"{self._hosts[host]['state']}: {exc.cause or exc}")
 
     async def _one(self, spec: RolloutSpec, host: str) -> None:
         info = workflow.info()
