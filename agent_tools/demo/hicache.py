@@ -206,7 +206,7 @@ async def _follow(t: _Transcript, job_id: str, deadline_s: float) -> dict[str, A
             if not st.get("retryable") or anyio.current_time() - t0 > deadline_s + 60:
                 return st
             continue
-        if st.get("readiness") in ("ready", "failed", "deadline_exceeded"):
+        if st.get("readiness") in ("ready", "failed", "deadline_exceeded", "superseded"):
             return st
 
 

@@ -30,7 +30,7 @@ from ..tools.toolkit import Toolkit
 
 __all__ = ["replay_plan", "run_plan"]
 
-_SETTLED = ("ready", "failed", "deadline_exceeded")
+_SETTLED = ("ready", "failed", "deadline_exceeded", "superseded")
 
 
 def _summary(step: dict[str, Any], result: dict[str, Any], polls: int | None = None) -> dict[str, Any]:
