@@ -54,6 +54,8 @@ def _d(out: Any) -> dict[str, Any]:
 async def _follow(tk: Toolkit, job_id: str) -> dict[str, Any]:
     while True:
         st = _d(await tk.job_status(job_id=job_id, wait_s=1.0))
+        if st.get("outcome") == "error" and st.get("retryable"):
+            continue  # a node slow under the whole fleet's load: ask again, as the activity's retry would
         if st.get("readiness") in ("ready", "failed", "deadline_exceeded") or st.get("outcome") == "error":
             return st
 
