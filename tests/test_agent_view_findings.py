@@ -274,7 +274,7 @@ async def test_a_restart_superseded_by_a_newer_one_says_so(tmp_path: Path) -> No
         assert second["job_id"] in old["why"] and "newer restart" in old["why"], text
         assert old["next"].startswith(f"job_status(job_id='{second['job_id']}'"), text
         new = await follow(model, second["job_id"])
-        assert new["readiness"] == "ready", new
+        assert new["readiness"] == "ready", (new.get("why"), new.get("probes"))
         _, again = await model.read("job_status", {"job_id": first["job_id"]})
         assert again["readiness"] == "superseded"  # final: it never turns ready or failed afterwards
         _, listing = await model.read("list_jobs", {"host": node.alias})

@@ -44,6 +44,7 @@ import getpass
 import hashlib
 import ipaddress
 import os
+import pwd
 import re
 import shlex
 import socket
@@ -87,7 +88,7 @@ class _SshConfig(SSHClientConfig):
         this = socket.gethostname()
         alias = o.get("HostKeyAlias")
         tokens = {"%": "%", "C": hashlib.sha1((this + host + port + ruser + jmphost).encode()).hexdigest(),
-                  "L": this.split(".", 1)[0], "d": os.path.expanduser("~"), "h": host,
+                  "L": this.split(".", 1)[0], "d": _passwd_home(), "h": host,
                   "k": alias if isinstance(alias, str) else host, "l": this, "n": orig, "p": port, "r": ruser,
                   "u": local_user, "j": jmphost}
         if hasattr(os, "getuid"):
@@ -328,3 +329,12 @@ def resolve(alias: str, config_paths: Sequence[str | os.PathLike[str]], *, user:
                         port=int(cfg_port) if isinstance(cfg_port, int) else 22,
                         user=str(cfg_user) if isinstance(cfg_user, str) else None,
                         identity_files=identity, cert_files=certs, missing_files=missing, jumps=jumps)
+
+
+def _passwd_home() -> str:
+    """The login user's home directory from the password database, as ssh(1)'s ``%d`` is (misc.c
+    ``tilde_expand``: ``getpwuid(getuid())->pw_dir``; ``$HOME`` is not read); ``~`` when there is no entry."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        return os.path.expanduser("~")
