@@ -817,6 +817,10 @@ class JobRunner:
             sig = _signal_name(code) if st.ended != "exit" else None
             if st.cancelled and sig:
                 state, why = "killed", f"cancelled: {st.cancel_reason or rec.cancel_reason or 'on request'}"
+            elif sig and st.boot_id and st.current_boot and st.boot_id != st.current_boot:
+                # systemd stops a job's scope at shutdown: the monitor saw the signal and wrote the exit status
+                state, why = "killed", (f"killed by signal {sig} when the host shut down: the host rebooted (boot id "
+                                        f"{st.boot_id[:8]}… → {st.current_boot[:8]}…); it did not exit by itself")
             elif st.ended == "signal" and sig:
                 state, why = "killed", (f"killed by signal {sig} from outside agent-tools (kill, the OOM killer, a "
                                         "shutdown): it did not exit by itself")
