@@ -571,8 +571,9 @@ async def test_host_reboot_mid_job(systemd_hosts: HostPool, tmp_path: Path, rel:
     """Fault: the host reboots while a job runs.
 
     Protections: the pid file records the boot id and the process start time; "pid gone and no exit file" or
-    "boot id changed" is ``lost`` (``killed`` when the job's systemd scope was stopped at shutdown) with that evidence, never success (``JobRunner.apply_state``); a job that
-    had finished before the reboot keeps its recorded exit status.
+    "boot id changed" is ``lost`` (``killed`` when the job's systemd scope was stopped at shutdown) with that
+    evidence, never success (``JobRunner.apply_state``); a job that had finished before the reboot keeps its
+    recorded exit status.
     """
     pool, name = systemd_hosts, "at-h2"
     rel.set(fault="host reboot mid-job (systemctl reboot in the container)", trials=1,
