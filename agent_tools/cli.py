@@ -140,6 +140,7 @@ def _render(d: dict[str, Any]) -> None:
     kind = d.get("outcome")
     if kind is None and "state" in d and "job_id" in d:
         _say(_shown(d["job_id"], "bold"), " on ", _shown(d.get("host")), ": ", _shown(d["state"], "bold"),
+             Text.assemble(" by ", _shown(d["by"], "bold")) if d.get("by") else "",
              f" exit {d['exit_status']}" if d.get("exit_status") is not None else "",
              Text.assemble(" readiness ", _shown(d["readiness"])) if d.get("readiness") not in (None, "none") else "",
              f" ({float(d.get('elapsed_s') or 0):.1f}s) — ", _shown(d.get("why", "")))
@@ -163,7 +164,9 @@ def _render(d: dict[str, Any]) -> None:
     elif kind == "detached":
         parts += [f" after {d.get('elapsed_s')}s: job ", _shown(d.get("job_id"), "bold"), " — ",
                   _shown(d.get("why"))]
-    elif kind in ("error", "denied", "needs_approval", "needs_input", "killed"):
+    elif kind == "killed":
+        parts += [" by ", _shown(d.get("by"), "bold"), f" after {d.get('duration_s')}s — ", _shown(d.get("reason"))]
+    elif kind in ("error", "denied", "needs_approval", "needs_input"):
         parts += [" — ", _shown(d.get("message") or d.get("reason") or d.get("prompt") or "")]
     _say(*parts)
     for key in ("stdout", "stderr"):
@@ -343,6 +346,10 @@ def run(
     on_timeout: Annotated[str | None, typer.Option("--on-timeout", metavar="detach|kill",
                                                    help="detach | kill (default: the policy's, "
                                                         "else detach)")] = None,
+    deadline: Annotated[float | None, typer.Option("--deadline", metavar="SECONDS",
+                                                   help="kill it on the host this many seconds after its start, "
+                                                        "detached or not (the policy's hard deadline applies if "
+                                                        "smaller)")] = None,
     cwd: Annotated[str | None, typer.Option("--cwd", metavar="DIR", help="working directory on the host")] = None,
     approve: Annotated[str | None, typer.Option("--approve", metavar="ID",
                                                 help="approve this needs_approval id (a_...) "
@@ -362,6 +369,8 @@ def run(
         args["budget_s"] = budget
     if on_timeout is not None:
         args["on_timeout"] = on_timeout
+    if deadline is not None:
+        args["deadline_s"] = deadline
 
     async def go() -> dict[str, Any]:
         async with _toolkit(ssh_config, policy) as tk:
@@ -491,7 +500,8 @@ def jobs(
         command = redact(j["command"])
         first = command.split("\n", 1)[0]
         cut = first[:70] + (f" … ({len(command)} chars)" if len(first) > 70 or len(first) < len(command) else "")
-        table.add_row(_shown(j["job_id"]), _shown(j["host"]), _shown(j["state"]),
+        table.add_row(_shown(j["job_id"]), _shown(j["host"]),
+                      _shown(j["state"] + (f" by {j['by']}" if j.get("by") else "")),
                       "" if j.get("exit_status") is None else _shown(j["exit_status"]), _shown(cut))
     out.print(table)
     shown = f"jobs {offset + 1}-{offset + len(d['jobs'])} of {d['total']}" if d["jobs"] else f"no job of {d['total']}"
@@ -626,7 +636,14 @@ def _deadline_words(d: Any) -> str:
     else:
         words = "no deadline"
     if getattr(d, "hard_deadline_s", None) is not None:
-        words += f", killed after {d.hard_deadline_s:g} s (hard deadline)"
+        source = getattr(d, "hard_deadline_from", "")
+        words += (f"; killed on the host {d.hard_deadline_s:g} s after it starts, detached or not (hard deadline"
+                  + (f" from the {source}" if source else "") + "; a call's --deadline/deadline_s applies instead "
+                  "when smaller)")
+    else:
+        words += "; no kill deadline (a call's --deadline/deadline_s sets one)"
+    if d.deadline_from == "unit_timeout":
+        words += "; the unit's TimeoutStartSec + 30 s is also a kill deadline when smaller"
     return words
 
 

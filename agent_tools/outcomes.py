@@ -136,6 +136,7 @@ class Detached(ResultModel):
     budget_s: float
     deadline_s: float | None = Field(default=None, description="seconds from start after which the job "
                                                                "counts as past its deadline")
+    hard_deadline_s: float | None = Field(default=None, description="the host kills it this many seconds after start")
     why: str
     probes: list[ProbeReport] = Field(default_factory=list)
     stdout: OutputView = Field(default_factory=OutputView)
@@ -228,10 +229,12 @@ class JobStatus(ResultModel):
     exit_status: int | None = None
     signal: str | None = None
     readiness: Literal["none", "pending", "ready", "failed", "deadline_exceeded", "superseded"] = "none"
+    by: Literal["budget", "deadline", "cancel"] | None = None
     elapsed_s: float = Field(description="seconds since the job started while it runs or its readiness is "
                                          "pending; once it is over, frozen at its end (the host's record of the "
                                          "run time) or at the readiness verdict: the same on every later look")
     deadline_s: float | None = None
+    hard_deadline_s: float | None = None
     why: str = ""
     probes: list[ProbeReport] = Field(default_factory=list)
     new_stdout: OutputView = Field(default_factory=OutputView)
@@ -275,6 +278,7 @@ class JobInfo(ResultModel):
     state: str
     readiness: str = "none"
     exit_status: int | None = None
+    by: str | None = Field(default=None, description="who killed a killed job: budget | deadline | cancel")
     created_at: float = Field(description="unix time the job was started")
 
 

@@ -30,7 +30,9 @@ Inference, made explicit:
 * The checks up to that end are superseded: agent_tools follows the job with ``job_status`` instead.
 
 :class:`TranscriptHost` speaks the job wire protocol of :mod:`agent_tools.jobs.scripts` (launch, status,
-cancel); any other command is answered with exit status 127.
+cancel); any other command is answered with exit status 127. A launch with a deadline (its optional last word)
+is killed at it as the job's monitor would: a job still running then ends with status 143, ``cancel`` and
+``deadline`` reported, its output so far kept.
 """
 
 from __future__ import annotations
@@ -180,9 +182,25 @@ class _Job:
     exit_status: int
     output: bytes
     cancelled: bool = False
+    deadline_s: float | None = None  # set when the monitor's deadline watcher killed it
 
     def done(self, now: float) -> bool:
         return self.end is not None and now >= self.end
+
+
+def _seconds(word: str) -> float | None:
+    try:
+        value = float(word)
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+def _deadline_line(job: _Job, prefix: str) -> bytes:
+    """The ``deadline`` line of a job its deadline killed (no survivors), else nothing."""
+    if job.deadline_s is None:
+        return b""
+    return f"@@AT deadline {prefix}{job.deadline_s:g} 1\n".encode()
 
 
 def _view(name: str, data: bytes, offset: int, head: int, tail: int) -> bytes:
@@ -304,6 +322,7 @@ class TranscriptHost:
 
     def _launch(self, args: list[str], now: float) -> HostProcess:
         _base, job_id, _cwd, mode, head, tail, command = args[:7]
+        deadline = _seconds(args[7]) if len(args) > 7 else None
         command = re.sub(r"^(export [A-Za-z_][A-Za-z0-9_]*=\S*; )+", "", command)
         call = self._find(command)
         self._pid += 1
@@ -318,13 +337,17 @@ class TranscriptHost:
         else:
             job = _Job(job_id, self._pid, now, now + self.timeline.duration_s[call.index], _replayed_status(call),
                        call.output.encode())
+        if deadline is not None and (job.end is None or job.end > now + deadline):
+            # the monitor's deadline watcher kills it at its deadline (TERM: 128 + 15)
+            job.end, job.exit_status, job.cancelled, job.deadline_s = now + deadline, 143, True, deadline
         self.jobs[job_id] = job
         started = f"@@AT started {job_id} {job.pid}\n".encode()
         if mode == "bg":
             return _Process([(now, started)])
         chunks = [(now, started)]
         if job.end is not None:
-            report = (f"@@AT exit {job.exit_status}\n".encode() + _view("stdout", job.output, 0, int(head), int(tail))
+            report = (_deadline_line(job, "") + f"@@AT exit {job.exit_status}\n".encode()
+                      + _view("stdout", job.output, 0, int(head), int(tail))
                       + _view("stderr", b"", 0, int(head), int(tail)) + b"@@AT end\n")
             chunks.append((job.end, report))
         return _Process(chunks, end_on_stdin_eof=True)
@@ -345,7 +368,10 @@ class TranscriptHost:
                        f"{int(job.cancelled)} {len(data)} 0 {job.pid - 1}\n".encode())
             if int(h) > 0 or int(t) > 0:
                 out.append(_view("stdout", data, int(o), int(h), int(t)) + _view("stderr", b"", int(e), int(h), int(t)))
-            if job.cancelled:
+            if job.cancelled and done and job.deadline_s is not None:
+                out.append(f"@@AT cancel {job_id} deadline: still running at its deadline\n".encode()
+                           + _deadline_line(job, job_id + " "))
+            elif job.cancelled:
                 out.append(f"@@AT cancel {job_id} cancelled on request\n".encode())
         out.append(b"@@AT end\n")
         return _Process([(now, b"".join(out))])

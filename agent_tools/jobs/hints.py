@@ -66,6 +66,7 @@ class JobFacts:
     :param superseded_by: the newer restart job of the same unit that took over (readiness ``superseded``).
     :param output_cut: some of the job's output was left out of what the agent was shown (False: every byte was
         in a result, so ``job_output`` would only repeat it and is not suggested).
+    :param killed_by: who killed a ``killed`` job: ``budget`` | ``deadline`` | ``cancel`` (``""``: not known).
     """
 
     job_id: str
@@ -80,6 +81,7 @@ class JobFacts:
     deadline_s: float | None = None
     superseded_by: str = ""
     output_cut: bool = True
+    killed_by: str = ""
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ def _state_phrase(f: JobFacts) -> str:
             return "exited without an exit status"
         return f"exited {f.exit_status}" + (f" (signal {f.signal})" if f.signal else "")
     if f.state == "killed":
-        return "killed" + (f" ({f.signal})" if f.signal else "")
+        return "killed" + (f" by {f.killed_by}" if f.killed_by else "") + (f" ({f.signal})" if f.signal else "")
     return f.state
 
 

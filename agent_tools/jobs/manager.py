@@ -62,7 +62,7 @@ from .scripts import (
     warm_script,
 )
 from .terminal import instead_of, terminal_need
-from .wire import HostJobState, RawView, WireError, WireReader, parse_status, read_view
+from .wire import HostJobState, RawView, WireError, WireReader, parse_deadline, parse_status, read_view
 
 __all__ = ["DEFAULT_JOBS_DIR", "JobRunner", "job_id_for_key", "new_job_id"]
 
@@ -237,6 +237,8 @@ class JobRunner:
         kill_grace_s: float = 0.5,
         display_command: str | None = None,
         _claim_retried: bool = False,
+        hard_deadline_s: float | None = None,
+        hard_deadline_why: str = "",
     ) -> Finished | NeedsInput | Detached | Killed | ErrorOutcome:
         """Run ``command`` on ``host`` within ``budget_s`` seconds.
 
@@ -273,6 +275,10 @@ class JobRunner:
             session is used (its job id is reserved in advance).
         :param display_command: the command as shown in outcomes and the journal; defaults to ``command``.
             Either is redacted (:func:`agent_tools.redact.redact`): the raw command goes only to the host.
+        :param hard_deadline_s: seconds from the command's start after which the job's monitor kills its whole
+            tree on the host (TERM, 2 s, KILL; see :mod:`agent_tools.jobs.scripts`), whether or not this process
+            is still there; the job then reads ``killed`` by ``deadline`` (float > 0; None: no deadline).
+        :param hard_deadline_why: where that deadline comes from, in words (shown with it).
         :returns: ``finished``, ``needs_input``, ``detached``, ``killed`` or ``error``; never raises for
             host problems (they become ``error`` outcomes).
         :raises BadArguments: invalid arguments (also returned as ``error`` by the tools layer).
@@ -295,6 +301,8 @@ class JobRunner:
                 raise BadArguments(f"environment variable name {key!r} is not valid")
         if on_timeout not in ("detach", "kill"):
             raise BadArguments(f"on_timeout must be 'detach' or 'kill', got {on_timeout!r}")
+        if hard_deadline_s is not None and not 0 < hard_deadline_s < float("inf"):
+            raise BadArguments(f"deadline_s must be a number of seconds > 0, got {hard_deadline_s}")
 
         if key_on_host and not idempotency_key:
             raise BadArguments("key_on_host needs an idempotency_key")
@@ -315,7 +323,7 @@ class JobRunner:
                 return await self._outcome_of_existing(host, prior, budget_s)
 
         exec_len = len(launch_script(self.jobs_dir, "j_" + "x" * 16, command, cwd=cwd, mode="fg", head_bytes=0,
-                                     tail_bytes=0, env=dict(env) if env else None))
+                                     tail_bytes=0, env=dict(env) if env else None, deadline_s=hard_deadline_s))
         if exec_len > _MAX_EXEC_BYTES:
             raise BadArguments(f"the command is {exec_len} bytes once quoted for the host's shell; the limit is "
                                f"{_MAX_EXEC_BYTES} (Linux MAX_ARG_STRLEN): write it to a file with write_file and "
@@ -330,7 +338,9 @@ class JobRunner:
                         cwd=cwd, budget_s=budget_s, deadline_s=deadline_s, probes=list(probes or []),
                         readiness="pending" if probes else "none", idempotency_key=idempotency_key,
                         meta={"on_timeout": on_timeout, **_reached(host), **({"key_on_host": True} if claimed
-                                                                             else {})})
+                                                                             else {}),
+                              **({"hard_deadline_s": hard_deadline_s, "hard_deadline_why": hard_deadline_why}
+                                 if hard_deadline_s is not None else {})})
         if reuse:
             self.journal.update(job_id, state="running", finished_at=None, exit_status=None, signal=None,
                                 readiness=rec.readiness, probes=rec.probes, deadline_s=deadline_s,
@@ -355,6 +365,8 @@ class JobRunner:
         sent = False  # the launch reached the host for sure (exec request accepted, or the warm session answered)
         written = False  # the launch request was written to a warm session (not yet answered)
         exit_code: int | None = None
+        at_deadline: tuple[float | None, list[int] | None] | None = None  # the monitor killed it at its deadline
+        deadline_how = ""  # how that kill found the job's processes (see HostJobState.deadline_how)
         views: dict[str, RawView] = {}
         leftovers: list[Leftover] = []
         ended = "-"  # how the command ended: exit | signal | - (see HostJobState.ended)
@@ -371,9 +383,11 @@ class JobRunner:
                         proc, written = await self._open(
                             host, warm if attempt == 1 else None,
                             lambda: launch_script(self.jobs_dir, job_id, command, cwd=cwd, mode=mode,
-                                                  head_bytes=head, tail_bytes=tail, env=env_),
+                                                  head_bytes=head, tail_bytes=tail, env=env_,
+                                                  deadline_s=hard_deadline_s),
                             lambda: launch_request(self.jobs_dir, job_id, command, cwd=cwd, mode=mode,
-                                                   head_bytes=head, tail_bytes=tail, env=env_))
+                                                   head_bytes=head, tail_bytes=tail, env=env_,
+                                                   deadline_s=hard_deadline_s))
                         maybe_sent = maybe_sent or written
                         sent = not written
                         reader = WireReader(proc.read_stdout)
@@ -395,6 +409,10 @@ class JobRunner:
                             elif words[0] == "left" and len(words) > 1 and words[1].isdigit():
                                 leftovers.append(Leftover(pid=int(words[1]),
                                                           command=redact(" ".join(words[2:]).strip())))
+                            elif words[0] == "deadline":
+                                at_deadline = parse_deadline(words[1:])
+                            elif words[0] == "deadline_how":
+                                deadline_how = " ".join(words[1:])
                             elif words[0] == "view":
                                 name, raw = await read_view(reader, words)
                                 views[name] = raw
@@ -477,7 +495,8 @@ class JobRunner:
             return await self.run(host, command, budget_s=budget_s, on_timeout=on_timeout, cwd=cwd, env=env,
                                   detach_immediately=detach_immediately, deadline_s=deadline_s, probes=probes,
                                   idempotency_key=idempotency_key, key_on_host=True, kill_grace_s=kill_grace_s,
-                                  display_command=display_command, _claim_retried=True)
+                                  display_command=display_command, hard_deadline_s=hard_deadline_s,
+                                  hard_deadline_why=hard_deadline_why, _claim_retried=True)
         if launch_error is not None:
             # the launcher refused before running the command (no job directory, missing cwd): never started
             self.journal.update(job_id, state="not_started" if refused else "lost", finished_at=now(),
@@ -502,6 +521,8 @@ class JobRunner:
                 host, f"{host.name}: no session within the {budget_s:g} s budget (connect + channel open); "
                       "nothing was started", budget_s, "budget"))
 
+        if exit_code is not None and not detach_immediately and at_deadline is not None and exit_code > 128:
+            return self._deadline_killed(rec, exit_code, views, elapsed, *at_deadline, how=deadline_how)
         if exit_code is not None and not detach_immediately:
             return self._finished(rec, exit_code, views, elapsed, leftovers, ended)
 
@@ -520,6 +541,9 @@ class JobRunner:
             except (HostError, WireError) as exc:
                 log.warning("job.status_after_budget_failed", job_id=job_id, error=str(exc))
         if st is not None and st.present and st.exit_code is not None:
+            if st.deadline_s is not None and st.cancelled and st.exit_code > 128:
+                return self._deadline_killed(rec, st.exit_code, st.views, anyio.current_time() - t0, st.deadline_s,
+                                             st.deadline_survivors, how=st.deadline_how)
             return self._finished(rec, st.exit_code, st.views, anyio.current_time() - t0, ended=st.ended)
         if written and not sent and (st is None or not st.present):
             return self._unconfirmed(rec, f"{host.name}: no answer from the host within the {budget_s:g} s budget "
@@ -602,6 +626,24 @@ class JobRunner:
                               f"job_cancel(job_id='{rec.job_id}') stops them; leave them if they are meant to run on"
                               if left else ""))
 
+    def _deadline_killed(self, rec: JobRecord, code: int, views: dict[str, RawView], elapsed: float,
+                         limit_s: float | None, survivors: list[int] | None, *, how: str = "") -> Killed:
+        """The launcher reported the exit of a job its monitor killed at the job's deadline: ``killed`` by
+        ``deadline``, its output kept; ``how``: how the kill found the job's processes (its ``unchecked``)."""
+        out = views.get("stdout", RawView(0, b"", b""))
+        err = views.get("stderr", RawView(0, b"", b""))
+        sig = _signal_name(code)
+        meta = {**rec.meta, "killed_by": "deadline"}
+        self.journal.update(rec.job_id, state="killed", exit_status=code, signal=sig, finished_at=now(),
+                            stdout_seen=out.size, stderr_seen=err.size, meta=meta)
+        rec.meta = meta
+        log.info("job.deadline_killed", host=rec.host, job_id=rec.job_id, exit_status=code, deadline_s=limit_s)
+        return Killed(host=rec.host, command=rec.command, job_id=rec.job_id, signal=sig or "TERM", by="deadline",
+                      reason=deadline_why(rec, limit_s, survivors), survivors=survivors or [],
+                      unchecked=_unchecked(how),
+                      duration_s=round(elapsed, 3), exit_status=code, stdout=out.view(budget=self.view_bytes),
+                      stderr=err.view(budget=self.view_bytes))
+
     def _detached(self, rec: JobRecord, elapsed: float, st: HostJobState | None, *, why: str,
                   next_hint: str | None = None) -> Detached:
         ov = ev = OutputView()
@@ -614,8 +656,8 @@ class JobRunner:
         hint = next_hint or guide(facts_of(rec, state="running")).next_text()
         log.debug("job.detached", host=rec.host, job_id=rec.job_id, elapsed_s=round(elapsed, 3))
         return Detached(host=rec.host, command=rec.command, job_id=rec.job_id, elapsed_s=round(elapsed, 3),
-                        budget_s=rec.budget_s or 0.0, deadline_s=rec.deadline_s, why=why, stdout=ov,
-                        stderr=ev, next=hint)
+                        budget_s=rec.budget_s or 0.0, deadline_s=rec.deadline_s, why=why + _kill_words(rec),
+                        hard_deadline_s=_hard_deadline(rec), stdout=ov, stderr=ev, next=hint)
 
     async def _kill_after_budget(self, host: Host, rec: JobRecord, t0: float, grace_s: float,
                                  started: bool) -> Killed | Detached:
@@ -815,7 +857,9 @@ class JobRunner:
         elif st.exit_code is not None:
             code = st.exit_code
             sig = _signal_name(code) if st.ended != "exit" else None
-            if st.cancelled and sig:
+            if st.cancelled and sig and st.deadline_s is not None:
+                state, why = "killed", deadline_why(rec, st.deadline_s, st.deadline_survivors)
+            elif st.cancelled and sig:
                 state, why = "killed", f"cancelled: {st.cancel_reason or rec.cancel_reason or 'on request'}"
             elif sig and st.boot_id and st.current_boot and st.boot_id != st.current_boot:
                 # systemd stops a job's scope at shutdown: the monitor saw the signal and wrote the exit status
@@ -835,6 +879,8 @@ class JobRunner:
                                   "no exit status was written: the job died with it")
         elif st.alive or st.monitor_alive:
             state, why = "running", "running"
+            if st.deadline_s is not None:
+                why = f"being killed on the host: it ran past its {st.deadline_s:g} s deadline"
         elif st.pid is None and now() - rec.created_at < 10:
             state, why = "running", "starting"
         elif st.cancelled:
@@ -845,6 +891,9 @@ class JobRunner:
                                   "from outside or the host lost it (never counted as success)")
         if state != "running" and rec.state != state:
             finished = _finished_at(rec, st)
+            if state == "killed" and st.deadline_s is not None and rec.meta.get("killed_by") != "deadline":
+                rec.meta = {**rec.meta, "killed_by": "deadline"}
+                self.journal.update(rec.job_id, meta=rec.meta)
             self.journal.update(rec.job_id, state=state, exit_status=code, signal=sig, finished_at=finished)
             rec.state, rec.exit_status, rec.signal, rec.finished_at = state, code, sig, finished
         elif state == "running" and rec.state in ("lost", "unconfirmed") and st.present:
@@ -927,8 +976,9 @@ class JobRunner:
         cut = new_out.truncated or new_err.truncated or max(vst.stdout_bytes, vst.stderr_bytes) > self.view_bytes
         g = guide(facts_of(rec, state=state, detail=why, readiness_detail=ready_why, output_cut=cut))
         return JobStatus(job_id=job_id, host=rec.host, command=rec.command, state=state,
-                         exit_status=code, signal=sig, readiness=rec.readiness,
-                         elapsed_s=elapsed_of(rec), deadline_s=rec.deadline_s, why=g.why, probes=reports,
+                         exit_status=code, signal=sig, readiness=rec.readiness, by=killed_by(rec, state),
+                         elapsed_s=elapsed_of(rec), deadline_s=rec.deadline_s, hard_deadline_s=_hard_deadline(rec),
+                         why=g.why, probes=reports,
                          new_stdout=new_out, new_stderr=new_err, next=g.next_text())
 
     async def _evaluate_probes(self, host: Host, rec: JobRecord, state: str, code: int | None,
@@ -1137,7 +1187,9 @@ class JobRunner:
             "exited" if state == "exited" and (not signalled or was is not None) else
             "lost" if state == "lost" else "killed")
         if final_state == "killed":
-            self.journal.update(job_id, state="killed", finished_at=now())
+            cur = self.journal.get(job_id)
+            self.journal.update(job_id, state="killed", finished_at=now(),
+                                meta={**cur.meta, "killed_by": cur.meta.get("killed_by", by)})
         return JobCancelResult(job_id=job_id, host=rec.host, state=final_state, signalled=signalled,
                                escalated=escalated, survivors=survivors, unchecked=unchecked, message=msg)
 
@@ -1288,6 +1340,41 @@ def elapsed_of(rec: JobRecord) -> float:
     return round(max(0.0, end - rec.created_at), 3)
 
 
+def _hard_deadline(rec: JobRecord) -> float | None:
+    value = rec.meta.get("hard_deadline_s")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _kill_words(rec: JobRecord) -> str:
+    """``; killed on the host after N s (why)`` for a job launched with a deadline, else ``""``."""
+    limit = _hard_deadline(rec)
+    if limit is None:
+        return ""
+    source = rec.meta.get("hard_deadline_why")
+    return f"; the host kills it {limit:g} s after its start" + (f" ({source})" if source else "")
+
+
+def deadline_why(rec: JobRecord, limit_s: float | None, survivors: list[int] | None) -> str:
+    """Why a job killed at its deadline ended, in words: the deadline, where it came from, what is left."""
+    limit = limit_s if limit_s is not None else _hard_deadline(rec)
+    source = rec.meta.get("hard_deadline_why")
+    text = ("killed on the host by its monitor: still running at its "
+            + (f"{limit:g} s " if limit is not None else "") + "deadline"
+            + (f" ({source})" if source else "") + "; TERM to its whole tree, KILL 2 s later to anything left")
+    if survivors is None:
+        return text + " (the check for survivors had not finished)"
+    return text + ("; no survivors" if not survivors else f"; SURVIVORS: {survivors}")
+
+
+def killed_by(rec: JobRecord, state: str | None = None) -> Literal["budget", "deadline", "cancel"] | None:
+    """Who killed a ``killed`` job (``budget``: on_timeout=kill, ``deadline``: its monitor on the host,
+    ``cancel``: job_cancel); None for a job in any other state."""
+    if (state or rec.state) != "killed":
+        return None
+    by = rec.meta.get("killed_by")
+    return by if by in ("budget", "deadline") else "cancel"
+
+
 def _restarted_unit(rec: JobRecord) -> str | None:
     """The unit a restart job restarts (``systemctl restart ... UNIT`` with a systemd_unit probe of it), else None."""
     if "systemctl restart" not in rec.command:
@@ -1305,7 +1392,7 @@ def facts_of(rec: JobRecord, *, state: str | None = None, detail: str = "", read
                     exit_status=rec.exit_status, signal=rec.signal, detail=detail,
                     readiness_detail=readiness_detail or str(rec.meta.get("readiness_why", "")), units=units,
                     deadline_s=rec.deadline_s, superseded_by=str(rec.meta.get("superseded_by", "")),
-                    output_cut=output_cut)
+                    output_cut=output_cut, killed_by=killed_by(rec, state) or "")
 
 
 def _reached(host: Host) -> dict[str, Any]:

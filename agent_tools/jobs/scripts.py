@@ -21,6 +21,9 @@ Layout of a job directory ``$STATE/jobs/<job_id>/`` (created 0700 under umask 07
     cgroup    how the job's processes are found: the path of its cgroup (``/sys/fs/cgroup/...scope``), or
               ``- REASON`` when it has none (no systemd, no systemd-run, a user manager that stops at logout,
               systemd-run refused: then ``scope.err`` holds what systemd-run said)
+    deadline  written by the monitor's deadline watcher when the job's deadline passed, before any signal: the
+              deadline in seconds and the host's uptime then, then the kill's report (``@@AT targets`` ...
+              ``@@AT survivors``, see :func:`cancel_script`) as it goes
 
 Process layout: the launcher (one SSH session, or one local ``sh``) forks a *monitor* subshell with
 stdin/stdout on /dev/null; the monitor starts the command in a session of its own (``setsid``), so the
@@ -44,6 +47,15 @@ and closing the channel (SSH drop, detach) leaves the job running: without a pty
 signals the session's processes when the channel or the launcher goes away (sshd(8): a session without a
 pty gets no SIGHUP).
 
+A launch with a deadline (:func:`launch_script`'s ``deadline_s``) gets a *deadline watcher*: a subshell of the
+monitor that sleeps that many seconds from the command's start and then, unless the command has ended, writes
+``deadline`` and kills the job's whole tree exactly as a cancel does (``at_cancel``: by its cgroup when it has
+one, so processes that left its session and environment die too; else by its session, group and marker; TERM, a
+2 s grace, KILL, survivors checked), with the reason ``deadline: ...``. It runs on the host, so the deadline
+holds when the controller is gone; the monitor stops it when the command ends first (once it fired it finishes
+the kill, and the monitor writes ``exit`` after it). ``sleep`` must take fractions of a second (GNU coreutils,
+busybox).
+
 The launcher waits for the monitor and, when it ends, prints the exit status and a bounded view of the
 output in one round trip. When the client sends EOF on stdin (it detached), the launcher exits at once
 and only the monitor and the command remain.
@@ -61,15 +73,17 @@ Wire format (stdout of the scripts): header lines ``@@AT <word> <fields...>\\n``
 followed by exactly ``head_len + tail_len`` raw bytes.
 The launch report adds ``left PID CMDLINE`` for each process the command left running (first 20, command lines
 cut at 200 bytes); the cancel report ``was RC`` (the command had ended before), ``how cgroup PATH`` or ``how -
-REASON``, then ``targets``, ``escalated`` and ``survivors`` pid lists.
+REASON``, then ``targets``, ``escalated`` and ``survivors`` pid lists. A job its deadline killed adds, to the
+launch report and its status, ``deadline [ID] LIMIT DONE [SURVIVORS...]`` (DONE 1 once survivors were checked)
+and ``deadline_how [ID] HOW`` (the cancel report's ``how``).
 """
 
 from __future__ import annotations
 
 import shlex
 
-__all__ = ["ENV_LINE_MARK", "cancel_request", "cancel_script", "launch_request", "launch_script", "status_request",
-           "status_script", "warm_request", "warm_script"]
+__all__ = ["ENV_LINE_MARK", "cancel_request", "cancel_script", "deadline_word", "launch_request", "launch_script",
+           "status_request", "status_script", "warm_request", "warm_script"]
 
 ENV_LINE_MARK = "# agent-tools: env"
 """Ends the first line of a job's ``command`` file when the call gave ``env``: ``export NAME='value' ... # mark``."""
@@ -157,9 +171,9 @@ at_add() { # PID: add it to at_t when it is alive (not a zombie) and not there y
 """
 
 _LAUNCH = r"""
-at_launch() { # BASE ID CWD MODE HEAD TAIL COMMAND
+at_launch() { # BASE ID CWD MODE HEAD TAIL COMMAND [DEADLINE_S]
 umask 077
-base=$1; id=$2; cwd=$3; mode=$4; hb=$5; tb=$6; cmd=$7
+base=$1; id=$2; cwd=$3; mode=$4; hb=$5; tb=$6; cmd=$7; dl=${8:-}
 d=$base/$id
 if [ "$id" = "${at_rid:-}" ]; then
   trap - EXIT PIPE HUP; at_rid=  # the warm session made this directory for this job (checked below)
@@ -184,11 +198,26 @@ export SYSTEMD_COLORS=0 NO_COLOR=1 GIT_TERMINAL_PROMPT=0 PIP_NO_INPUT=1 LESS=FRX
 (
   t0=-; read -r t0 _ 2>/dev/null </proc/uptime
   at_spawn "$d" "$id" "$sh_" "$cmd"
+  wp=
+  if [ -n "$dl" ]; then  # the deadline watcher (module docstring): past DL seconds, kill the job's whole tree
+    (
+      sp=; trap 'kill "$sp" 2>/dev/null; exit 0' TERM
+      sleep "$dl" & sp=$!
+      wait "$sp"
+      trap '' TERM  # it fired: the monitor's stop no longer interrupts the kill
+      [ -e "$d/exit" ] && exit 0
+      tn=-; read -r tn _ 2>/dev/null </proc/uptime
+      printf '%s %s\n' "$dl" "$tn" > "$d/deadline"
+      at_cancel "$d" "$id" 20 "deadline: still running at its $dl s deadline, killed on the host" >> "$d/deadline"
+    ) 2>/dev/null &
+    wp=$!
+  fi
   wait "$pid"
   rc=$?
   if at_unscoped "$d"; then at_spawn "$d" "$id" "$sh_" "$cmd" plain; wait "$pid"; rc=$?; fi
   at_ended "$d" "$pid" "$rc"
   t1=-; read -r t1 _ 2>/dev/null </proc/uptime
+  [ -z "$wp" ] || { kill "$wp" 2>/dev/null; wait "$wp"; }  # (once it fired: after its kill is checked)
   printf '%s\n%s %s\n%s\n' "$rc" "$t0" "$t1" "$how" > "$d/exit"
 ) </dev/null >/dev/null 2>"$d/monitor.err" &
 mpid=$!
@@ -203,6 +232,15 @@ exec 3<&-
 wait "$mpid"
 kill "$rpid" 2>/dev/null
 at_report "$d" "$hb" "$tb" "$id"
+}
+at_deadline() { # DIR [ID] -> "@@AT deadline [ID] LIMIT DONE [SURVIVORS...]" (DONE: 1 once the kill was checked),
+                # then "@@AT deadline_how [ID] HOW" once the kill said how it found the job (see at_targets)
+  l=; sv=; dn=0; dh=
+  { read -r l; while read -r w k rest; do
+      case $k in survivors) dn=1; sv=$rest;; how) dh=$rest;; esac
+    done; } < "$1/deadline" 2>/dev/null
+  printf '@@AT deadline %s%s %s%s\n' "${2:+$2 }" "${l%% *}" "$dn" "${sv:+ $sv}"
+  [ -z "$dh" ] || printf '@@AT deadline_how %s%s\n' "${2:+$2 }" "$dh"
 }
 at_spawn() { # DIR ID SHELL COMMAND [plain]: start the command as the job, in a transient systemd scope (a cgroup of
              # its own) when the host has one for this user, else (or with "plain") as it is; write DIR/pid; set pid
@@ -263,6 +301,7 @@ at_ended() { # DIR PID RC -> how: "exit" (the command exited, with RC even above
 }
 at_report() { # DIR HEAD TAIL ID: the job's exit status, the processes it left running, its output views; exit
 rc=-; how=-; { read -r rc; read -r _; read -r how; } < "$1/exit" 2>/dev/null
+[ -e "$1/deadline" ] && at_deadline "$1"
 at_targets "$1" "$4"
 if [ -n "$at_t" ]; then
   # Processes of the job outlived the command. Those that hold its output files open and are running (R) or in
@@ -327,6 +366,16 @@ function alive(pid, start,   f, line, F) {
   if (F[1] == "Z") return 0
   return (start == "-" || F[20] == start) ? 1 : 0
 }
+function deadline(f,   line, W, dn, sv) {
+  dhow = ""
+  if ((getline line < f) <= 0) { close(f); return "" }
+  split(line, W, " "); dn = 0; sv = ""
+  while ((getline line < f) > 0) {
+    if (line ~ /^@@AT survivors/) { dn = 1; sv = substr(line, 15) }
+    else if (line ~ /^@@AT how /) dhow = substr(line, 10)
+  }
+  close(f); return W[1] " " dn sv
+}
 function first(f,   line, r) {
   line = ""; r = (getline line < f); close(f)
   return r < 0 ? "\001" : line
@@ -348,6 +397,8 @@ BEGIN {
     es = ((id "/stderr") in size) ? size[id "/stderr"] : 0
     printf "@@AT job %s present %s %s %s %d %d %d %s %s %s %s %s\n", id, rc, cp, bt, alive(cp, cs), alive(mp, ms), ca, os, es, mp, dur, hw
     if (ca) printf "@@AT cancel %s %s\n", id, reason
+    dl = deadline(id "/deadline"); if (dl != "") printf "@@AT deadline %s %s\n", id, dl
+    if (dl != "" && dhow != "") printf "@@AT deadline_how %s %s\n", id, dhow
   }
   exit
 }' "$@" </dev/null || printf '@@AT awk-failed %s\n' "$?"
@@ -428,7 +479,7 @@ def _q(s: str) -> str:
     return shlex.quote(s)
 
 
-_FUNCTIONS = {"launch": _LAUNCH, "status": _STATUS, "cancel": _CANCEL}
+_FUNCTIONS = {"launch": _CANCEL + _LAUNCH, "status": _STATUS, "cancel": _CANCEL}  # the monitor kills with at_cancel
 
 
 # The fixed part of each command line, quoted once (a launch is on every call's path).
@@ -443,11 +494,24 @@ def _exec(name: str, args: str) -> str:
 
 
 def _launch_args(base: str, job_id: str, command: str, *, cwd: str | None, mode: str, head_bytes: int,
-                 tail_bytes: int, env: dict[str, str] | None) -> str:
+                 tail_bytes: int, env: dict[str, str] | None, deadline_s: float | None) -> str:
     if env:  # one first line, marked, so that a rediscovered job shows the command that was asked for
         command = "export " + " ".join(f"{k}={_q(v)}" for k, v in env.items()) + f" {ENV_LINE_MARK}\n" + command
-    return (f"\"{base}\" {_q(job_id)} {_q(cwd or '')} {_q(mode)} {int(head_bytes)} {int(tail_bytes)} "
+    args = (f"\"{base}\" {_q(job_id)} {_q(cwd or '')} {_q(mode)} {int(head_bytes)} {int(tail_bytes)} "
             f"{_q(command)}")
+    # the deadline is an optional last word: a launch without one is the same request as before it existed
+    return args if deadline_s is None else f"{args} {deadline_word(deadline_s)}"
+
+
+def deadline_word(deadline_s: float) -> str:
+    """``deadline_s`` as the launch's deadline word: decimal seconds, at most 3 decimals, never an exponent
+    (``sleep`` reads it), at least 0.001.
+
+    :raises ValueError: ``deadline_s`` is not a finite number > 0.
+    """
+    if not 0 < deadline_s < float("inf"):
+        raise ValueError(f"a deadline must be a finite number of seconds > 0, got {deadline_s!r}")
+    return f"{max(deadline_s, 0.001):.3f}".rstrip("0").rstrip(".")
 
 
 def _status_args(base: str, specs: list[tuple[str, int, int, int, int]]) -> str:
@@ -460,7 +524,8 @@ def _cancel_args(base: str, job_id: str, grace_s: float, reason: str) -> str:
 
 
 def launch_script(base: str, job_id: str, command: str, *, cwd: str | None, mode: str,
-                  head_bytes: int, tail_bytes: int, env: dict[str, str] | None = None) -> str:
+                  head_bytes: int, tail_bytes: int, env: dict[str, str] | None = None,
+                  deadline_s: float | None = None) -> str:
     """The shell command line that launches ``command`` as job ``job_id`` under directory ``base``.
 
     :param base: the jobs directory on the host (``$HOME``-relative paths allowed via ``~``-free absolute
@@ -469,16 +534,20 @@ def launch_script(base: str, job_id: str, command: str, *, cwd: str | None, mode
     :param head_bytes: bytes of each stream's head to send back when the command ends.
     :param tail_bytes: bytes of each stream's tail to send back.
     :param env: extra environment variables for the command (exported before it starts).
+    :param deadline_s: seconds from the command's start after which the job's monitor kills its whole tree on
+        the host (see the module docstring's deadline watcher); None: no deadline.
     """
     return _exec("launch", _launch_args(base, job_id, command, cwd=cwd, mode=mode, head_bytes=head_bytes,
-                                        tail_bytes=tail_bytes, env=env))
+                                        tail_bytes=tail_bytes, env=env, deadline_s=deadline_s))
 
 
 def launch_request(base: str, job_id: str, command: str, *, cwd: str | None, mode: str,
-                   head_bytes: int, tail_bytes: int, env: dict[str, str] | None = None) -> bytes:
+                   head_bytes: int, tail_bytes: int, env: dict[str, str] | None = None,
+                   deadline_s: float | None = None) -> bytes:
     """:func:`launch_script`'s launch as a request for a warm session (see :func:`warm_script`)."""
     return warm_request("at_launch " + _launch_args(base, job_id, command, cwd=cwd, mode=mode,
-                                                     head_bytes=head_bytes, tail_bytes=tail_bytes, env=env))
+                                                     head_bytes=head_bytes, tail_bytes=tail_bytes, env=env,
+                                                     deadline_s=deadline_s))
 
 
 def status_script(base: str, specs: list[tuple[str, int, int, int, int]]) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from ..output import OutputView, make_view
 
-__all__ = ["HostJobState", "RawView", "WireReader", "parse_status"]
+__all__ = ["HostJobState", "RawView", "WireReader", "parse_deadline", "parse_status"]
 
 
 class WireError(Exception):
@@ -118,6 +118,20 @@ class HostJobState:
     #: how the command ended: ``exit`` (it exited, its status even above 128), ``signal`` (a signal killed it),
     #: ``-`` (not known, or still running)
     ended: str = "-"
+    #: the deadline (seconds) at which the job's monitor started killing it on the host, None when it did not
+    deadline_s: float | None = None
+    #: pids of the job still alive after that kill (None while the kill is still under way)
+    deadline_survivors: list[int] | None = None
+    #: how that kill found the job's processes (``cgroup PATH`` or ``- REASON``, the cancel's ``how``), "" unknown
+    deadline_how: str = ""
+
+
+def parse_deadline(words: list[str]) -> tuple[float | None, list[int] | None]:
+    """``LIMIT DONE [PIDS...]`` of a ``deadline`` line (see :mod:`agent_tools.jobs.scripts`): the deadline in
+    seconds, and the survivors of the kill (None while it is under way)."""
+    limit = _float(words[0]) if words else None
+    survivors = [int(w) for w in words[2:] if w.isdigit()] if len(words) > 1 and words[1] == "1" else None
+    return limit, survivors
 
 
 def _int(word: str) -> int | None:
@@ -170,4 +184,12 @@ async def parse_status(reader: WireReader) -> dict[str, HostJobState]:
             st = states.get(words[1])
             if st is not None:
                 st.cancel_reason = " ".join(words[2:])
+        elif kind == "deadline" and len(words) > 2:
+            st = states.get(words[1])
+            if st is not None:
+                st.deadline_s, st.deadline_survivors = parse_deadline(words[2:])
+        elif kind == "deadline_how" and len(words) > 2:
+            st = states.get(words[1])
+            if st is not None:
+                st.deadline_how = " ".join(words[2:])
     return states

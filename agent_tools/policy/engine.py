@@ -26,6 +26,7 @@ How a decision is made
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -111,6 +112,7 @@ class ResolvedDefaults:
     on_timeout: OnTimeout
     hard_deadline_s: float | None
     decision: DecisionKind
+    hard_deadline_from: str = ""
 
 
 @dataclass(frozen=True)
@@ -140,11 +142,13 @@ def _resolve_defaults(files: Sequence[LoadedPolicy]) -> ResolvedDefaults:
     budget = pick("budget_s")
     on_timeout = pick("on_timeout")
     decision = pick("decision")
+    hard_file = next((f for f in files if f.policy.defaults.hard_deadline_s is not None), None)
     return ResolvedDefaults(
         budget_s=float(budget) if budget is not None else BUILTIN_BUDGET_S,
         on_timeout=on_timeout if on_timeout is not None else "detach",
-        hard_deadline_s=pick("hard_deadline_s"),
+        hard_deadline_s=hard_file.policy.defaults.hard_deadline_s if hard_file is not None else None,
         decision=decision if decision is not None else "ask",
+        hard_deadline_from=f"defaults of {os.path.basename(hard_file.path)}" if hard_file is not None else "",
     )
 
 
@@ -331,7 +335,8 @@ def _decide(host: str, command: str, files_for: Callable[[str], list[LoadedPolic
         return Decision(
             host=host, command=command, cwd=cwd, env=dict(env) if env else None, decision="ask", rule_id="<empty>",
             reason="no command found in the command line", budget_s=defaults.budget_s,
-            on_timeout=defaults.on_timeout, hard_deadline_s=defaults.hard_deadline_s, policy_files=paths,
+            on_timeout=defaults.on_timeout, hard_deadline_s=defaults.hard_deadline_s,
+            hard_deadline_from=defaults.hard_deadline_from, policy_files=paths,
         )  # fmt: skip
     level = max(SEVERITY[d.decision] for d in decided)
     at_level = [d for d in decided if SEVERITY[d.decision] == level]
@@ -350,6 +355,7 @@ def _decide(host: str, command: str, files_for: Callable[[str], list[LoadedPolic
             if rendered not in probes:
                 probes.append(rendered)
     reasons = dict.fromkeys(f"{_label(d.command)}: {d.reason}" for d in at_level)
+    hard = _hard_deadline(decided, defaults)
     return Decision(
         host=host,
         command=command,
@@ -362,12 +368,30 @@ def _decide(host: str, command: str, files_for: Callable[[str], list[LoadedPolic
         on_timeout=rule.on_timeout if rule is not None and rule.on_timeout is not None else defaults.on_timeout,
         deadline_s=rule.deadline_s if rule is not None else None,
         deadline_from=rule.deadline_from if rule is not None else None,
-        hard_deadline_s=defaults.hard_deadline_s,
+        hard_deadline_s=hard[0],
+        hard_deadline_from=hard[1],
         detach_immediately=rule is not None and rule.detach == "immediately",
         probes=probes,
         commands=[d.public() for d in decided],
         policy_files=paths,
     )
+
+
+def _hard_deadline(decided: Sequence[_Decided], defaults: ResolvedDefaults) -> tuple[float | None, str]:
+    """The kill deadline of a command line and where it comes from: each simple command has its rule's
+    ``hard_deadline_s``, else the defaults'; the smallest of them holds (a rule may set a longer one than the
+    defaults for its own command only)."""
+    best: tuple[float | None, str] = (defaults.hard_deadline_s, defaults.hard_deadline_from)
+    found = False
+    for d in decided:
+        own = d.rule.rule.hard_deadline_s if d.rule is not None else None
+        value, source = ((own, f"rule {d.rule_id} of {os.path.basename(d.path or '')}") if own is not None
+                         else (defaults.hard_deadline_s, defaults.hard_deadline_from))
+        if value is not None and (not found or best[0] is None or value < best[0]):
+            best, found = (value, source), True
+        elif value is None and not found:
+            best = (None, "")
+    return best
 
 
 _EXAMPLE_KINDS: tuple[tuple[str, DecisionKind], ...] = tuple((f"must_{kind}", kind) for kind in get_args(DecisionKind))

@@ -89,7 +89,9 @@ class Defaults(_Strict):
         None, gt=0, description="Seconds a command may run in the foreground before on_timeout applies."
     )
     on_timeout: OnTimeout | None = Field(None, description="detach: keep it running as a job; kill: stop it.")
-    hard_deadline_s: float | None = Field(None, gt=0, description="Seconds after which a job is killed.")
+    hard_deadline_s: float | None = Field(
+        None, gt=0, description="Seconds from its start after which a job is killed, on the host (by its monitor)."
+    )
     decision: DecisionKind | None = Field(None, description="Decision for commands no rule matches (ask).")
 
 
@@ -130,7 +132,12 @@ class Rule(_Strict):
         None, gt=0, description="Seconds until probes must pass; the fallback when deadline_from fails."
     )
     deadline_from: Literal["unit_timeout"] | None = Field(
-        None, description="unit_timeout: the unit's TimeoutStartUSec (systemctl show) is the deadline."
+        None, description="unit_timeout: the unit's TimeoutStartUSec (systemctl show) + 30 s is the deadline for "
+        "probes and a kill deadline."
+    )
+    hard_deadline_s: float | None = Field(
+        None, gt=0, description="Seconds from its start after which the job is killed on the host (default: the "
+        "files' defaults)."
     )
     detach: Literal["immediately", "on_budget"] = Field(
         "on_budget", description="immediately: start as a detached job at once; on_budget: when budget_s ends."
@@ -277,7 +284,11 @@ class Decision(BaseModel):
     on_timeout: OnTimeout
     deadline_s: float | None = Field(None, description="Seconds for probes to pass (fallback of deadline_from).")
     deadline_from: Literal["unit_timeout"] | None = None
-    hard_deadline_s: float | None = Field(None, description="Seconds after which a detached job is killed.")
+    hard_deadline_s: float | None = Field(
+        None, description="Seconds from its start after which the job is killed on the host (by its monitor)."
+    )
+    hard_deadline_from: str = Field("", description="Where hard_deadline_s comes from: 'rule ID of FILE' or "
+                                                    "'defaults of FILE'.")
     detach_immediately: bool = False
     probes: list[dict[str, Any]] = Field(default_factory=list)
     commands: list[CommandDecision] = Field(default_factory=list)

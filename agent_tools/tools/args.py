@@ -32,6 +32,9 @@ class RunCommandArgs(_Args):
                                                "else 15)")
     on_timeout: Literal["detach", "kill"] | None = Field(
         default=None, description="when the budget runs out (default detach: it keeps running as a job)")
+    deadline_s: float | None = Field(default=None, gt=0,
+                                     description="the host kills it this many seconds after its start, detached "
+                                                 "or not")
     cwd: str | None = Field(default=None, description="working directory on the host")
     env: dict[str, str] | None = Field(default=None, description="extra environment variables")
     idempotency_key: str | None = Field(default=None, max_length=128,

@@ -434,25 +434,29 @@ async def restart_service(tk: Toolkit, host: str, unit: str, daemon_reload: bool
     UNIT`` (``--no-block`` only enqueues the job; a plain restart blocks until Type=notify sends READY=1);
     (3) look at readiness once and return a job whose probes are the unit up in a *new* invocation for its
     settle window (:class:`~agent_tools.probes.specs.SystemdUnitProbe`) plus ``probes``, which count only
-    against the new process; its deadline defaults to the unit's start timeout + 30 s.
+    against the new process; its deadline defaults to the unit's start timeout + 30 s. That deadline is also the
+    restart job's kill deadline on the host (a ``systemctl`` that hangs is killed by the job's monitor), unless
+    the policy's ``hard_deadline_s`` is smaller.
 
     :param probes: extra probe specs (dicts). A ``systemd_unit`` probe of ``unit`` itself sets that probe's
         options (e.g. ``settle_s``) instead of adding a second one.
-    :param deadline_s: seconds until a restart that is not ready counts as ``deadline_exceeded``.
+    :param deadline_s: seconds until a restart that is not ready counts as ``deadline_exceeded`` (and the
+        restart job's kill deadline on the host).
     :raises BadArguments: invalid unit name or probes, or a unit the host does not know.
     """
     plan = await plan_restart(tk, host, unit, daemon_reload, probes, deadline_s)
     h = tk.hosts.get(host)
     cmd, spec, deadline_s, timeout_s = plan.command, plan.probes, plan.deadline_s, plan.timeout_s
+    # the deadline is also the restart job's kill deadline on the host (its monitor kills a hung systemctl)
     out = await tk.run_command(host=host, command=cmd, budget_s=30.0, approval_id=approval_id,
-                               _probes=spec, _deadline_s=deadline_s)
+                               deadline_s=deadline_s, _probes=spec, _deadline_s=deadline_s)
     if not isinstance(out, Finished) or out.exit_status != 0:
         return out  # detached (systemctl hung: the job follows it), or the enqueue failed, or denied/asked
     # the enqueue finished within its budget: the job now follows readiness through its probes
     status = await tk.runner.job_status(h, out.job_id, wait_s=0)
     allows = f"{timeout_s:g} s" if timeout_s is not None else "unlimited time"
     return Detached(host=host, command=cmd, job_id=out.job_id, elapsed_s=out.duration_s, budget_s=30.0,
-                    deadline_s=deadline_s,
+                    deadline_s=deadline_s, hard_deadline_s=status.hard_deadline_s,
                     why=f"restart of {unit} enqueued; the probes judge readiness (the unit allows {allows} to "
                         "start)",  # (not status.why: it repeats the probes' evidence, which is right below)
                     probes=status.probes, stdout=out.stdout, stderr=out.stderr, next=status.next)

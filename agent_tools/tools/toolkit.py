@@ -24,7 +24,7 @@ from ..errors import AgentToolsError, BadArguments
 from ..hosts.reach import check_same_machine, host_identity
 from ..hosts.registry import HostRegistry
 from ..jobs.journal import Journal
-from ..jobs.manager import JobRunner, _answer_within, _error
+from ..jobs.manager import JobRunner, _answer_within, _error, killed_by
 from ..outcomes import (
     Denied,
     Detached,
@@ -382,6 +382,7 @@ class Toolkit:
         env: dict[str, str] | None = None,
         idempotency_key: str | None = None,
         approval_id: str | None = None,
+        deadline_s: float | None = None,
         _probes: list[dict[str, Any]] | None = None,
         _deadline_s: float | None = None,
         _key_on_host: bool = False,
@@ -393,7 +394,13 @@ class Toolkit:
         ``export NAME=VALUE`` before the command) and ``cwd`` with the command. ``allow`` runs with the rule's
         budget, on_timeout, deadline, detach and probes. ``_key_on_host`` (Python callers only: not in the tool's
         schema) claims ``idempotency_key`` on the host itself (:meth:`JobRunner.run`'s ``key_on_host``). Returns an
-        outcome model (never raises for host failures)."""
+        outcome model (never raises for host failures).
+
+        ``deadline_s`` (seconds, > 0) is a kill deadline enforced on the host by the job's monitor (it holds with
+        this process gone): past it the job's whole tree is killed and the job reads ``killed`` by ``deadline``.
+        The smallest of it, the policy's ``hard_deadline_s`` (the deciding rule's, else the files' defaults) and,
+        with ``deadline_from: unit_timeout``, the unit's start timeout + 30 s applies (:func:`kill_deadline`);
+        the outcome's ``why`` says which."""
         add_secret_values(secret_env_values(env))  # a command echoing them must not show them anywhere
         shown = redact(command)
         try:
@@ -407,7 +414,8 @@ class Toolkit:
             if blocked is not None:
                 return blocked
             probes = list(_probes or [])
-            deadline_s = _deadline_s
+            ready_deadline_s = _deadline_s
+            unit_deadline_s: float | None = None
             detach_now = False
             if decision is not None:
                 budget_s = budget_s if budget_s is not None else decision.budget_s
@@ -415,15 +423,18 @@ class Toolkit:
                 detach_now = decision.detach_immediately
                 if not probes and decision.probes:
                     probes = await _prepare_probes(h, decision.probes)
-                deadline_s = deadline_s or decision.deadline_s
+                ready_deadline_s = ready_deadline_s or decision.deadline_s
                 if decision.deadline_from == "unit_timeout":
-                    deadline_s = await _unit_deadline(h, probes) or deadline_s
+                    unit_deadline_s = await _unit_deadline(h, probes)
+                    ready_deadline_s = unit_deadline_s or ready_deadline_s
+            hard_s, hard_why = kill_deadline(decision, deadline_s, unit_deadline_s)
             return self._explained(await self.runner.run(
                 h, command,
                 budget_s=budget_s if budget_s is not None else self.default_budget_s,
                 on_timeout=on_timeout or "detach",  # type: ignore[arg-type]
                 cwd=cwd, env=env, idempotency_key=idempotency_key, key_on_host=_key_on_host, probes=probes or None,
-                deadline_s=deadline_s, detach_immediately=detach_now, display_command=shown))
+                deadline_s=ready_deadline_s, detach_immediately=detach_now, display_command=shown,
+                hard_deadline_s=hard_s, hard_deadline_why=hard_why))
         except AgentToolsError as exc:
             return self._explained(_error(exc, host, shown))
 
@@ -520,7 +531,8 @@ class Toolkit:
                 notes.append(f"{never} launch(es) that never started (nothing ran) are not listed")
             end = offset + len(jobs)
             return JobList(jobs=[JobInfo(job_id=r.job_id, host=r.host, command=r.command, state=r.state,
-                                         readiness=r.readiness, exit_status=r.exit_status, created_at=r.created_at)
+                                         readiness=r.readiness, exit_status=r.exit_status, by=killed_by(r),
+                                         created_at=r.created_at)
                                  for r in jobs], total=total, next_offset=end if end < total else None,
                            note="; ".join(notes))
         except AgentToolsError as exc:
@@ -683,6 +695,31 @@ async def _prepare_probes(host: Any, probes: list[dict[str, Any]]) -> list[dict[
                 p.setdefault("before_condition_us", int(condition))
         out.append(p)
     return out
+
+
+def kill_deadline(decision: Decision | None, call_s: float | None,
+                  unit_s: float | None = None) -> tuple[float | None, str]:
+    """The kill deadline a launch gets (seconds from its start, None: none) and where it comes from, in words:
+    the smallest of the policy's ``hard_deadline_s`` (``decision``), the call's ``deadline_s`` (``call_s``) and
+    the unit-derived one (``unit_s``: TimeoutStartSec + 30 s, systemd.service(5)); on a tie the policy's wins.
+
+    :raises BadArguments: ``call_s`` is not a number of seconds > 0.
+    """
+    if call_s is not None and not 0 < call_s < float("inf"):
+        raise BadArguments(f"deadline_s must be a number of seconds > 0, got {call_s}")
+    found: list[tuple[float, str, str]] = []  # (seconds, what, where from)
+    if decision is not None and decision.hard_deadline_s is not None:
+        found.append((decision.hard_deadline_s, "the policy's hard_deadline_s",
+                      f" from the {decision.hard_deadline_from}"))
+    if unit_s is not None:
+        found.append((unit_s, "the unit's TimeoutStartSec + 30 s", ""))
+    if call_s is not None:
+        found.append((call_s, "this call's deadline_s", ""))
+    if not found:
+        return None, ""
+    limit, what, where = min(found, key=lambda f: f[0])
+    others = [f"{w} of {v:g} s{src}" for v, w, src in found if w != what]
+    return limit, what + where + (f", not {' or '.join(others)}" if others else "")
 
 
 async def _unit_deadline(host: Any, probes: list[dict[str, Any]]) -> float | None:

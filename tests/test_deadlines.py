@@ -1,0 +1,224 @@
+"""Issue 12 item 4: deadlines are enforced on the host, by the job's monitor, so they hold with the controller gone.
+
+Real parts: the OpenSSH sshd on loopback (``real_sshd``) with a controller process killed with ``kill -9``
+mid-job; this machine (``local``) through the CLI; the nspawn systemd hosts for the unit-derived deadline
+(TimeoutStartUSec from ``systemctl show``). Ground truth for "its whole tree is gone" is read from ``/proc``
+(the sshd's test user runs on this machine; ``pool.run`` inside the systemd host).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+
+from agent_tools.hosts.registry import HostRegistry
+from agent_tools.jobs.journal import Journal
+from agent_tools.tools.factory import load_policies
+from agent_tools.tools.toolkit import Toolkit
+
+from .sshd import RealSshd
+from .test_reliability import REPO, Rel, child_env, dump, on_host, rel, wait_until
+
+if TYPE_CHECKING:
+    from tests.hosts.nspawn import HostPool
+
+__all__ = ["rel"]  # the fixture, imported for its use here
+
+CONTROLLER = r'''
+import json, sys
+import anyio
+from agent_tools.hosts.registry import HostRegistry
+from agent_tools.jobs.journal import Journal
+from agent_tools.tools.factory import load_policies
+from agent_tools.tools.toolkit import Toolkit
+
+async def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    tk = Toolkit(HostRegistry(ssh_config=[cfg["ssh_config"]]), journal=Journal(cfg["journal"]),
+                 policy=load_policies([cfg["policy"]]))
+    out = await tk.run_command(host=cfg["host"], command=cfg["command"], budget_s=0.5)
+    print(json.dumps(out.model_dump(mode="json")), flush=True)
+    await anyio.sleep(3600)  # killed with SIGKILL by the test: never closes anything
+
+anyio.run(main)
+'''
+
+
+def _policy(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "policy.yaml"
+    p.write_text(text)
+    return p
+
+
+def _alive(marker: str) -> list[int]:
+    """Pids on this machine whose command line holds ``marker`` (the test's unique sleep)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if marker in cmdline and stat.rsplit(")", 1)[1].split()[0] != "Z" and "pytest" not in cmdline:
+                found.append(int(entry))
+    return found
+
+
+@pytest.mark.sshd
+async def test_policy_deadline_kills_with_the_controller_gone(real_sshd: RealSshd, tmp_path: Path, rel: Rel) -> None:
+    """Fault: the controller process is killed (``kill -9``) while its job runs past the policy's
+    ``hard_deadline_s``; the job left a grandchild in a session of its own that ignores TERM. Protection: the
+    job's monitor on the host kills the whole tree at the deadline (TERM, then KILL): nothing of it is left, and
+    a new controller reads ``killed`` by ``deadline`` with the output kept, and an ``elapsed_s`` that stays the
+    same on every later look. Without the monitor's deadline watcher the job runs on for its 100 s."""
+    rel.set(fault="deadline with the controller gone (kill -9 of the controller mid-job)", trials=1,
+            checked="job killed on the host at its policy deadline; TERM-ignoring setsid grandchild gone; "
+                    "killed by deadline, output kept, elapsed_s constant")
+    marker = f"{7000 + secrets.randbelow(999)}.{secrets.randbelow(9) + 1}"
+    policy = _policy(tmp_path, "version: 1\nhosts: ['*']\ndefaults: {hard_deadline_s: 3, decision: allow}\n")
+    command = (f"echo started; (setsid sh -c 'trap \"\" TERM; exec sleep {marker}' &); "
+               "trap '' TERM; sleep 100; echo never")
+    script = tmp_path / "controller.py"
+    script.write_text(CONTROLLER)
+    journal = tmp_path / "journal.sqlite3"
+    cfg = {"ssh_config": str(real_sshd.config_path), "journal": str(journal), "policy": str(policy),
+           "host": real_sshd.alias, "command": command}
+    proc = await anyio.to_thread.run_sync(lambda: subprocess.Popen(
+        [sys.executable, str(script), json.dumps(cfg)], stdout=subprocess.PIPE, env=child_env(), cwd=REPO))
+    try:
+        assert proc.stdout is not None
+        line = await anyio.to_thread.run_sync(proc.stdout.readline)
+        out = json.loads(line)
+        assert out["outcome"] == "detached", out
+        assert out["hard_deadline_s"] == 3 and "the host kills it 3 s after its start" in out["why"], out
+        assert _alive(marker), "the grandchild should be running before the deadline"
+    finally:
+        proc.send_signal(signal.SIGKILL)  # the controller is gone from here on
+        await anyio.to_thread.run_sync(proc.wait)
+    await wait_until(lambda: _none_alive(marker), 30, "the job's tree to be killed on the host")
+    tk = Toolkit(HostRegistry(ssh_config=[str(real_sshd.config_path)]), journal=Journal(journal))
+    try:
+        looks = [dump(await tk.job_status(job_id=out["job_id"])) for _ in range(3)]
+        st = looks[0]
+        assert st["state"] == "killed" and st["by"] == "deadline", st
+        assert "3 s deadline" in st["why"] and "defaults of policy.yaml" in st["why"], st["why"]
+        assert "no survivors" in st["why"], st["why"]
+        assert st["exit_status"] in (143, 137), st
+        page = dump(await tk.job_output(job_id=out["job_id"]))
+        assert page["text"] == "started\n", page  # the output is kept; nothing ran past the kill
+        assert st["elapsed_s"] >= 3.0, st  # never killed before its deadline
+        assert len({s["elapsed_s"] for s in looks}) == 1, f"elapsed_s changed between looks: {looks}"
+        row = next(j for j in dump(await tk.list_jobs(host=real_sshd.alias))["jobs"] if j["job_id"] == out["job_id"])
+        assert row["by"] == "deadline" and row["state"] == "killed", row  # (list_jobs rows carry no summary)
+        rel.set(elapsed_s=st["elapsed_s"])
+    finally:
+        await tk.aclose()
+    assert not _alive(marker)
+
+
+async def _none_alive(marker: str) -> bool:
+    return not _alive(marker)
+
+
+@pytest.mark.sshd
+async def test_smaller_of_call_and_policy_deadline_applies(real_sshd: RealSshd, tmp_path: Path) -> None:
+    """A call's ``deadline_s`` and the policy's ``hard_deadline_s`` (a rule's own, else the defaults'): the
+    smaller one kills the job on the host, and the outcome says which. The launcher reports it in the same
+    round trip as the exit (``killed`` by ``deadline`` before the budget), output kept."""
+    policy = _policy(tmp_path, "version: 1\nhosts: ['*']\ndefaults: {hard_deadline_s: 600, decision: allow}\n"
+                               "rules:\n  - {id: quick-sleep, match: [sleep, '1000'], decision: allow, "
+                               "hard_deadline_s: 1}\n")
+    tk = Toolkit(HostRegistry(ssh_config=[str(real_sshd.config_path)]), journal=Journal(tmp_path / "j.sqlite3"),
+                 policy=load_policies([str(policy)]))
+    try:
+        by_call = dump(await tk.run_command(host=real_sshd.alias, command="echo one; sleep 999", budget_s=20,
+                                            deadline_s=1.5))
+        assert by_call["outcome"] == "killed" and by_call["by"] == "deadline", by_call
+        assert "1.5 s deadline (this call's deadline_s, not the policy's hard_deadline_s of 600 s" in \
+            by_call["reason"], by_call["reason"]
+        assert by_call["stdout"]["text"] == "one\n" and by_call["survivors"] == [], by_call
+        by_rule = dump(await tk.run_command(host=real_sshd.alias, command="echo two && sleep 1000", budget_s=20,
+                                            deadline_s=30))
+        assert by_rule["outcome"] == "killed" and by_rule["by"] == "deadline", by_rule
+        assert "1 s deadline (the policy's hard_deadline_s from the rule quick-sleep of policy.yaml" in \
+            by_rule["reason"], by_rule["reason"]
+        st = dump(await tk.job_status(job_id=by_rule["job_id"]))
+        assert st["state"] == "killed" and st["by"] == "deadline" and st["hard_deadline_s"] == 1, st
+        quick = dump(await tk.run_command(host=real_sshd.alias, command="echo three", budget_s=20, deadline_s=30))
+        assert quick["outcome"] == "finished" and quick["exit_status"] == 0, quick  # a deadline not reached
+    finally:
+        await tk.aclose()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "agent_tools.cli", *args], capture_output=True, text=True,
+                          env=child_env(), cwd=REPO, timeout=60, check=False)
+
+
+def test_cli_deadline_and_explain(tmp_path: Path) -> None:
+    """``agent-tools run --deadline S`` kills on the host (this machine) at S; ``policy explain`` says, in words,
+    the deadline that will apply (it printed ``deadline None`` while the setting did nothing)."""
+    marker = f"{8000 + secrets.randbelow(999)}.{secrets.randbelow(9) + 1}"
+    res = _cli("run", "--json", "--deadline", "1", "local", "--", f"echo hi; sleep {marker}")
+    out: dict[str, Any] = json.loads(res.stdout)
+    assert out["outcome"] == "killed" and out["by"] == "deadline", out
+    assert out["stdout"]["text"] == "hi\n" and not _alive(marker), out
+    status = _cli("status", out["job_id"])
+    assert "killed by deadline" in status.stdout, status.stdout
+    policy = _policy(tmp_path, "version: 1\nhosts: ['*']\ndefaults: {hard_deadline_s: 3, decision: allow}\n")
+    explain = _cli("policy", "explain", "--policy", str(policy), "local", "--", "sleep", "100")
+    words = " ".join(explain.stdout.split())
+    assert "killed on the host 3 s after it starts, detached or not" in words, words
+    assert "defaults of policy.yaml" in words and "None" not in words, words
+
+
+# ------------------------------------------------------------------------------------- the unit's own deadline
+@pytest.mark.systemd
+async def test_unit_deadline_kills_a_queued_restart(systemd_hosts: HostPool, tmp_path: Path) -> None:
+    """A restart blocked behind another unit's start job (``After=`` ordering waits for it; the unit's own
+    TimeoutStartSec does not run while it waits in the queue) is killed on the host at the unit-derived
+    deadline (TimeoutStartUSec from ``systemctl show`` + 30 s, policy ``deadline_from: unit_timeout``), and
+    ``restart_service`` launches its job with that deadline too."""
+    from .test_reliability_readiness import install_unit
+
+    pool, host = systemd_hosts, "at-h1"
+    await install_unit(pool, host, "dl-slow.service",
+                       "Type=oneshot\nExecStart=/bin/sleep 300\nTimeoutStartSec=infinity")
+    await install_unit(pool, host, "dl-late.service", "Type=oneshot\nExecStart=/bin/true\nTimeoutStartSec=2",
+                       unit="After=dl-slow.service")
+    policy = _policy(tmp_path, "version: 1\nhosts: ['*']\ndefaults: {decision: allow}\nrules:\n"
+                               "  - {id: restart-unit, match: [systemctl, restart, '{unit}'], decision: allow, "
+                               "detach: immediately, deadline_from: unit_timeout, "
+                               "probes: [{kind: systemd_unit, unit: '{unit}'}]}\n")
+    tk = Toolkit(HostRegistry(ssh_config=[str(pool.ssh_config)]), journal=Journal(tmp_path / "j.sqlite3"),
+                 policy=load_policies([str(policy)]))
+    try:
+        res = await on_host(pool, host, "systemctl start --no-block dl-slow.service")
+        assert res.returncode == 0, res.stderr
+        armed = dump(await tk.restart_service(host=host, unit="dl-late.service", daemon_reload=False))
+        assert armed["hard_deadline_s"] == 32, armed  # 2 s + 30 s, read from the unit
+        out = dump(await tk.run_command(host=host, command="systemctl restart dl-late.service"))
+        assert out["outcome"] == "detached" and out["hard_deadline_s"] == 32, out
+        assert "the unit's TimeoutStartSec + 30 s" in out["why"], out["why"]
+        end = anyio.current_time() + 90
+        while True:
+            st = dump(await tk.job_status(job_id=out["job_id"], wait_s=10))
+            if st["state"] != "running" or anyio.current_time() > end:
+                break
+        assert st["state"] == "killed" and st["by"] == "deadline", st
+        assert st["elapsed_s"] >= 32, st
+        left = await on_host(pool, host, "pgrep -fx 'systemctl restart dl-late.service' || true")
+        assert left.stdout.strip() == "", left.stdout
+    finally:
+        await tk.aclose()
+        await on_host(pool, host, "systemctl stop dl-slow.service dl-late.service; true")
