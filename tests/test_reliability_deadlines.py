@@ -1,5 +1,8 @@
 """Issue 12 item 4: deadlines are enforced on the host, by the job's monitor, so they hold with the controller gone.
 
+Part of the fault suite (``scripts/reliability_report.py`` runs every ``tests/test_reliability*.py``): each test
+records its fault, trials and what was checked as user properties.
+
 Real parts: the OpenSSH sshd on loopback (``real_sshd``) with a controller process killed with ``kill -9``
 mid-job; this machine (``local``) through the CLI; the nspawn systemd hosts for the unit-derived deadline
 (TimeoutStartUSec from ``systemctl show``). Ground truth for "its whole tree is gone" is read from ``/proc``
@@ -131,10 +134,14 @@ async def _none_alive(marker: str) -> bool:
 
 
 @pytest.mark.sshd
-async def test_smaller_of_call_and_policy_deadline_applies(real_sshd: RealSshd, tmp_path: Path) -> None:
-    """A call's ``deadline_s`` and the policy's ``hard_deadline_s`` (a rule's own, else the defaults'): the
-    smaller one kills the job on the host, and the outcome says which. The launcher reports it in the same
-    round trip as the exit (``killed`` by ``deadline`` before the budget), output kept."""
+async def test_smaller_of_call_and_policy_deadline_applies(real_sshd: RealSshd, tmp_path: Path, rel: Rel) -> None:
+    """Fault: a command that runs past its deadline while the call still waits (budget longer than the
+    deadline). Protection: the smaller of the call's ``deadline_s`` and the policy's ``hard_deadline_s`` (a
+    rule's own, else the defaults') kills it on the host; the launcher reports that in the same round trip as
+    the exit (``killed`` by ``deadline`` before the budget), saying which deadline applied, output kept."""
+    rel.set(fault="command past its deadline while the call waits (call deadline vs policy rule deadline)",
+            trials=3, checked="killed by deadline at the smaller of call/rule deadline, reason names it; "
+                              "output kept; a job within its deadline finishes")
     policy = _policy(tmp_path, "version: 1\nhosts: ['*']\ndefaults: {hard_deadline_s: 600, decision: allow}\n"
                                "rules:\n  - {id: quick-sleep, match: [sleep, '1000'], decision: allow, "
                                "hard_deadline_s: 1}\n")
@@ -165,9 +172,12 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           env=child_env(), cwd=REPO, timeout=60, check=False)
 
 
-def test_cli_deadline_and_explain(tmp_path: Path) -> None:
-    """``agent-tools run --deadline S`` kills on the host (this machine) at S; ``policy explain`` says, in words,
-    the deadline that will apply (it printed ``deadline None`` while the setting did nothing)."""
+def test_cli_deadline_and_explain(tmp_path: Path, rel: Rel) -> None:
+    """Fault: a command past the deadline given on the command line (``agent-tools run --deadline S``, this
+    machine). Protection: killed on the host at S, ``killed by deadline`` in ``status``; ``policy explain`` says,
+    in words, the deadline that will apply (it printed ``deadline None`` while the setting did nothing)."""
+    rel.set(fault="CLI --deadline on the local host; policy explain of hard_deadline_s", trials=1,
+            checked="killed by deadline, output kept, nothing left; explain names the kill deadline and its file")
     marker = f"{8000 + secrets.randbelow(999)}.{secrets.randbelow(9) + 1}"
     res = _cli("run", "--json", "--deadline", "1", "local", "--", f"echo hi; sleep {marker}")
     out: dict[str, Any] = json.loads(res.stdout)
@@ -184,11 +194,14 @@ def test_cli_deadline_and_explain(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------------- the unit's own deadline
 @pytest.mark.systemd
-async def test_unit_deadline_kills_a_queued_restart(systemd_hosts: HostPool, tmp_path: Path) -> None:
-    """A restart blocked behind another unit's start job (``After=`` ordering waits for it; the unit's own
-    TimeoutStartSec does not run while it waits in the queue) is killed on the host at the unit-derived
-    deadline (TimeoutStartUSec from ``systemctl show`` + 30 s, policy ``deadline_from: unit_timeout``), and
-    ``restart_service`` launches its job with that deadline too."""
+async def test_unit_deadline_kills_a_queued_restart(systemd_hosts: HostPool, tmp_path: Path, rel: Rel) -> None:
+    """Fault: a blocking restart stuck behind another unit's start job (``After=`` ordering waits for it; the
+    unit's own TimeoutStartSec does not run while its job waits in the queue). Protection: killed on the host at
+    the unit-derived deadline (TimeoutStartUSec from ``systemctl show`` + 30 s, policy ``deadline_from:
+    unit_timeout``); ``restart_service`` launches its job with that deadline too."""
+    rel.set(fault="restart queued behind a unit that never finishes starting (systemd host)", trials=1,
+            checked="restart_service armed with TimeoutStartSec + 30 s; the queued systemctl killed by deadline "
+                    "at it, no systemctl left")
     from .test_reliability_readiness import install_unit
 
     pool, host = systemd_hosts, "at-h1"
