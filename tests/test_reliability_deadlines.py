@@ -235,3 +235,34 @@ async def test_unit_deadline_kills_a_queued_restart(systemd_hosts: HostPool, tmp
     finally:
         await tk.aclose()
         await on_host(pool, host, "systemctl stop dl-slow.service dl-late.service; true")
+
+
+# ------------------------------------------------------------------------------- durations freeze at exit
+@pytest.mark.sshd
+async def test_killed_job_elapsed_is_the_hosts_run_time(real_sshd: RealSshd, tmp_path: Path, rel: Rel) -> None:
+    """Fault: a job cancelled or killed at its deadline, looked at again later. Protection: its ``elapsed_s``
+    is the run time the monitor recorded on the host (the ``exit`` file's uptimes at start and end), exactly,
+    and stays so (a cancel used to overwrite it with the moment the cancel call ended)."""
+    import pwd
+
+    rel.set(fault="late looks at cancelled and deadline-killed jobs", trials=2,
+            checked="elapsed_s = the host's recorded run time, equal on every look")
+    home = Path(pwd.getpwnam(real_sshd.user).pw_dir)
+    tk = Toolkit(HostRegistry(ssh_config=[str(real_sshd.config_path)]), journal=Journal(tmp_path / "j.sqlite3"))
+    try:
+        cancelled = dump(await tk.run_command(host=real_sshd.alias, command="sleep 300", budget_s=0.3))
+        assert cancelled["outcome"] == "detached", cancelled
+        assert dump(await tk.job_cancel(job_id=cancelled["job_id"], grace_s=1))["state"] == "killed"
+        by_deadline = dump(await tk.run_command(host=real_sshd.alias, command="sleep 300", budget_s=0.3,
+                                                deadline_s=1))
+        await wait_until(lambda: _exited(home, by_deadline["job_id"]), 30, "the deadline kill")
+        for job in (cancelled, by_deadline):
+            t0, t1 = (home / ".local/state/agent-tools/jobs" / job["job_id"] / "exit").read_text().split()[1:3]
+            looks = [dump(await tk.job_status(job_id=job["job_id"]))["elapsed_s"] for _ in range(3)]
+            assert looks == [round(float(t1) - float(t0), 2)] * 3, (job["job_id"], looks, t0, t1)
+    finally:
+        await tk.aclose()
+
+
+async def _exited(home: Path, job_id: str) -> bool:
+    return (home / ".local/state/agent-tools/jobs" / job_id / "exit").is_file()

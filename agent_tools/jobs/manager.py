@@ -1188,7 +1188,9 @@ class JobRunner:
             "lost" if state == "lost" else "killed")
         if final_state == "killed":
             cur = self.journal.get(job_id)
-            self.journal.update(job_id, state="killed", finished_at=now(),
+            # the end the host recorded (apply_state above: the exit file's run time) stays; else now
+            ended = cur.finished_at if cur.state == "killed" and cur.finished_at is not None else now()
+            self.journal.update(job_id, state="killed", finished_at=ended,
                                 meta={**cur.meta, "killed_by": cur.meta.get("killed_by", by)})
         return JobCancelResult(job_id=job_id, host=rec.host, state=final_state, signalled=signalled,
                                escalated=escalated, survivors=survivors, unchecked=unchecked, message=msg)
