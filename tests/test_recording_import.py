@@ -490,3 +490,28 @@ def test_codex_exec_json_event_streams() -> None:
     assert not ls.ran and "exit_code null" in (ls.skip_reason or "")
     assert not follow.ran and (follow.skip_reason or "").startswith("no result in the transcript")
     assert all(c.started_at is None and c.duration_s is None for c in calls)  # the stream has no times
+
+
+async def test_transcript_host_kills_at_the_launch_deadline(tmp_path: Path) -> None:
+    """The synthetic host speaks the launch's deadline word as the job's monitor does: a job still running at
+    its deadline ends ``killed`` by ``deadline`` (143, cancel and deadline reported), its output kept; one that
+    ends first is untouched. Without it, an imported session run under a policy with ``hard_deadline_s``
+    would replay a job the real host had killed."""
+    from agent_tools.importers import ShellCall
+    from agent_tools.importers.synth import TranscriptHost
+    from agent_tools.jobs.journal import Journal
+    from agent_tools.jobs.manager import JobRunner
+
+    calls = [ShellCall(index=1, call_id="c1", command="make train", output="epoch 1\n", exit_status=0,
+                       started_at=1000.0, ended_at=1060.0),
+             ShellCall(index=2, call_id="c2", command="echo ok", output="ok\n", exit_status=0, started_at=1061.0,
+                       ended_at=1061.1)]
+    host = TranscriptHost(infer_timeline(calls))
+    runner = JobRunner(Journal(tmp_path / "j.sqlite3"), warm=False)
+    killed = await runner.run(host, "make train", budget_s=30, hard_deadline_s=0.2)
+    assert killed.outcome == "killed" and killed.by == "deadline", killed
+    assert killed.exit_status == 143 and killed.stdout.text == "epoch 1\n", killed
+    st = await runner.job_status(host, killed.job_id)
+    assert (st.state, st.by, st.hard_deadline_s) == ("killed", "deadline", 0.2), st
+    ok = await runner.run(host, "echo ok", budget_s=30, hard_deadline_s=5)
+    assert ok.outcome == "finished" and ok.exit_status == 0, ok
