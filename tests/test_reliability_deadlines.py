@@ -237,6 +237,45 @@ async def test_unit_deadline_kills_a_queued_restart(systemd_hosts: HostPool, tmp
         await on_host(pool, host, "systemctl stop dl-slow.service dl-late.service; true")
 
 
+@pytest.mark.systemd
+async def test_deadline_kills_an_escaped_process_through_the_jobs_scope(systemd_hosts: HostPool, tmp_path: Path,
+                                                                         rel: Rel) -> None:
+    """Fault: ``(env -i setsid sleep N &); sleep M`` past its deadline: the sleep dropped the job's environment
+    marker and left its session, so only the job's cgroup (its systemd scope) still holds it. Protection: the
+    deadline watcher kills through the same at_cancel/at_targets a job_cancel runs, by the cgroup, so nothing of
+    the job is left on the host, in the foreground (``killed`` by ``deadline``, nothing unchecked) and detached."""
+    rel.set(fault="deadline passes on a job whose child escaped its session and marker (env -i setsid; systemd "
+                  "host)", trials=2,
+            checked="run_command killed by deadline with no survivors and nothing unchecked; a detached one killed "
+                    "by deadline; pgrep finds neither sleep on the host")
+    pool, name = systemd_hosts, "at-h1"
+    alias = pool.hosts[name].ssh_alias
+    tk = Toolkit(HostRegistry(ssh_config=[str(pool.ssh_config)]), journal=Journal(tmp_path / "j.sqlite3"))
+    try:
+        out = dump(await tk.run_command(host=alias, command="(env -i setsid sleep 791 &); sleep 501", budget_s=60,
+                                        deadline_s=3))
+        assert out["outcome"] == "killed" and out["by"] == "deadline", out
+        assert out["survivors"] == [] and out["unchecked"] == "", out  # seen through the scope's cgroup
+        left = await on_host(pool, name, "pgrep -f '^sleep (791|501)$' || true")
+        assert left.stdout.split() == [], f"left on the host past the deadline: {left.stdout}"
+
+        out = dump(await tk.run_command(host=alias, command="(env -i setsid sleep 792 &); sleep 502", budget_s=1,
+                                        deadline_s=4))
+        assert out["outcome"] == "detached" and out["hard_deadline_s"] == 4, out
+        end = anyio.current_time() + 60
+        while True:
+            st = dump(await tk.job_status(job_id=out["job_id"], wait_s=10))
+            if st["state"] != "running" or anyio.current_time() > end:
+                break
+        assert st["state"] == "killed" and st["by"] == "deadline", st
+        assert "no survivors" in st["why"], st["why"]
+        left = await on_host(pool, name, "pgrep -f '^sleep (792|502)$' || true")
+        assert left.stdout.split() == [], f"left on the host past the deadline: {left.stdout}"
+    finally:
+        await tk.aclose()
+        await on_host(pool, name, "pkill -f '^sleep (791|792|501|502)$'; true")
+
+
 # ------------------------------------------------------------------------------- durations freeze at exit
 @pytest.mark.sshd
 async def test_killed_job_elapsed_is_the_hosts_run_time(real_sshd: RealSshd, tmp_path: Path, rel: Rel) -> None:
