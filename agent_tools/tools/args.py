@@ -32,9 +32,7 @@ class RunCommandArgs(_Args):
                                                "else 15)")
     on_timeout: Literal["detach", "kill"] | None = Field(
         default=None, description="when the budget runs out (default detach: it keeps running as a job)")
-    deadline_s: float | None = Field(default=None, gt=0,
-                                     description="the host kills it this many seconds after its start, detached "
-                                                 "or not")
+    deadline_s: float | None = Field(default=None, gt=0, description="host kills it this many s after start")
     cwd: str | None = Field(default=None, description="working directory on the host")
     env: dict[str, str] | None = Field(default=None, description="extra environment variables")
     idempotency_key: str | None = Field(default=None, max_length=128,
@@ -44,8 +42,7 @@ class RunCommandArgs(_Args):
 
 class JobStatusArgs(_Args):
     job_id: str = Field(description="job id (j_...)")
-    wait_s: float = Field(default=0.0, ge=0, le=600,
-                          description="long-poll: seconds to wait for the state or readiness to change")
+    wait_s: float = Field(default=0.0, ge=0, le=600, description="long-poll: seconds to wait for a change")
 
 
 class JobOutputArgs(_Args):
@@ -68,13 +65,13 @@ class ListJobsArgs(_Args):
 
 
 class ListHostsArgs(_Args):
-    check: bool = Field(default=False, description="connect to each host now: is it reachable?")
+    check: bool = Field(default=False, description="try to connect to each")
 
 
 class RestartServiceArgs(_Args):
     host: str = Field(description=HOST)
     unit: str = Field(description="systemd unit, e.g. sglang.service")
-    daemon_reload: bool = Field(default=True, description="daemon-reload first (after editing a unit file)")
+    daemon_reload: bool = Field(default=True, description="daemon-reload first")
     probes: list[ProbeSpec] = Field(default_factory=list,
                                     description="probes of the new process besides the unit's state (e.g. "
                                                 "health URL, ready line); systemd_unit of the unit: its settle_s")
@@ -102,7 +99,7 @@ class WriteFileArgs(_Args):
     host: str = Field(description=HOST)
     path: str = Field(description="absolute path on the host")
     content: str = Field(description="the complete new content (UTF-8)")
-    backup: bool = Field(default=True, description="keep a backup (restore_file undoes the write)")
+    backup: bool = Field(default=True, description="keep a backup for restore_file")
     approval_id: str | None = Field(default=None, description=APPROVAL)
 
 
@@ -111,7 +108,7 @@ class EditFileArgs(_Args):
     path: str = Field(description="absolute path on the host")
     old: str = Field(min_length=1, description="exact text to replace (must occur exactly once)")
     new: str = Field(description="the text to put in its place")
-    backup: bool = Field(default=True, description="keep a backup (restore_file undoes the edit)")
+    backup: bool = Field(default=True, description="keep a backup for restore_file")
     approval_id: str | None = Field(default=None, description=APPROVAL)
 
 
@@ -134,5 +131,5 @@ class WaitForArgs(_Args):
 class HttpGetArgs(_Args):
     host: str = Field(description=HOST)
     url: str = Field(description="http://HOST:PORT/PATH as seen from the host")
-    fields: list[str] | None = Field(default=None, description="JSON body: keep only these top-level keys")
+    fields: list[str] | None = Field(default=None, description="JSON body: only these top-level keys")
     timeout_s: float = Field(default=10.0, gt=0, le=300, description="seconds the request may take")
