@@ -360,6 +360,9 @@ async def _crash_trial(rel: Rel, pool: HostPool, child: Path, tmp: Path, trial: 
         by_tag: dict[str, list[JobRecord]] = {}
         for r in recs:
             by_tag.setdefault(r.command.split()[1], []).append(r)
+        # settle every job the journal knows first: a launch the killed controller had sent may start its command
+        # later (a systemd scope is made first), so the host's run log is read once they have ended
+        settled = {r.job_id: await settle(rel, tk, r.job_id, 30) for rs in by_tag.values() for r in rs[:1]}
         ran = Counter((await on_host(pool, name, f"cat {runs} 2>/dev/null; rm -f {runs}")).stdout.split())
         for job in jobs:
             tag = job["tag"]
@@ -379,7 +382,7 @@ async def _crash_trial(rel: Rel, pool: HostPool, child: Path, tmp: Path, trial: 
                 print(f"trial {trial}: {tag} said {said}, journal has {[r.job_id for r in mine]}")
             if not mine:
                 continue
-            st = await settle(rel, tk, mine[0].job_id, 30)
+            st = settled[mine[0].job_id]
             if ran[tag]:
                 ok = (st["state"], st["exit_status"]) == ("exited", job["code"])
                 if ok:
