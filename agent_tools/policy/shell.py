@@ -498,10 +498,13 @@ def _scan_options(
     long_arg: frozenset[str] = frozenset(),
     long_flag: frozenset[str] = frozenset(),
     optional_arg: frozenset[str] = frozenset(),
+    long_optional: frozenset[str] = frozenset(),
 ) -> _Opts:
     """Scan getopt-style options at the head of ``args`` (stops at ``--`` or the first non-option word).
 
-    ``optional_arg`` lists short letters whose value is only taken when attached (``xargs -i{}``).
+    ``optional_arg`` lists short letters whose value is only taken when attached (``xargs -i{}``);
+    ``long_optional`` lists long options whose value is only taken after ``=`` (getopt_long(3)
+    ``optional_argument``: ``env --default-signal CMD`` runs CMD, ``--default-signal=INT`` names a signal).
     """
     opts = _Opts(index=len(args))
     i = 0
@@ -526,7 +529,7 @@ def _scan_options(
                 elif i + 1 < len(args):
                     opts.values[name] = args[i + 1].text
                     i += 1
-            elif name in long_flag:
+            elif name in long_flag or name in long_optional:
                 opts.flags.add(name)
                 if eq:
                     opts.values[name] = value
@@ -578,7 +581,8 @@ def _join_static(words: Sequence[_Word]) -> str | None:
 def _wrap_sudo(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
     opts = _scan_options(
         args,
-        short_arg="ugpCDhrtUTR",
+        short_arg="ugpCDrtUTR",
+        optional_arg=frozenset("h"),  # sudo(8): `-h` alone is help, `-hHOST` names a host
         short_flag="AbEeHiKklnPSsVv",
         long_arg=frozenset(
             {"--user", "--group", "--prompt", "--close-from", "--chdir", "--host", "--role", "--type",
@@ -624,14 +628,17 @@ def _wrap_doas(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
 
 
 def _wrap_env(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
+    """GNU coreutils env(1): ``-u/--unset NAME``, ``-C/--chdir DIR`` and ``-S/--split-string S`` take a value
+    (attached or the next word); ``--default-signal[=SIG]``, ``--ignore-signal[=SIG]`` and ``--block-signal[=SIG]``
+    take one only after ``=``, so the word after them is the program; ``-P`` is BSD env's PATH for the lookup."""
     opts = _scan_options(
         args,
         short_arg="uCSP",
         short_flag="i0v",
-        long_arg=frozenset({"--unset", "--chdir", "--split-string", "--default-signal", "--ignore-signal",
-                            "--block-signal"}),
+        long_arg=frozenset({"--unset", "--chdir", "--split-string"}),
         long_flag=frozenset({"--ignore-environment", "--null", "--debug", "--list-signal-handling", "--help",
                              "--version"}),
+        long_optional=frozenset({"--default-signal", "--ignore-signal", "--block-signal"}),
     )  # fmt: skip
     i = opts.index
     if i < len(args) and args[i].static and args[i].text == "-":  # `env -` means `env -i`
@@ -752,10 +759,11 @@ def _wrap_watch(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
 def _wrap_xargs(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
     opts = _scan_options(
         args, short_arg="adEILnPs", short_flag="0oprtx", optional_arg=frozenset("eil"),
-        long_arg=frozenset({"--arg-file", "--delimiter", "--max-lines", "--max-args", "--max-procs",
+        long_arg=frozenset({"--arg-file", "--delimiter", "--max-args", "--max-procs",
                             "--max-chars", "--process-slot-var"}),
         long_flag=frozenset({"--null", "--no-run-if-empty", "--verbose", "--interactive", "--exit",
-                             "--open-tty", "--show-limits", "--replace", "--eof"}),
+                             "--open-tty", "--show-limits"}),
+        long_optional=frozenset({"--replace", "--eof", "--max-lines"}),  # GNU xargs(1): `[=R]`, `[=E]`, `[=N]`
     )  # fmt: skip
     rest = args[opts.index :] or [_Word.literal("echo")]
     replace_str = opts.values.get("-I") or opts.values.get("-i") or opts.values.get("--replace")

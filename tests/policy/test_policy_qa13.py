@@ -1,0 +1,37 @@
+"""Issue 13 (qa13): commands a fresh tester found decided too weakly under the shipped default policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent_tools.policy import PolicySet, parse_command
+
+POLICIES = Path(__file__).resolve().parents[2] / "policies"
+
+
+@pytest.fixture(scope="module")
+def default() -> PolicySet:
+    return PolicySet.load([POLICIES / "default.yaml"])
+
+
+@pytest.mark.parametrize(
+    ("command", "program"),
+    [
+        # getopt_long optional_argument: the value is only taken after `=`, the next word is the program
+        ("env --default-signal dd if=/dev/zero of=/dev/sda", "dd"),
+        ("env --ignore-signal reboot", "reboot"),
+        ("env --block-signal rm -rf /", "rm"),
+        ("env --default-signal=INT reboot", "reboot"),
+        ("env -u X reboot", "reboot"),
+        ("env -C /tmp reboot", "reboot"),
+        ("xargs --max-lines rm -rf /", "rm"),
+        ("sudo -h reboot", "reboot"),
+    ],
+)
+def test_optional_argument_long_options_do_not_hide_the_program(
+    default: PolicySet, command: str, program: str
+) -> None:
+    assert any(c.argv[:1] == [program] for c in parse_command(command)), parse_command(command)
+    assert default.decide("local", command).decision == "deny"
