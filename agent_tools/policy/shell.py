@@ -1482,6 +1482,12 @@ class _Walker:
                 # `declare x > f`): bash opens the files all the same
                 redirects, _, _, _ = self.context_for(node)
                 self.out.append(self.pseudo(None, self.text(node), redirects))
+            elif kind == "command_substitution" and not _has_command(node) and any(
+                    c.type.endswith("_redirect") for c in node.children):
+                # `$(<FILE)`: bash(1) Command Substitution reads FILE itself, with no command (an open all the same)
+                redirects = [r for c in node.children if c.type.endswith("_redirect")
+                             for r in [self.redirect(c)[0]] if r is not None]
+                self.out.append(self.pseudo(None, self.text(node), redirects))
             elif kind == "variable_assignment" and (node.parent is None or node.parent.type not in (
                     "command", "declaration_command")):
                 self.assignment(node)

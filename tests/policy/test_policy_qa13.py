@@ -35,3 +35,12 @@ def test_optional_argument_long_options_do_not_hide_the_program(
 ) -> None:
     assert any(c.argv[:1] == [program] for c in parse_command(command)), parse_command(command)
     assert default.decide("local", command).decision == "deny"
+
+
+@pytest.mark.parametrize(
+    "command", ["echo $(</dev/watchdog)", ": $(</dev/watchdog)", 'echo "$(< /dev/watchdog0)"', "x=$(</dev/watchdog)"]
+)
+def test_read_file_substitution_opens_the_file(default: PolicySet, command: str) -> None:
+    opened = [r.target for c in parse_command(command) for r in c.redirects]
+    assert any(t.startswith("/dev/watchdog") for t in opened), opened
+    assert default.decide("local", command).decision == "deny"
