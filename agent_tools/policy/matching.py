@@ -168,7 +168,8 @@ class CompiledRule:
     def written(self, command: SimpleCommand) -> list[str]:
         """The files ``command`` writes that count for ``redirect_to`` (those matching ``redirect_not_to`` left out)."""
         skip = self.redirect_not_to
-        return [t for t in command.writes if skip is None or not skip.matches_text(t)]
+        # matched on the lexically normalised name only: `/dev/shm/../sda` is no file under /dev/shm
+        return [t for t in command.writes if skip is None or not skip.matches_text(normalise_path(t))]
 
     def covers_writes(self, command: SimpleCommand) -> bool:
         """Whether this rule names every file ``command`` writes (so an ``allow`` of it may stand)."""

@@ -309,6 +309,10 @@ def _into(directory: str, source: str) -> str:
     return directory.rstrip("/") + "/" + name
 
 
+#: ``~NAME/REST``: REST below the login directory of user NAME (bash(1) Tilde Expansion)
+_USER_HOME_RE = re.compile(r"^~[A-Za-z0-9_.][A-Za-z0-9_.-]*/(.*)$")
+
+
 def writes_of(argv: Sequence[str], redirects: Sequence[_Redirect], cwds: Sequence[str | None]) -> list[str]:
     """Every file the command ``argv`` with ``redirects`` writes, relative names also resolved against ``cwds``.
 
@@ -338,7 +342,14 @@ def writes_of(argv: Sequence[str], redirects: Sequence[_Redirect], cwds: Sequenc
     for target in targets:
         if target in ("", "-") or target in BENIGN_WRITE_TARGETS or normalise_path(target) in BENIGN_WRITE_TARGETS:
             continue
-        out.append(target)
+        # absolute names lexically normalised before any rule sees them: `/dev/shm/../sda` is /dev/sda, not a file
+        # under the harmless /dev/shm
+        out.append(normalise_path(target) if target.startswith("/") else target)
+        user_home = _USER_HOME_RE.match(target)
+        if user_home is not None:  # `~root/../dev/sda`: another user's home, at a depth the policy cannot know
+            resolved_home = climbed(None, user_home.group(1))
+            if resolved_home is not None:
+                out.append(resolved_home)
         root = _PROC_ROOT_RE.match(normalise_path(target))
         if root is not None:  # /proc/self/root/dev/sda is /dev/sda
             out.append(normalise_path("/" + (root.group(1) or "")))

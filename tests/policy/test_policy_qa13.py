@@ -44,3 +44,25 @@ def test_read_file_substitution_opens_the_file(default: PolicySet, command: str)
     opened = [r.target for c in parse_command(command) for r in c.redirects]
     assert any(t.startswith("/dev/watchdog") for t in opened), opened
     assert default.decide("local", command).decision == "deny"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cat /dev/zero > /dev/shm/../sda",
+        "cat /dev/zero > /dev/pts/../../dev/sda",
+        "cat /dev/zero > /dev/mqueue/../sda",
+        "cat /dev/zero > /dev/hugepages/../sda",
+        "cp /dev/zero /dev/shm/../nvme0n1",
+        "tee /dev/fd/../sda",
+        "cat /dev/shm/../watchdog",
+        "dd if=/dev/zero of=~root/../dev/sda",
+    ],
+)
+def test_dot_dot_is_normalised_before_the_harmless_device_list(default: PolicySet, command: str) -> None:
+    assert default.decide("local", command).decision == "deny"
+
+
+def test_harmless_device_directories_still_only_ask(default: PolicySet) -> None:
+    assert default.decide("local", "echo x > /dev/shm/ok").decision == "ask"
+    assert default.decide("local", "echo x > /dev/null").decision == "allow"
