@@ -1,7 +1,8 @@
 """Replace secrets in text with ``[REDACTED]``, keeping the name of what was hidden.
 
 Covered: private key blocks (``-----BEGIN ... PRIVATE KEY-----``, also ``AGE-SECRET-KEY-1...``); passwords in URLs
-(``https://user:[REDACTED]@host``, up to the last ``@`` of the authority) and signed-URL query parameters (``sig=``,
+(``https://user:[REDACTED]@host``, also with an empty user name: ``redis://:[REDACTED]@host``; up to the last
+``@`` of the authority) and signed-URL query parameters (``sig=``,
 ``X-Amz-Signature=``...); ``Authorization`` / ``Proxy-Authorization`` headers (the scheme is kept),
 ``Cookie``/``Set-Cookie`` values and ``X-Api-Key`` style headers; ``--password=x``, ``--password x``, ``--token x``,
 ``--api-key x``, ``--oauth2-bearer x``, ``--passphrase x`` (any option whose name ends in one of the secret names
@@ -96,7 +97,7 @@ _PRIVATE_KEY_RE = re.compile(
 #: horizontal whitespace (also redact_argv's separator): a name and its value are on one line
 _HS = r"[^\S\r\n]"
 # the password runs to the last `@` of the authority (`u:p@ss@host`), never past a `/`, `?`, `#` or a quote
-_URL_CREDENTIALS_RE = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@'\"]+:)([^/\s?#'\"]+)@")
+_URL_CREDENTIALS_RE = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@'\"]*:)([^/\s?#'\"]+)@")
 _AUTH_SCHEME_RE = re.compile(
     rf"((?:proxy-)?authorization{_HS}*[:=]{_HS}*[\"']?(?:bearer|basic|token|bot|digest|negotiate){_HS}+)"
     r"([^\s\"',;]+)",

@@ -32,6 +32,12 @@ GH = "ghp_" + "a" * 36
         ("authorization: Basic dXNlcjpwdw==", f"authorization: Basic {MARK}"),
         ("X-Api-Key: abc123", f"X-Api-Key: {MARK}"),
         ("git clone https://user:pw123@github.com/x.git", f"git clone https://user:{MARK}@github.com/x.git"),
+        # an empty user name (redis AUTH with a password only, a token as the password)
+        ("redis-cli -u redis://:R3disPa55word@127.0.0.1:6379/0", f"redis-cli -u redis://:{MARK}@127.0.0.1:6379/0"),
+        ("psql postgres://:pw@h/db", f"psql postgres://:{MARK}@h/db"),
+        ("git clone https://:tok@github.com/x", f"git clone https://:{MARK}@github.com/x"),
+        ("DATABASE_URL=postgres://:pw@h psql", f"DATABASE_URL=postgres://:{MARK}@h psql"),
+        ("curl http://host:8080/a@b", "curl http://host:8080/a@b"),
         ("mysql -uroot -pSECRET db", f"mysql -uroot -p{MARK} db"),
         ("psql --password=x", f"psql --password={MARK}"),
         ("tool --password hunter2 --x", f"tool --password {MARK} --x"),
