@@ -66,3 +66,31 @@ def test_dot_dot_is_normalised_before_the_harmless_device_list(default: PolicySe
 def test_harmless_device_directories_still_only_ask(default: PolicySet) -> None:
     assert default.decide("local", "echo x > /dev/shm/ok").decision == "ask"
     assert default.decide("local", "echo x > /dev/null").decision == "allow"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "systemctl start runlevel6.target",
+        "systemctl isolate runlevel0.target",
+        "systemctl start systemd-reboot",
+        "systemctl start systemd-poweroff",
+        "systemctl start ctrl-alt-del",
+        "systemctl start kexec",
+        "systemctl kill --signal=SIGRTMIN+5 init.scope",
+        "systemctl kill -s SIGINT init.scope",
+        "kill -SIGRTMIN+5 1",
+        "busctl call org.freedesktop.systemd1 /org/freedesktop/systemd1 org.freedesktop.systemd1.Manager"
+        " KillUnit ss init.scope all SIGINT",
+        "ipmitool power reset",
+        "ipmitool chassis power cycle",
+        "ipmitool -I lanplus -H bmc power off",
+    ],
+)
+def test_reboot_by_other_names_is_denied(default: PolicySet, command: str) -> None:
+    assert default.decide("local", command).decision == "deny"
+
+
+def test_reading_power_state_is_not_denied(default: PolicySet) -> None:
+    assert default.decide("local", "ipmitool power status").decision != "deny"
+    assert default.decide("local", "systemctl status runlevel6.target").decision == "allow"
