@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agent_tools.policy.model import Rule
-from agent_tools.policy.options import is_long_abbreviation, takes_value
+from agent_tools.policy.options import clusters_short, is_long_abbreviation, takes_value
 from agent_tools.policy.paths import climbed, join_dir
 from agent_tools.policy.shell import SimpleCommand, normalise_path
 
@@ -95,6 +95,11 @@ def globs_intersect(a: str, b: str) -> bool:
     return meet(0, 0)
 
 
+#: a word of clustered short options (``-Cm``, ``-Cm/tmp/x``): the run of letters after the dash
+_SHORT_CLUSTER_RE = re.compile(r"^-([A-Za-z0-9]{2,})")
+_SHORT_OPTION_RE = re.compile(r"^-[A-Za-z0-9]$")
+
+
 @dataclass(frozen=True)
 class Token:
     """One compiled pattern token."""
@@ -123,11 +128,17 @@ class Token:
             return False
         return any(globs_intersect(normalise_path(word), alt) for alt in self.alts)
 
-    def matches_text(self, word: str, also: tuple[str, ...] = (), *, abbreviations: bool = False) -> bool:
+    def matches_text(
+        self, word: str, also: tuple[str, ...] = (), *, abbreviations: bool = False, clusters: bool = False
+    ) -> bool:
         """Whether ``word`` (or its normalised path form, or one of ``also``) matches this token's alternatives.
 
         :param abbreviations: a long option also matches the alternatives it abbreviates (getopt_long(3):
             ``--outp=F`` is ``--output=F``, ``--comp`` is ``--compile``); used where a match makes a rule stricter.
+        :param clusters: a cluster of short options matches each single-letter alternative it holds (getopt(3):
+            ``-Cm F`` is ``-C -m F``, ``-Cm/tmp/x`` too; a letter inside an earlier option's attached value counts
+            as well, over-approximating); for programs with getopt options (:func:`~.options.clusters_short`), where
+            a match makes a rule stricter.
         """
         if self.kind in ("any", "rest"):
             return True
@@ -142,11 +153,14 @@ class Token:
                 full = _LONG_OPTION_RE.match(alt)
                 if full is not None and is_long_abbreviation(name, full.group(0)):
                     forms.add(full.group(0) + word[len(name) :])
+        cluster = _SHORT_CLUSTER_RE.match(word) if clusters else None
         for alt in self.alts:
             if any(c in _GLOB_CHARS for c in alt):
                 if any(fnmatch.fnmatchcase(form, alt) for form in forms):
                     return True
             elif alt in forms:
+                return True
+            elif cluster is not None and _SHORT_OPTION_RE.match(alt) and alt[1] in cluster.group(1):
                 return True
         return False
 
@@ -210,11 +224,12 @@ class CompiledRule:
         resolved = self._resolved(command)
         args = list(zip(argv[1:], resolved[1:], strict=True))
         strict = self.rule.decision != "allow"  # an abbreviated option counts where it makes the decision stricter
+        clusters = strict and bool(argv) and clusters_short(argv[0])
         for token in self.args_contain:
-            if not any(token.matches_text(arg, also, abbreviations=strict) for arg, also in args):
+            if not any(token.matches_text(arg, also, abbreviations=strict, clusters=clusters) for arg, also in args):
                 return None
-        if self.match_any_arg and not any(t.matches_text(arg, also, abbreviations=strict) for t in self.match_any_arg
-                                          for arg, also in args):
+        if self.match_any_arg and not any(t.matches_text(arg, also, abbreviations=strict, clusters=clusters)
+                                          for t in self.match_any_arg for arg, also in args):
             return None
         if self.redirect_to is not None:
             redirect_to = self.redirect_to

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["OptionSpec", "is_long_abbreviation", "takes_value"]
+__all__ = ["OptionSpec", "clusters_short", "is_long_abbreviation", "takes_value"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,18 @@ SPECS: dict[str, OptionSpec] = {
     ),
     "ip": OptionSpec(words=("-loops", "-family", "-batch", "-rcvbuf", "-netns")),
 }  # fmt: skip
+
+
+#: programs whose single-dash words are whole options, not clusters of letters (iproute2's ``-br``, find's
+#: ``-name``, tc(8), bridge(8), java's ``-jar``)
+SINGLE_DASH_WORDS = frozenset({"ip", "tc", "bridge", "devlink", "rdma", "dcb", "find", "java", "xrandr", "openssl"})
+
+
+def clusters_short(program: str) -> bool:
+    """Whether ``program`` reads ``-abc`` as the short options ``-a -b -c`` (getopt(3)); False for the programs of
+    :data:`SINGLE_DASH_WORDS` and those with iproute2 style ``words`` in :data:`SPECS`."""
+    spec = SPECS.get(program)
+    return program not in SINGLE_DASH_WORDS and not (spec is not None and spec.words)
 
 
 def is_long_abbreviation(word: str, option: str) -> bool:

@@ -94,3 +94,13 @@ def test_reboot_by_other_names_is_denied(default: PolicySet, command: str) -> No
 def test_reading_power_state_is_not_denied(default: PolicySet) -> None:
     assert default.decide("local", "ipmitool power status").decision != "deny"
     assert default.decide("local", "systemctl status runlevel6.target").decision == "allow"
+
+
+@pytest.mark.parametrize("command", ["file -Cm /tmp/x", "file -Cm/tmp/x", "file -bC -m /tmp/x", "tree -ao /tmp/t"])
+def test_clustered_short_options_are_seen(default: PolicySet, command: str) -> None:
+    assert default.decide("local", command).decision == "ask"
+
+
+@pytest.mark.parametrize("command", ["ip -br addr", "ip -s link", "find /var/log -name x", "file -b /etc/hostname"])
+def test_single_dash_words_are_not_clusters(default: PolicySet, command: str) -> None:
+    assert default.decide("local", command).decision == "allow"
