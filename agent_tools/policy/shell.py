@@ -127,6 +127,7 @@ _ALLEXPORT_RE = re.compile(r"\bset\s+(?:-[A-Za-z]*a|-o\s+allexport)")
 #: `set -k` / `set -o keyword`: every NAME=VALUE word of a command, not only those before its name, is an assignment
 #: in its environment (bash(1), The Set Builtin: "-k All arguments in the form of assignment statements are placed
 #: in the environment for a command, not just those that precede the command name")
+_SET_KEYWORD_RE = re.compile(r"^-[A-Za-z]*k")
 _KEYWORD_RE = re.compile(r"\bset\s+(?:-[A-Za-z]*k|-o\s+keyword)")
 _ASSIGNMENT_WORD_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\[[^]]*\])?\+?=")
 #: bash builtins (``compgen -b``): bash itself reads their arguments, so quoted shell code given to one of them is
@@ -1706,7 +1707,8 @@ def _name_operands(name: str, args: list[_Word]) -> list[_Word]:
     return []
 
 
-#: systemd tools whose -H/--host runs the operation on another host over ssh (systemctl(1): "-H, --host=: Execute the
+#: systemd tools whose -H/--host runs the operation on another host over ssh, and -M/--machine in a local container
+#: (systemctl(1): "-M, --machine=: Execute operation on a local container"; "-H, --host=: Execute the
 #: operation remotely. Specify a hostname, or a username and hostname separated by "@", to connect to.")
 _SYSTEMD_REMOTE = frozenset({"systemctl", "hostnamectl", "timedatectl", "localectl", "loginctl", "machinectl",
                              "busctl", "systemd-analyze", "systemd-run", "networkctl", "homectl", "portablectl",
@@ -1740,6 +1742,10 @@ def _program_reasons(name: str, args: list[_Word]) -> list[str]:
                                                     and "H" in text[1:]):
             return [f"{name} {text.split('=', 1)[0]} runs the operation on another host (over ssh), which this "
                     "host's rules do not decide"]
+        if is_long_abbreviation(text, "--machine") or (text.startswith("-") and not text.startswith("--")
+                                                       and "M" in text[1:]):
+            return [f"{name} {text.split('=', 1)[0]} runs the operation in another machine (a local container), "
+                    "which this host's rules do not decide"]
     return []
 
 
@@ -1749,6 +1755,9 @@ def _builtin_reasons(name: str, args: list[_Word]) -> list[str]:
     if name not in _BUILTINS:
         return []
     reasons: list[str] = []
+    if name == "set" and any(w.static and (_SET_KEYWORD_RE.match(w.text) or w.text == "keyword") for w in args):
+        reasons.append("set -k (set -o keyword) makes every later NAME=VALUE word of a command an assignment to "
+                       "its environment (bash(1), the set builtin)")
     if name not in _BUILTINS_PRINTING:
         code = next((w.text for w in args if w.static and CODE_IN_TEXT_RE.search(w.text)), None)
         if code is not None:

@@ -104,3 +104,15 @@ def test_clustered_short_options_are_seen(default: PolicySet, command: str) -> N
 @pytest.mark.parametrize("command", ["ip -br addr", "ip -s link", "find /var/log -name x", "file -b /etc/hostname"])
 def test_single_dash_words_are_not_clusters(default: PolicySet, command: str) -> None:
     assert default.decide("local", command).decision == "allow"
+
+
+@pytest.mark.parametrize(
+    "command", ["set -k", "set -ek", "set -o keyword", "systemctl -M box status", "systemctl --machine=box status x"]
+)
+def test_keyword_mode_and_machine_ask(default: PolicySet, command: str) -> None:
+    assert default.decide("local", command).decision == "ask"
+
+
+@pytest.mark.parametrize("command", ["set -e", "set +k", "set -o pipefail", "systemctl status sglang"])
+def test_plain_set_and_local_systemctl_stay_allowed(default: PolicySet, command: str) -> None:
+    assert default.decide("local", command).decision == "allow"
