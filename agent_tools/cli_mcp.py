@@ -82,6 +82,7 @@ def mcp(
         http_url,
         is_loopback,
         load_or_create_token,
+        transport_security,
     )
     from .adapters.mcp_server import build_mcp_server, serve_http, serve_stdio
     from .jobs.journal import default_state_dir
@@ -105,6 +106,11 @@ def mcp(
             if len(token) < 16:
                 raise typer.BadParameter(f"${TOKEN_ENV} must be at least 16 characters", param_hint=TOKEN_ENV)
             where = f"${TOKEN_ENV}" if env_token and token_file is None else str(path)
+        try:  # refused before anything is built or printed (no "MCP server on ..." line for a server that never runs)
+            transport_security(host, port, tuple(allow_host or ()))
+        except InsecureListen as exc:
+            _err.print(Text.assemble(("error:", "red"), " ", plain(exc)), highlight=False)
+            raise typer.Exit(2) from exc
     # clients start the server without a shell: expand ~ here (ssh_config(5) paths, the state directory)
     toolkit = _build([p.expanduser() for p in policy] if policy else None,
                      [os.path.expanduser(p) for p in ssh_config] if ssh_config else None,

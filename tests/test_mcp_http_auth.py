@@ -114,6 +114,7 @@ def test_refuses_to_listen_beyond_loopback_without_a_token(tmp_path: Path) -> No
     # with a token, a wildcard address needs the names clients use (the Host check has nothing to check against)
     res = run_cli(tmp_path, "--host", "0.0.0.0", "--port", "1")
     assert res.returncode == 2 and "--allow-host" in res.stderr, res.stderr
+    assert "MCP server on" not in res.stderr, res.stderr  # refused before the server line is printed
 
 
 def test_a_token_file_readable_by_others_is_refused(tmp_path: Path) -> None:
