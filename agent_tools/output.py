@@ -6,8 +6,9 @@ byte count and a visible truncation marker.
 What cleaning does (:func:`clean_text`), deliberately:
 
 * **Colours and progress redraws are cleaned away**, because they carry nothing a reader needs: SGR sequences
-  (``ESC [ ... m``) are removed, and a line redrawn with ``\r`` collapses to its last state *when it is a progress
-  redraw*: every part of the line reads the same once digits, spaces, bar and spinner characters
+  (``ESC [ ... m``) are removed (the view's ``note`` then says so), and a line redrawn with ``\r`` collapses to
+  its last state *when it is a progress redraw*: every part of the line reads the same once digits, spaces, bar
+  and spinner characters
   (``#=>-.|/\*█░▒▓▏▎▍▌▋▊▉%``) are set aside, such as ``[##   ]  10%`` then ``[#### ]  40%``. An erase-line
   (``ESC [ K``, ``ESC [ 2K``) right after the ``\r`` of such a redraw goes with it. ``\r\n`` is a line end.
 * **Nothing else vanishes without trace.** Every other control sequence and character is shown as a visible
@@ -60,6 +61,7 @@ class OutputView(BaseModel):
     omitted_bytes: int = Field(default=0, description="raw bytes left out of `text` (0 = complete)")
     offset: int = Field(default=0, description="stream offset (bytes) where `text` begins (new output of a "
                                                "job_status call starts after what was shown before)")
+    note: str = Field(default="", description="what cleaning left out of `text` that the bytes held")
 
     @property
     def truncated(self) -> bool:
@@ -157,6 +159,19 @@ def make_view(head: bytes, tail: bytes, total_bytes: int, *, stream: str = "stdo
         ``tail`` were asked for with :func:`view_request`: the bytes past each cut are then context only. None:
         ``head`` and ``tail`` are the view.
     """
+    view = _make_view(head, tail, total_bytes, stream=stream, start=start, budget=budget)
+    if _SGR_BYTES_RE.search(head) or _SGR_BYTES_RE.search(tail):
+        view.note = COLOURS_REMOVED
+    return view
+
+
+#: :attr:`OutputView.note` when the bytes held SGR colour sequences, which cleaning removes
+COLOURS_REMOVED = "colour codes (ANSI SGR escape sequences) were removed"
+_SGR_BYTES_RE = re.compile(rb"\x1b\[[0-9;:]*m")
+
+
+def _make_view(head: bytes, tail: bytes, total_bytes: int, *, stream: str, start: int,
+               budget: int | None) -> OutputView:
     if budget is not None:
         keep_head, keep_tail = split_budget(budget)
         if not tail:  # the host sent the whole stream

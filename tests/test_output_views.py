@@ -85,3 +85,12 @@ async def test_control_sequences_are_shown_not_dropped(tk: Toolkit) -> None:
     assert "Ered F" in text  # colours are cleaned away
     assert "[##########] 100%" in text and "50%" not in text  # a progress bar shows its last state
     assert not any(ch in text for ch in "\x1b\x07\x7f\x08\x9b\u202e\r")  # no raw control character at all
+
+
+def test_a_view_says_colour_codes_were_removed() -> None:
+    """qa13: SGR sequences are dropped from ``text``; the view's ``note`` says so, and says nothing otherwise."""
+    from agent_tools.output import COLOURS_REMOVED, make_view
+
+    coloured = make_view(b"\x1b[31mred\x1b[0m ok\n", b"", 16)
+    assert coloured.text == "red ok\n" and coloured.note == COLOURS_REMOVED
+    assert make_view(b"plain\n", b"", 6).note == ""
