@@ -515,3 +515,21 @@ async def test_transcript_host_kills_at_the_launch_deadline(tmp_path: Path) -> N
     assert (st.state, st.by, st.hard_deadline_s) == ("killed", "deadline", 0.2), st
     ok = await runner.run(host, "echo ok", budget_s=30, hard_deadline_s=5)
     assert ok.outcome == "finished" and ok.exit_status == 0, ok
+
+
+CC_BG_LATER = SAMPLES / "claude_code_2_0_background_ends_after_another_call.jsonl"
+
+
+def test_a_background_job_whose_end_shows_after_other_calls_is_followed_to_that_end(tmp_path: Path) -> None:
+    res = import_calls(parse_claude_code(CC_BG_LATER), runtime="claude-code", source=CC_BG_LATER, out_dir=tmp_path,
+                       name="b")
+    steps = [(p["tool"], p.get("call", p.get("follow"))) for p in res.plan]
+    assert steps == [("run_command", 1), ("job_status", 1), ("run_command", 2), ("job_status", 1), ("run_command", 3)]
+    again = res.plan[3]
+    assert again["at_s"] == 40.5 and again["until_s"] == 43.0  # the BashOutput's time; before call 3's
+    assert (res.results[1]["state"], res.results[3]["state"], res.results[3]["exit_status"]) == (
+        "running", "exited", 2)
+    assert res.plan[4]["at_s"] == 43.0  # call 3 keeps its own time
+    source = res.test_path.read_text()
+    assert 'assert steps[3]["state"] == \'exited\'' in source and 'assert steps[3]["exit_status"] == 2' in source
+    _run_generated(res.test_path, tmp_path / "run")

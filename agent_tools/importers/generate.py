@@ -40,12 +40,14 @@ def make_plan(timeline: Timeline, *, budget_s: float = DEFAULT_BUDGET_S, host: s
     longer than ``budget_s`` (agent_tools detaches it) is followed with ``job_status`` to its end, so its exit
     status is checked; a call the user stopped is followed until then and cancelled with ``job_cancel`` at the
     time the transcript shows it stopped; a call the old tool left running (timeout, background) is followed
-    until it settles or the agent's next call is due.
+    until it settles or the agent's next call is due, and, when the transcript shows its end only after other
+    calls, followed again at that time (``at_s``), so its end is checked too.
     """
     superseded = {i for t in timeline.timed_out.values() for i in t.superseded if t.end_s is not None
                   and timeline.start_s[i] <= t.end_s}
     kept = [c for c in timeline.calls if c.index not in superseded]
     plan: list[dict[str, Any]] = []
+    later: list[dict[str, Any]] = []  # follow-ups due after other calls (see _merge_later)
     for k, c in enumerate(kept):
         start = timeline.start_s[c.index]
         step: dict[str, Any] = {"tool": "run_command", "call": c.index, "at_s": round(start, 3),
@@ -81,6 +83,25 @@ def make_plan(timeline: Timeline, *, budget_s: float = DEFAULT_BUDGET_S, host: s
         plan.append({"tool": "job_status", "follow": c.index, "wait_s": 60.0, "until_s": round(until, 3),
                      "was": (f"replaces checks {', '.join(map(str, info.superseded))}: {info.evidence}"
                              if info.superseded else info.evidence)})
+        if info.end_s is not None and until < info.end_s:
+            # its end shows only after other calls: follow it again then, so that end (state, exit status) is
+            # checked too, not only that it was still running when the next call came
+            later.append({"tool": "job_status", "follow": c.index, "at_s": round(info.end_s, 3), "wait_s": 60.0,
+                          "until_s": round(info.end_s + 120.0, 3), "was": info.evidence})
+    return _merge_later(plan, later, timeline)
+
+
+def _merge_later(plan: list[dict[str, Any]], later: list[dict[str, Any]], timeline: Timeline) -> list[dict[str, Any]]:
+    """``plan`` with each of the ``later`` follow-ups placed before the first call that starts after it (its
+    ``until_s`` cut to that call's time, so every call keeps its own time offset)."""
+    for step in sorted(later, key=lambda s: float(s["at_s"])):
+        at = float(step["at_s"])
+        pos = next((i for i, p in enumerate(plan) if p["tool"] == "run_command" and float(p["at_s"]) > at), None)
+        if pos is None:
+            plan.append(step)
+            continue
+        step["until_s"] = round(min(float(step["until_s"]), float(plan[pos]["at_s"])), 3)
+        plan.insert(pos, step)
     return plan
 
 

@@ -5,7 +5,8 @@ A plan is a list of JSON-ready steps, in transcript order, each at its original 
 * ``{"tool": "run_command", "call": N, "at_s": S, "arguments": {...}, "probes"?: [...], "deadline_s"?: D}`` —
   transcript call N through ``run_command`` (default 15 s budget). ``probes``, when inferred, judge the job's
   readiness (as ``restart_service`` does).
-* ``{"tool": "job_status", "follow": N, "wait_s": W, "until_s": U}`` — follow call N's job with
+* ``{"tool": "job_status", "follow": N, "at_s"?: S, "wait_s": W, "until_s": U}`` — (from offset S, when given:
+  a follow-up the transcript shows after other calls) follow call N's job with
   ``job_status(wait_s=W)`` (each wait cut to what is left before ``U``) until it settles (readiness
   ``ready``/``failed``/``deadline_exceeded``, or a final state without probes) or the loop clock passes ``U``
   seconds from the start (an import sets ``U`` no later than the next call's time, so every later call keeps
