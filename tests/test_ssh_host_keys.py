@@ -1,9 +1,8 @@
-"""Host keys as ssh(1) checks them, on a real OpenSSH sshd that presents a host certificate.
-
-Ground truth is the real ``ssh`` with the same config: a host whose key is signed by a CA trusted with
-``@cert-authority`` in known_hosts is accepted (no key of its own recorded); a CA that did not sign it is
-refused; an unknown key and a changed key are refused with a ``host_key`` error that says which of the two it
-is, for which host, and in which known_hosts file it looked.
+"""Host keys as ssh(1) checks them, on a real OpenSSH sshd that presents a host certificate. Ground truth is the real
+``ssh`` with the same config: a host whose key is signed by a CA trusted with ``@cert-authority`` in known_hosts is
+accepted (no key of its own recorded); a CA that did not sign it is refused as an unknown key of that type (ssh: "No
+ED25519 host key is known"), not as a changed one; an unknown key and a changed key are refused with a ``host_key``
+error that says which of the two it is, for which host, and in which known_hosts file it looked.
 """
 
 from __future__ import annotations
@@ -95,9 +94,19 @@ async def test_a_host_certificate_from_another_ca_is_refused(cert_sshd: RealSshd
     kind, b64 = (tmp_path / "other_ca.pub").read_text().split()[:2]
     cfg = _config(cert_sshd, tmp_path, f"@cert-authority [127.0.0.1]:{cert_sshd.port} {kind} {b64}\n")
     truth = _ssh(cfg)
-    assert truth.returncode == 255 and "Host key verification failed" in truth.stderr, truth.stderr
+    assert truth.returncode == 255 and "No ED25519 host key is known" in truth.stderr, truth.stderr
     out = await runner.run(_host(cfg), "true", budget_s=10)
     assert out.outcome == "error" and (out.kind, out.retryable) == ("host_key", False), out  # type: ignore[union-attr]
+    msg = out.message  # type: ignore[union-attr]
+    # as ssh: no key of that type is known (the CA did not sign it), not a changed key (a MITM warning)
+    assert "no ssh-ed25519 host key is known" in msg and "CA did not sign" in msg, msg
+    assert "changed" not in msg and "another machine" not in msg, msg
+    # accept-new: ssh falls back to the plain key and adds it; asyncssh would not use such a key next to the CA
+    # entry, so agent_tools adds none and still refuses, saying why (stricter than ssh)
+    host = SshHost(SshSettings("certhost", config_paths=[str(cfg)], warm_sessions=0, known_hosts_mode="accept-new"))
+    out = await runner.run(host, "true", budget_s=10)
+    assert out.outcome == "error" and "accept-new adds no key" in out.message, out  # type: ignore[union-attr]
+    assert (tmp_path / "known_hosts").read_text().count("\n") == 1
 
 
 async def test_an_unknown_key_is_refused_saying_so(cert_sshd: RealSshd, tmp_path: Path, runner: JobRunner) -> None:
@@ -107,7 +116,7 @@ async def test_an_unknown_key_is_refused_saying_so(cert_sshd: RealSshd, tmp_path
     out = await runner.run(_host(cfg), "true", budget_s=10)
     assert out.outcome == "error" and (out.kind, out.retryable) == ("host_key", False), out  # type: ignore[union-attr]
     msg = out.message  # type: ignore[union-attr]
-    assert "no host key is known" in msg and f"[127.0.0.1]:{cert_sshd.port}" in msg, msg
+    assert "no ssh-ed25519 host key is known" in msg and f"[127.0.0.1]:{cert_sshd.port}" in msg, msg
     assert str(tmp_path / "known_hosts") in msg and "SHA256:" in msg, msg  # where it looked, what it was offered
     assert (tmp_path / "known_hosts").read_text() == ""
 

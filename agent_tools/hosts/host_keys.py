@@ -68,12 +68,25 @@ def known_hosts_files(settings_file: str | None, config: Any, hostname: str, por
                            name=alias if isinstance(alias, str) and alias else hostname, port=port)
 
 
-def lookup(files: KnownHostsFiles) -> tuple[KeyState, list[str]]:
-    """Why a key the files did not verify was refused: ``unknown`` (no entry names the host), ``changed``
-    (entries name it, with other keys or CAs) or ``revoked`` (``@revoked``), and the files holding entries for
-    it. Blocking (reads files); an unreadable or malformed file counts as holding none."""
+def _base_algorithm(key: asyncssh.SSHKey | None) -> str | None:
+    """The key type of ``key`` (a certificate's own key type, e.g. ``ssh-ed25519``), or None."""
+    if key is None:
+        return None
+    alg = key.get_algorithm()
+    return alg.replace("-cert-v01@openssh.com", "") if isinstance(alg, str) else None
+
+
+def lookup(files: KnownHostsFiles, offered: asyncssh.SSHKey | None = None) -> tuple[KeyState, list[str]]:
+    """Why a key the files did not verify was refused, as ssh(1) tells it (sshconnect.c check_host_key):
+    ``revoked`` (``@revoked``); ``changed`` when the files hold another key *of the type the host offered*
+    (``offered``: the key, or the certificate whose key type counts; None: any key type); else ``unknown`` —
+    no key of that type is known, though keys of other types or ``@cert-authority`` entries may name the host
+    (a certificate signed by a CA that is not trusted there falls back to its plain key, which is unknown:
+    "No ED25519 host key is known"). Also the files holding entries for the host. Blocking (reads files); an
+    unreadable or malformed file counts as holding none."""
     holding: list[str] = []
-    revoked = False
+    revoked = changed = False
+    want = _base_algorithm(offered)
     for path in files.all:
         try:
             text = Path(path).read_text(encoding="utf-8", errors="replace")
@@ -83,7 +96,8 @@ def lookup(files: KnownHostsFiles) -> tuple[KeyState, list[str]]:
         if keys or cas or bad:
             holding.append(path)
         revoked = revoked or bool(bad)
-    return ("revoked" if revoked else "changed" if holding else "unknown"), holding
+        changed = changed or any(want is None or _base_algorithm(k) == want for k in keys)
+    return ("revoked" if revoked else "changed" if changed else "unknown"), holding
 
 
 def remember(files: KnownHostsFiles, key: asyncssh.SSHKey) -> str:
@@ -109,12 +123,17 @@ def describe_refusal(alias: str, files: KnownHostsFiles, state: KeyState, holdin
     where = ", ".join(files.all) or "(no known_hosts file)"
     if state == "unknown":
         first = files.user[0] if files.user else "~/.ssh/known_hosts"
-        return (f"{alias}: no host key is known for {files.pattern} in {where}, and host keys are checked "
+        kind = _base_algorithm(offered)
+        what = f"no {kind} host key" if kind else "no host key"
+        other = (f" ({', '.join(holding)} name(s) it only with keys of other types or @cert-authority entries "
+                 "whose CA did not sign the host's key: not trusted; accept-new adds no key next to them)"
+                 ) if holding else ""
+        return (f"{alias}: {what} is known for {files.pattern} in {where}{other}, and host keys are checked "
                 f"strictly ({reason}); the host offered{fp}. Check that fingerprint with the host's owner, then "
                 f"add the key to {first} (ssh-keyscan -p {files.port} {files.name}), or let it be added on first use "
                 "(StrictHostKeyChecking accept-new in the SSH config, or known_hosts: accept-new in a policy)")
     if state == "revoked":
         return f"{alias}: the host key of {files.pattern} is revoked in {', '.join(holding)} ({reason}): refused"
-    return (f"{alias}: the host key of {files.pattern} changed: {', '.join(holding)} hold(s) another key or CA for "
-            f"it and the host now offers{fp} ({reason}). Refused: it may be another machine or someone in "
+    return (f"{alias}: the host key of {files.pattern} changed: {', '.join(holding)} hold(s) another key of that "
+            f"type for it and the host now offers{fp} ({reason}). Refused: it may be another machine or someone in "
             f"between; if the host was reinstalled, remove the old entry (ssh-keygen -R '{files.pattern}')")

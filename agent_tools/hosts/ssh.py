@@ -784,7 +784,6 @@ class SshHost:
         s = self.settings
         port = int(s.port or resolved.port or 22)
         files = host_keys.known_hosts_files(s.known_hosts, resolved.config, resolved.hostname, port)
-        state, holding = await anyio.to_thread.run_sync(host_keys.lookup, files)
         offered: asyncssh.SSHKey | None = None
         with contextlib.suppress(asyncssh.Error, OSError, HostError):
             tunnel = await self._hops(resolved.jumps, timing, depth=0)
@@ -793,7 +792,11 @@ class SshHost:
             finally:
                 if tunnel is not None:
                     tunnel.close()
-        if s.key_mode(resolved.config) == "accept-new" and state == "unknown" and offered is not None:
+        state, holding = await anyio.to_thread.run_sync(host_keys.lookup, files, offered)
+        # accept-new adds a key only for a host no entry names: asyncssh checks a certificate against the
+        # @cert-authority entries without falling back to a plain key as ssh does, so one added next to them
+        # would not be used
+        if s.key_mode(resolved.config) == "accept-new" and state == "unknown" and not holding and offered is not None:
             path = await anyio.to_thread.run_sync(host_keys.remember, files, offered)
             log.warning("ssh.host_key_accepted_new", host=self.name, known_hosts=path,
                         fingerprint=offered.get_fingerprint("sha256"))
