@@ -487,6 +487,7 @@ def test_codex_exec_json_event_streams() -> None:
     assert not rm.ran and (rm.skip_reason or "").startswith("refused: the command was declined")
     # no timeout note and no duration in the stream: 124 is the command's own (timeout 5 ...), not made a timeout
     assert (tmo.ran, tmo.timed_out, tmo.exit_status) == (True, False, 124)
+    assert tmo.maybe_timed_out and not active.maybe_timed_out  # which of the two, the stream does not say
     assert not ls.ran and "exit_code null" in (ls.skip_reason or "")
     assert not follow.ran and (follow.skip_reason or "").startswith("no result in the transcript")
     assert all(c.started_at is None and c.duration_s is None for c in calls)  # the stream has no times
@@ -532,4 +533,14 @@ def test_a_background_job_whose_end_shows_after_other_calls_is_followed_to_that_
     assert res.plan[4]["at_s"] == 43.0  # call 3 keeps its own time
     source = res.test_path.read_text()
     assert 'assert steps[3]["state"] == \'exited\'' in source and 'assert steps[3]["exit_status"] == 2' in source
+    _run_generated(res.test_path, tmp_path / "run")
+
+
+def test_codex_exec_json_calls_say_their_duration_and_an_exit_124_are_unknown(tmp_path: Path) -> None:
+    res = import_calls(parse_codex(CODEX_EXEC_JSON), runtime="codex", source=CODEX_EXEC_JSON, out_dir=tmp_path,
+                       name="x")
+    was = {p["arguments"]["command"]: p["was"] for p in res.plan if p["tool"] == "run_command"}
+    assert was["systemctl is-active app.service"] == "exit 3, duration unknown (the transcript gives no times)"
+    assert was["timeout 5 make test"].startswith("exit 124 (the old tool's timeout or the command's own")
+    assert not any(re.search(r"after \d", w) for w in was.values()), was  # no made-up durations
     _run_generated(res.test_path, tmp_path / "run")

@@ -29,7 +29,8 @@ Calls are ``response_item`` payloads:
 whose ``item`` is ``{id, type: "command_execution", command: str, aggregated_output, exit_code: int | null,
 status: "in_progress" | "completed" | "failed" | "declined"}``. The stream has no timestamps and no timeouts:
 a call's duration is unknown, a ``declined`` one never ran, one that only started has no result, and exit
-status 124 stays the command's status (the tool's timeout note is not in ``aggregated_output``). Such a file
+status 124 is imported as the status it shows, marked as possibly the old tool's timeout
+(:attr:`~.model.ShellCall.maybe_timed_out`: the note is not in ``aggregated_output`` and no time tells). Such a file
 is read by :func:`parse_codex` too.
 
 An argv ``["bash", "-lc", CMD]`` (any ``sh``/``bash``/``zsh`` with ``-c``/``-lc``) is the command line CMD.
@@ -283,6 +284,9 @@ class _Rollout:
                       "event gives one)")
         else:
             call.exit_status = code
+            # exec --json: no times, no note: 124 may be the tool's timeout or the command's own
+            call.maybe_timed_out = code == TIMEOUT_EXIT and duration is None and self.kinds.get(
+                call.call_id) == "exec_json"
         call.output = text
 
     def _poll(self, call: ShellCall, output: Any, ts: float | None) -> None:

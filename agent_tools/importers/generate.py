@@ -56,7 +56,7 @@ def make_plan(timeline: Timeline, *, budget_s: float = DEFAULT_BUDGET_S, host: s
         info = timeline.timed_out.get(c.index)
         if info is None:
             duration = timeline.duration_s[c.index]
-            step["was"] = f"{c.exit_text()} after {duration:.1f} s"
+            step["was"] = c.exit_text() + c.after()
             plan.append(step)
             if duration > budget_s:  # detached by agent_tools: follow it to its end, where its exit status shows
                 until = start + duration + 120.0

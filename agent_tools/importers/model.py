@@ -24,6 +24,9 @@ class ShellCall:
     :param nonzero: the command ended with a non-zero exit status the transcript does not give (Claude Code
         1.0.x reported a failure as an error result with the raw output and no number); :attr:`exit_status` is
         then None.
+    :param maybe_timed_out: the exit status is 124 and the transcript cannot tell whether the old tool's timeout
+        or the command itself (``timeout(1)``) ended it (``codex exec --json`` carries neither times nor the
+        tool's timeout note); :attr:`exit_status` is 124.
     :param started_at: unix seconds when the call was made (the ``tool_use`` line / part start), or None.
     :param ended_at: unix seconds when the result came back, or None.
     :param timeout_s: the tool's timeout for this call in seconds, when the transcript says.
@@ -49,6 +52,7 @@ class ShellCall:
     output: str = ""
     exit_status: int | None = None
     nonzero: bool = False
+    maybe_timed_out: bool = False
     started_at: float | None = None
     ended_at: float | None = None
     timeout_s: float | None = None
@@ -90,10 +94,20 @@ class ShellCall:
         return self.exit_text()
 
     def exit_text(self) -> str:
-        """``exit N``, or ``exit non-zero (the transcript does not say which)`` for :attr:`nonzero`."""
+        """``exit N``, or ``exit non-zero (the transcript does not say which)`` for :attr:`nonzero`, with a note
+        for :attr:`maybe_timed_out`."""
         if self.exit_status is None and self.nonzero:
             return "exit non-zero (the transcript does not say which)"
+        if self.maybe_timed_out:
+            return (f"exit {self.exit_status} (the old tool's timeout or the command's own: the transcript does "
+                    "not say)")
         return f"exit {self.exit_status}"
+
+    def after(self) -> str:
+        """A suffix for :meth:`exit_text`: `` after 1.5 s``, or ``, duration unknown ...`` when the transcript
+        gives no times for the call."""
+        d = self.duration_s
+        return f" after {d:.1f} s" if d is not None else ", duration unknown (the transcript gives no times)"
 
 
 def parse_iso(value: object) -> float | None:
