@@ -544,3 +544,23 @@ def test_codex_exec_json_calls_say_their_duration_and_an_exit_124_are_unknown(tm
     assert was["timeout 5 make test"].startswith("exit 124 (the old tool's timeout or the command's own")
     assert not any(re.search(r"after \d", w) for w in was.values()), was  # no made-up durations
     _run_generated(res.test_path, tmp_path / "run")
+
+
+@pytest.mark.parametrize("version", ["1.0.40", "2.0.37"])
+@pytest.mark.parametrize("text", [
+    "PreToolUse:Bash [~/.claude/hooks/guard.sh] failed with status code 2: Blocked: force push",
+    "PreToolUse:Bash hook error: [~/.claude/hooks/guard.sh]: no force pushes",
+    "Hook PreToolUse:Bash blocked this command: no force pushes",
+    "Blocked by hook: no force pushes"])
+def test_claude_code_hook_blocks_are_refusals_not_commands_that_ran(version: str, text: str, tmp_path: Path) -> None:
+    import json
+
+    use = {"type": "assistant", "version": version, "timestamp": "2025-11-03T16:05:00.000Z", "message": {
+        "content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "git push -f"}}]}}
+    res = {"type": "user", "version": version, "timestamp": "2025-11-03T16:05:01.000Z", "message": {"content": [
+        {"type": "tool_result", "tool_use_id": "t1", "content": text, "is_error": True}]},
+           "toolUseResult": f"Error: {text}"}
+    path = tmp_path / "s.jsonl"
+    path.write_text(json.dumps(use) + "\n" + json.dumps(res) + "\n")
+    (call,) = parse_claude_code(path)
+    assert not call.ran and not call.nonzero and (call.skip_reason or "").startswith("blocked by a hook"), call

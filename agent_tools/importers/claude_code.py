@@ -100,7 +100,11 @@ REFUSAL_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
                                                          r"haven't granted it", re.I)),
     ("needed approval", re.compile(r"^This \w+ command contains multiple operations\. The following parts require "
                                    r"approval|^Classifier '.*' requires approval", re.I)),
-    ("blocked by a hook", re.compile(r"^PreToolUse:\w+ hook (?:error|returned blocking error)", re.I)),
+    # a PreToolUse hook runs before the tool: its text in place of the tool's result means the tool did not run
+    # (any wording: "PreToolUse:Bash hook error: ...", "PreToolUse:Bash [cmd] ...: Blocked: ...", "Hook
+    # PreToolUse:Bash blocked ...", "Blocked by hook"; a hook that lets the call go gives the command's result)
+    ("blocked by a hook", re.compile(r"^(?:Hook )?PreToolUse:\w+\b|^(?:Operation )?blocked by (?:a |the )?"
+                                     r"(?:PreToolUse )?hook\b", re.I)),
     ("blocked (directory outside the project)", re.compile(r"^cd to '.*' was blocked", re.I)),
 )
 
