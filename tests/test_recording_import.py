@@ -564,3 +564,20 @@ def test_claude_code_hook_blocks_are_refusals_not_commands_that_ran(version: str
     path.write_text(json.dumps(use) + "\n" + json.dumps(res) + "\n")
     (call,) = parse_claude_code(path)
     assert not call.ran and not call.nonzero and (call.skip_reason or "").startswith("blocked by a hook"), call
+
+
+def test_opencode_storage_parts_are_read_in_time_order_not_file_name_order(tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    storage = tmp_path / "storage"
+    shutil.copytree(OC_STORAGE / "storage", storage)
+    part_dir = storage / "part" / "msg_01c"
+    for old, new in (("prt_01c1", "prt_01c9"), ("prt_01c2", "prt_01c10")):  # "prt_01c10" sorts before "prt_01c9"
+        data = json.loads((part_dir / f"{old}.json").read_text())
+        data["id"] = new
+        (part_dir / f"{new}.json").write_text(json.dumps(data))
+        (part_dir / f"{old}.json").unlink()
+    calls = parse_opencode(storage, session=OC_STORAGE_SESSION)
+    assert [c.command for c in calls][2:] == ["npm run serve", "echo done"]  # by time.start, as export and DB
+    assert [c.index for c in calls] == [1, 2, 3, 4]

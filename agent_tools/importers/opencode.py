@@ -8,7 +8,8 @@ Where a session is (see /work/shared/TRANSCRIPTS.md; checked against opencode's 
   ``message`` (``id``, ``session_id``, ``time_created``, ``data``) and ``part`` (``id``, ``message_id``,
   ``session_id``, ``time_created``, ``data``), each ``data`` the object's JSON without its ids;
 * older releases keep JSON files under ``.../opencode/storage/``: ``session/<projectID>/<sessionID>.json``,
-  ``message/<sessionID>/<messageID>.json`` and ``part/<messageID>/<partID>.json`` (ids sort in creation order).
+  ``message/<sessionID>/<messageID>.json`` and ``part/<messageID>/<partID>.json`` (read in ``time.created`` /
+  ``time.start`` order, not by file name).
 
 A tool part is ``{type: "tool", tool: "bash", callID, state}``; ``state.status`` is ``completed`` (``input
 {command, timeout? ms}``, ``output``, ``metadata {exit, output, truncated?, outputPath?}``, ``time {start, end}``
@@ -248,13 +249,26 @@ def _storage_sessions(storage: Path) -> list[OpencodeSession]:
     return out
 
 
+def _by_start(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``parts`` (in file-name order) ordered by their ``time.start`` (a tool part's ``state.time.start``), as the
+    export and the database give them; a part without one keeps its place after the part before it."""
+    keyed: list[tuple[float, int, dict[str, Any]]] = []
+    last = float("-inf")
+    for i, part in enumerate(parts):
+        start = _dict(_dict(part.get("state")).get("time")).get("start", _dict(part.get("time")).get("start"))
+        if isinstance(start, int | float) and not isinstance(start, bool):
+            last = float(start)
+        keyed.append((last, i, part))
+    return [p for _t, _i, p in sorted(keyed, key=lambda k: (k[0], k[1]))]
+
+
 def _from_storage(storage: Path, session: str | None) -> list[dict[str, Any]]:
     sid = _choose(_storage_sessions(storage), session, storage)
     found: list[tuple[float, str, dict[str, Any]]] = []
     for mf in sorted((storage / "message" / sid).glob("*.json")):
         info = _read_json(mf)
         mid = str(info.get("id", mf.stem))
-        parts = [_read_json(pf) for pf in sorted((storage / "part" / mid).glob("*.json"))]
+        parts = _by_start([_read_json(pf) for pf in sorted((storage / "part" / mid).glob("*.json"))])
         created = _dict(info.get("time")).get("created")
         found.append((float(created) if isinstance(created, int | float) else 0.0, mid, {"info": info, "parts": parts}))
     return [m for _t, _id, m in sorted(found, key=lambda f: (f[0], f[1]))]
