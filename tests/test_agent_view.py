@@ -135,6 +135,18 @@ async def test_a_misspelt_alias_is_unknown_host_naming_the_closest_aliases(tmp_p
         assert mem["kind"] == "unknown_host" and "gpu-node-1" in mem["message"]
 
 
+
+async def test_an_alias_in_the_config_whose_hostname_does_not_resolve_is_told_once(tmp_path: Path) -> None:
+    config = tmp_path / "config"  # ssh -G: hostname short (no canonical name resolves; it falls back to the name)
+    config.write_text("Host short\n  HostName short.invalid\n  CanonicalizeHostname yes\n  CanonicalDomains "
+                      "localdomain\n  CanonicalizeFallbackLocal yes\nMatch canonical host short.localdomain\n"
+                      "  HostName 127.0.0.1\n")
+    tk = Toolkit(HostRegistry(ssh_config=[str(config)]), journal=Journal(tmp_path / "j.sqlite3"))
+    async with tk, model_for(tk) as model:
+        text, err = await model.read("run_command", {"host": "short", "command": "uptime"})
+        assert err["kind"] == "unknown_host", text
+        assert err["message"].count("it is in the SSH config: check its HostName") == 1, err["message"]
+
 # ---------------------------------------------------------------------------------------------- 3: http_get
 async def test_http_get_refused_and_timeout_are_retryable_with_the_units_state(tmp_path: Path) -> None:
     async with node_model(tmp_path, load_s=3) as (node, model):

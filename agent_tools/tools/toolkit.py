@@ -232,9 +232,12 @@ class Toolkit:
         return f"; {alias!r} is in no SSH config or policy file{said} (list_hosts lists the known hosts)"
 
     def _explained(self, out: _M) -> _M:
-        if isinstance(out, ErrorOutcome) and out.kind == "unknown_host" and out.host and "list_hosts" not in \
-                out.message:
-            return out.model_copy(update={"message": out.message + self.unknown_host_hint(out.host)})
+        if isinstance(out, ErrorOutcome) and out.kind == "unknown_host" and out.host:
+            hint = self.unknown_host_hint(out.host)
+            # a result passes here once per layer (the tool's wrapper, dispatch): the hint is added once
+            if "list_hosts" not in out.message and hint not in out.message:
+                return out.model_copy(update={"message": out.message + hint})
+            return out
         if isinstance(out, Detached) and "restart_service" not in out.next:
             unit = _restarted_unit(out.command)
             if unit is not None:
