@@ -145,7 +145,8 @@ class UnknownHost(HostError):
 
 class SshConfigError(HostError):
     """The OpenSSH client config cannot be used for this host: a config file or a file it names (a key, a
-    certificate, a known_hosts file) cannot be read, or a line is malformed. Nothing was sent to the host; fix
+    certificate, a known_hosts file) cannot be read, a line is malformed, or an option allows nothing the host
+    offers (``HostKeyAlgorithms``: "no matching host key type"). Nothing was sent to the host; fix
     the file or the config (the message names it) — retrying the same call does not help."""
 
     kind: ErrorKind = "ssh_config"

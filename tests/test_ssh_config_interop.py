@@ -335,3 +335,20 @@ async def test_user_known_hosts_file_tokens_and_variables_as_ssh(real_sshd: Real
         assert (await run_on(host, "echo ok")).stdout == b"ok\n"
     finally:
         await host.aclose()
+
+
+# ---------------------------------------------------------------------------------------------- HostKeyAlgorithms
+async def test_host_key_algorithms_the_host_does_not_offer_is_no_matching_host_key_type(
+        real_sshd: RealSshd, tmp_path: Path, runner: JobRunner) -> None:
+    config = tmp_path / "ssh_config"  # the test sshd has an ed25519 host key only
+    config.write_text(_common(real_sshd) + "Host rsa-only\n    HostName 127.0.0.1\n    HostKeyAlgorithms ssh-rsa\n"
+                      "Host ed-ok\n    HostName 127.0.0.1\n    HostKeyAlgorithms ssh-ed25519,ssh-rsa\n")
+    truth = _ssh(config, "rsa-only", "true")
+    assert truth.returncode == 255 and "no matching host key type found" in truth.stderr, truth.stderr
+    out = await runner.run(_host(config, "rsa-only"), "true", budget_s=10)
+    assert out.outcome == "error" and out.kind == "ssh_config", out  # type: ignore[union-attr]
+    msg = out.message  # type: ignore[union-attr]
+    assert "no matching host key type found" in msg and "ssh-ed25519" in msg and "reset" not in msg, msg
+    assert _ssh(config, "ed-ok", "true").returncode == 0
+    ok = await runner.run(_host(config, "ed-ok"), "true", budget_s=10)
+    assert ok.outcome == "finished", ok

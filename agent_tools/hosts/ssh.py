@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import fnmatch
 import functools
 import os
 import socket
@@ -693,6 +694,9 @@ class SshHost:
                 except asyncssh.HostKeyNotVerifiable as exc:
                     await self._refused_key(resolved, timing, exc)  # raises unless accept-new added the key
                     return await self._open(target, resolved, timing, info)
+                except (asyncssh.ConnectionLost, ConnectionResetError, BrokenPipeError):
+                    await self._host_key_types_mismatch(resolved, timing)  # raises when that was the cause
+                    raise
         except TimeoutError as exc:
             raise HostUnreachable(self.name, f"{self.name}: no SSH connection within "
                                              f"{timing.connect_timeout_s:g} s (connect deadline)") from exc
@@ -772,6 +776,41 @@ class SshHost:
                 tunnel.close()
             raise
         return tunnel
+
+    async def _host_key_types_mismatch(self, resolved: ResolvedHost, timing: Timing) -> None:
+        """After the server dropped the handshake: when the config's ``HostKeyAlgorithms`` allows no type of key
+        the host offers, say so as ssh(1) does ("Unable to negotiate ...: no matching host key type found.
+        Their offer: ssh-ed25519"; sshd closes the connection on it, which asyncssh reports as a lost
+        connection). The host's key type is read with a second handshake that allows every type.
+
+        :raises SshConfigError: no matching host key type. Returns when that was not the cause (or it cannot
+            tell).
+        """
+        wanted = resolved.config.get("HostKeyAlgorithms")
+        if isinstance(wanted, list | tuple):
+            wanted = ",".join(str(w) for w in wanted)
+        if not isinstance(wanted, str) or not wanted.strip() or wanted.strip()[0] in "+^":
+            return  # the defaults (every type asyncssh knows) stay allowed
+        port = int(self.settings.port or resolved.port or 22)
+        offered: asyncssh.SSHKey | None = None
+        with contextlib.suppress(asyncssh.Error, OSError, HostError):
+            tunnel = await self._hops(resolved.jumps, timing, depth=0)
+            try:
+                offered = await asyncssh.get_server_host_key(resolved.hostname, port, tunnel=tunnel or ())
+            finally:
+                if tunnel is not None:
+                    tunnel.close()
+        if offered is None:
+            return
+        alg = str(offered.get_algorithm())
+        patterns = [w.strip() for w in wanted.strip().lstrip("-").split(",") if w.strip()]
+        matched = any(fnmatch.fnmatchcase(alg, p) for p in patterns)
+        if matched != wanted.strip().startswith("-"):  # a plain list must name it; a "-" list must not
+            return
+        raise SshConfigError(self.name, f"{self.name}: no matching host key type found: the host offers {alg} and "
+                                        f"the SSH config's HostKeyAlgorithms {wanted.strip()} allows none of its "
+                                        "types (as ssh: 'Unable to negotiate'); add its type there or remove the "
+                                        "option")
 
     async def _refused_key(self, resolved: ResolvedHost, timing: Timing,
                            exc: asyncssh.HostKeyNotVerifiable) -> bool:
