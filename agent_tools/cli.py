@@ -468,6 +468,11 @@ def cancel(
         _emit(d, True)
     else:
         _say(_shown(cli_hint(str(d.get("message") or json.dumps(d)))))
+        # the fields the message refers to ("see unchecked ...", survivors)
+        if d.get("survivors"):
+            _say(("survivors (pids still alive): ", "bold red"), _shown(" ".join(map(str, d["survivors"]))))
+        if d.get("unchecked"):
+            _say(("unchecked: ", "dim"), _shown(d["unchecked"]))
     raise typer.Exit(1 if d.get("outcome") == "error" or d.get("survivors") else 0)
 
 

@@ -107,3 +107,13 @@ def test_a_process_that_exits_a_moment_after_close_is_still_reaped(env: dict[str
     res = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and res.stdout == "closed\n", res
     _clean(res, "LocalHost script")
+
+
+def test_cancel_text_shows_the_unchecked_and_survivors_fields_its_message_refers_to(env: dict[str, str]) -> None:
+    job = json.loads(_cli(env, "run", "--budget", "0.5", "--json", "local", "--", "sleep 30").stdout)
+    res = _cli(env, "cancel", job["job_id"], "--grace", "1")
+    assert res.returncode == 0, res.stderr
+    if "see unchecked" not in res.stdout:
+        pytest.skip("the job ran in a cgroup: the survivor check saw everything (nothing unchecked to show)")
+    text = " ".join(res.stdout.split())
+    assert "unchecked: processes of the job that left both its session and its environment" in text, res.stdout
