@@ -352,3 +352,39 @@ async def test_host_key_algorithms_the_host_does_not_offer_is_no_matching_host_k
     assert _ssh(config, "ed-ok", "true").returncode == 0
     ok = await runner.run(_host(config, "ed-ok"), "true", budget_s=10)
     assert ok.outcome == "finished", ok
+
+
+# ---------------------------------------------------------------------------------------------- config changed
+def test_status_after_the_alias_left_the_launch_config_says_the_config_changed(
+        real_sshd: RealSshd, tmp_path: Path) -> None:
+    import json
+
+    import agent_tools
+
+    inc = tmp_path / "gpu.conf"
+    inc.write_text("Host gpu\n    HostName 127.0.0.1\n")
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(f"Include {inc}\n" + _common(real_sshd))
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(Path(agent_tools.__file__).resolve().parent.parent), "HOME": str(home),
+           "AGENT_TOOLS_STATE_DIR": str(tmp_path / "st"), "AGENT_TOOLS_SSH_CONFIG": ""}
+
+    def cli(*args: str) -> dict[str, object]:
+        res = subprocess.run([sys.executable, "-m", "agent_tools.cli", args[0], "--json", *args[1:]], env=env,
+                             capture_output=True, text=True, timeout=90)
+        return json.loads(res.stdout)  # type: ignore[no-any-return]
+
+    started = cli("run", "-F", str(cfg), "--budget", "0.5", "gpu", "--", "sleep 30")
+    assert started["outcome"] == "detached", started
+    try:
+        cfg.write_text(_common(real_sshd))  # its Include removed: ssh -G now gives hostname gpu
+        assert _ssh_G(cfg, "gpu")["hostname"] == "gpu"
+        status = cli("status", str(started["job_id"]))
+        assert status["outcome"] == "error", status
+        msg = str(status["message"])
+        assert "changed since the launch, when it named gpu" in msg and "no Host line" in msg, msg
+        assert "renamed, or its Include removed" in msg, msg
+    finally:
+        cfg.write_text(f"Include {inc}\n" + _common(real_sshd))
+        assert cli("cancel", str(started["job_id"]), "--grace", "1")["state"] == "killed"

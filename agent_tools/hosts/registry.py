@@ -112,8 +112,17 @@ class HostRegistry:
         if host is not self._hosts.get(alias):
             log.info("host.remembered_config", alias=alias, ssh_config=present)
         if config_changed(remembered):
-            return host, (f"the SSH config the job was started with ({', '.join(started)}) changed since; {alias} "
-                          "is reached as it says now")
+            from .sshconfig import config_hosts
+
+            named = next((h for h in config_hosts(present) if h.alias == alias), None)
+            if named is None:
+                then_now = (f"no Host line of them (or of their Includes) names {alias} now: renamed, or its "
+                            "Include removed?")
+            else:
+                then_now = f"they name {alias} now in {named.path}" + (
+                    f" (HostName {named.hostname})" if named.hostname else "")
+            return host, (f"the SSH config the job was started with ({', '.join(started)}) changed since the launch, "
+                          f"when it named {alias}; {then_now}; {alias} is reached as it says now")
         return host, None
 
     def names(self) -> list[str]:

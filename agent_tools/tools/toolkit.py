@@ -441,10 +441,11 @@ class Toolkit:
         except AgentToolsError as exc:
             return self._explained(_error(exc, host, shown))
 
-    async def _job_host(self, job_id: str) -> tuple[Any, str | None]:
+    async def _job_host(self, job_id: str, notes: list[str]) -> Any:
         """The host a job runs on, reached the way it was at launch (the journal remembers the SSH config files:
         :meth:`HostRegistry.for_job`), and a note when that config changed since (logged). When the launch
-        recorded the machine's host key, the host reached now must have the same key.
+        recorded the machine's host key, the host reached now must have the same key. The note is appended to
+        ``notes`` (before anything is checked, so an error said next can name the likely cause).
 
         :raises JobNotFound: no such job in the journal.
         :raises HostChanged: the alias now reaches another machine (nothing is concluded about the job).
@@ -454,44 +455,47 @@ class Toolkit:
         host, note = self.hosts.for_job(rec.host, remembered)
         if note:
             log.info("job.connection_note", job_id=job_id, host=rec.host, note=note)
+            notes.append(note)
         if rec.state != "not_started":
             await check_same_machine(host, remembered, job_id=job_id)
-        return host, note
+        return host
 
     async def job_status(self, job_id: str, wait_s: float = 0.0) -> JobStatus | ErrorOutcome:
         """State of a job and its new output; long-polls up to ``wait_s`` seconds."""
-        note: str | None = None
+        notes: list[str] = []
         try:
-            host, note = await self._job_host(job_id)
+            host = await self._job_host(job_id, notes)
+            note = notes[0] if notes else None
             status = await self.runner.job_status(host, job_id, wait_s=wait_s)
             if note:
                 status.why = f"{status.why} ({note})" if status.why else note
             return status
         except AgentToolsError as exc:
-            return _noted(_error(exc, None, None), note)
+            return _noted(_error(exc, None, None), notes[0] if notes else None)
 
     async def job_output(self, job_id: str, stream: str = "stdout", offset: int = 0,
                          limit: int = 16384) -> JobOutput | ErrorOutcome:
         """A page of a job's output by byte offset."""
-        note: str | None = None
+        notes: list[str] = []
         try:
-            host, note = await self._job_host(job_id)
+            host = await self._job_host(job_id, notes)
             return await self.runner.job_output(host, job_id, stream=stream,  # type: ignore[arg-type]
                                                 offset=offset, limit=limit)
         except AgentToolsError as exc:
-            return _noted(_error(exc, None, None), note)
+            return _noted(_error(exc, None, None), notes[0] if notes else None)
 
     async def job_cancel(self, job_id: str, grace_s: float = 5.0) -> JobCancelResult | ErrorOutcome:
         """Kill a job's whole process tree and verify nothing of it is left."""
-        note: str | None = None
+        notes: list[str] = []
         try:
-            host, note = await self._job_host(job_id)
+            host = await self._job_host(job_id, notes)
+            note = notes[0] if notes else None
             result = await self.runner.cancel(host, job_id, grace_s=grace_s)
             if note:
                 result.message = f"{result.message} ({note})"
             return result
         except AgentToolsError as exc:
-            return _noted(_error(exc, None, None), note)
+            return _noted(_error(exc, None, None), notes[0] if notes else None)
 
     async def list_jobs(self, host: str | None = None, state: str | None = None, limit: int = 10,
                         offset: int = 0) -> JobList | ErrorOutcome:
