@@ -181,7 +181,7 @@ def rollout_start(
     failure_budget: Annotated[int, typer.Option("--failure-budget", help="host failures tolerated")] = 0,
     precheck: Annotated[bool, typer.Option("--precheck/--no-precheck",
                                            help="refuse hosts whose RAM cannot hold the hicache pool")] = True,
-    heartbeat_s: Annotated[float, typer.Option("--heartbeat-s", help="heartbeat timeout of long steps")] = 10.0,
+    heartbeat_s: Annotated[float, typer.Option("--heartbeat-s", help="heartbeat timeout of every step")] = 10.0,
     wait: Annotated[bool, typer.Option("--wait", help="wait for the end, showing the live table")] = False,
     ssh_config: Annotated[list[str] | None, typer.Option("--ssh-config", "-F", metavar="FILE",
                                                          help="OpenSSH client config whose aliases globs match "

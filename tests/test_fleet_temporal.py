@@ -312,4 +312,19 @@ async def test_rollout_cancel_marks_unfinished_hosts_cancelled(temporal: DevServ
     assert st["workflow"] == "CANCELED" and st["phase"] == "cancelled", st
     assert {h: v["state"] for h, v in st["hosts"].items()} == {"fleet-g": "cancelled", "fleet-h": "cancelled"}
     assert nodes["fleet-h"].starts() == 1  # the next wave never started
+    # the canary, cancelled mid-restart, was put back: the unit restored and the service restarted and serving
+    g = st["hosts"]["fleet-g"]
+    assert "restored the unit from backup" in g["note"] and "it serves again" in g["note"], g
+    assert [r["key"] for r in g["restarts"]] == ["cancel"] and g["restarts"][0]["readiness"] == "ready", g
+    node = nodes["fleet-g"].registry.get("fleet-g")
+    unit = await run_on(node, "cat \"$SIM_SYSTEMD_ROOT\"/etc/systemd/system/sglang.service")
+    assert b"--enable-hierarchical-cache" not in unit.stdout and b"ExecStart" in unit.stdout
+    assert (await run_on(node, "systemctl is-active sglang.service")).stdout.strip() == b"active"
+    # every step had a heartbeat timeout (a dead worker is noticed within seconds on short steps too)
+    history = await handle.fetch_history()
+    scheduled = [e.activity_task_scheduled_event_attributes for e in history.events
+                 if e.HasField("activity_task_scheduled_event_attributes")]
+    assert {a.activity_type.name for a in scheduled} >= {"fleet.precheck", "fleet.edit", "fleet.plan_restart",
+                                                         "fleet.restart", "fleet.restore"}
+    assert all(a.heartbeat_timeout.ToTimedelta().total_seconds() == 3.0 for a in scheduled), scheduled
     await _replays(handle)

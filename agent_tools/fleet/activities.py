@@ -19,6 +19,7 @@ reports itself cancelled.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -72,6 +73,27 @@ def _matches(value: Any, want: str | None) -> bool:
         return str(value) == want
 
 
+_Activity = Callable[["FleetActivities", dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def _beating(fn: _Activity) -> _Activity:
+    """A short activity that heartbeats ``{"host", "step"}`` every ``beat_s`` while it runs, so the heartbeat
+    timeout the workflow gives every step notices a dead worker within seconds (not the start-to-close
+    timeout's minutes), and a step slower than that timeout is not taken for dead."""
+
+    @functools.wraps(fn)
+    async def run(self: FleetActivities, req: dict[str, Any]) -> dict[str, Any]:
+        if not activity.in_activity():  # called directly (a script, a test): nobody to heartbeat to
+            return await fn(self, req)
+        beat = asyncio.create_task(self._beat({"host": req.get("host"), "step": activity.info().activity_type}))
+        try:
+            return await fn(self, req)
+        finally:
+            beat.cancel()
+
+    return run
+
+
 class FleetActivities:
     """The activities a fleet worker runs, over ``toolkit`` (see the module docstring).
 
@@ -89,7 +111,7 @@ class FleetActivities:
     def all(self) -> list[Callable[..., Any]]:
         """Every activity, for ``Worker(activities=...)``."""
         return [self.precheck, self.edit, self.plan_restart, self.restart, self.verify, self.restore,
-                self.run_command, self.host_memory, self.http_get]
+                self.service_state, self.run_command, self.host_memory, self.http_get]
 
     # ------------------------------------------------------------------ helpers
     def _view(self, out: BaseModel, host: str | None) -> dict[str, Any]:
@@ -163,6 +185,7 @@ class FleetActivities:
 
     # ------------------------------------------------------------------ activities
     @activity.defn(name="fleet.precheck")
+    @_beating
     async def precheck(self, req: dict[str, Any]) -> dict[str, Any]:
         """``{"host", "unit", "flags"}`` → ``{"outcome": "precheck", "fits", "summary", "path", "text", "old", "new",
         "port"}`` (the walkthrough's memory estimate and its unit edit), or an ``error`` result.
@@ -194,6 +217,7 @@ class FleetActivities:
                 "text": text, "old": old, "new": new, "port": port_of(text)}
 
     @activity.defn(name="fleet.edit")
+    @_beating
     async def edit(self, req: dict[str, Any]) -> dict[str, Any]:
         """``{"host", "path", "old", "new", "text", "approved_by"?}`` → ``edit_file``'s result (with
         ``backup_id``) and ``"outcome": "written"``, or its ``denied``/``needs_approval``/``error``. A retry that
@@ -216,6 +240,7 @@ class FleetActivities:
         return out
 
     @activity.defn(name="fleet.plan_restart")
+    @_beating
     async def plan_restart(self, req: dict[str, Any]) -> dict[str, Any]:
         """``{"host", "unit", "probes"}`` → ``{"command", "probes", "deadline_s", "timeout_s"}``
         (:func:`~agent_tools.tools.ops.plan_restart`: the unit's invocation *now* is the one the restart must
@@ -264,6 +289,7 @@ class FleetActivities:
                                   lambda st: st.get("state") not in ("running", "unconfirmed"))
 
     @activity.defn(name="fleet.verify")
+    @_beating
     async def verify(self, req: dict[str, Any]) -> dict[str, Any]:
         """``{"host", "port", "flags"}`` → ``{"outcome": "verified"|"not_verified", "data", "missing"}``: the
         server's ``/get_server_info`` shows every flag (:func:`server_info_fields`)."""
@@ -279,6 +305,7 @@ class FleetActivities:
                 **({"message": got.get("message")} if got.get("outcome") == "error" else {})}
 
     @activity.defn(name="fleet.restore")
+    @_beating
     async def restore(self, req: dict[str, Any]) -> dict[str, Any]:
         """``{"host", "path", "backup_id"?, "text"}`` → ``restore_file``'s result (``write_file`` of ``text``, the
         unit as the pre-check read it, when there is no backup id)."""
@@ -289,13 +316,23 @@ class FleetActivities:
             out = await self.tk.write_file(host=host, path=path, content=str(req["text"]))
         return self._checked(self._view(out, host), "restore")
 
+    @activity.defn(name="fleet.service_state")
+    @_beating
+    async def service_state(self, req: dict[str, Any]) -> dict[str, Any]:
+        """``{"host", "unit"}`` → ``service_status``'s result (its ``state``: active, inactive, failed, ...)."""
+        host = str(req["host"])
+        return self._checked(self._view(await self.tk.service_status(host=host, unit=str(req["unit"]),
+                                                                     journal_lines=0), host), "service_status")
+
     @activity.defn(name="fleet.host_memory")
+    @_beating
     async def host_memory(self, req: dict[str, Any]) -> dict[str, Any]:
         """``{"host"}`` → ``host_memory``'s result."""
         host = str(req["host"])
         return self._checked(self._view(await self.tk.host_memory(host=host), host), "host_memory")
 
     @activity.defn(name="fleet.http_get")
+    @_beating
     async def http_get(self, req: dict[str, Any]) -> dict[str, Any]:
         """``{"host", "url", "fields"?}`` → ``http_get``'s result (the URL is fetched from the host)."""
         host = str(req["host"])

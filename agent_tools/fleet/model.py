@@ -30,8 +30,8 @@ class RolloutSpec:
         False rolls out regardless (the server then refuses to start there and the host is rolled back).
     :param probes: extra readiness probes of the restart (dicts, as ``restart_service`` takes); ``{port}`` in
         a probe's ``url`` is the server's port from the unit file. Default: HTTP ``/health`` and the ready line.
-    :param heartbeat_s: the long activities' heartbeat timeout, seconds: a worker silent this long is taken for
-        dead and the activity is retried (re-attaching to its job).
+    :param heartbeat_s: every activity's heartbeat timeout, seconds: a worker silent this long is taken for dead
+        and the step is retried (a long one re-attaching to its job).
     :param restart_timeout_s: how long one host's restart may take to become ready, seconds (its activity's
         start-to-close timeout; the job's own deadline is the unit's start timeout).
     """

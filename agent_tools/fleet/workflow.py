@@ -26,6 +26,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
+    from ..jobs.manager import job_id_for_key
     from .model import FINAL_STATES, HostJobSpec, RolloutSpec
 
 __all__ = ["FleetRollout", "FleetSteps", "HostJob", "spec_problem", "waves_of"]
@@ -84,6 +85,9 @@ class FleetRollout:
         self._waves = 0
         self._halted: str | None = None
         self._budget = 0
+        self._heartbeat_s = 10.0
+        #: per host whose unit the rollout may have changed: {"path", "text", "backup", "probes", "restart_key"}
+        self._touched: dict[str, dict[str, Any]] = {}
 
     # ---------------------------------------------------------------- signals and queries
     @workflow.signal
@@ -110,6 +114,7 @@ class FleetRollout:
     @workflow.run
     async def run(self, spec: RolloutSpec) -> dict[str, Any]:
         self._budget = spec.failure_budget
+        self._heartbeat_s = spec.heartbeat_s
         problem = spec_problem(spec)
         if problem:
             raise ApplicationError(f"invalid rollout: {problem}", non_retryable=True)
@@ -146,12 +151,13 @@ class FleetRollout:
             st["note"] = note
         st.update(extra)
 
-    async def _act(self, name: str, req: dict[str, Any], *, long: float | None = None,
-                   heartbeat_s: float | None = None) -> dict[str, Any]:
+    async def _act(self, name: str, req: dict[str, Any], *, long: float | None = None) -> dict[str, Any]:
+        """Activity ``name``: every one heartbeats (:mod:`.activities`), so a worker that died during any step is
+        noticed after ``heartbeat_s`` and the step retried (the spec's heartbeat timeout, on short steps too)."""
         result: dict[str, Any] = await workflow.execute_activity(
             name, req,
             start_to_close_timeout=timedelta(seconds=long or 120.0),
-            heartbeat_timeout=timedelta(seconds=heartbeat_s) if heartbeat_s else None,
+            heartbeat_timeout=timedelta(seconds=self._heartbeat_s),
             retry_policy=_RETRY,
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             result_type=dict)
@@ -177,13 +183,68 @@ class FleetRollout:
 
     async def _guarded(self, spec: RolloutSpec, host: str) -> None:
         """:meth:`_one`; a step whose retries ran out (a host unreachable for minutes) fails that host, not the
-        rollout; a cancellation goes on up."""
+        rollout; a cancellation goes on up, after :meth:`_undo` (not cancellable) put a host whose unit was edited
+        back as it was."""
         try:
             await self._one(spec, host)
+        except asyncio.CancelledError:
+            await _uncancellable(self._undo(spec, host))
+            raise
         except ActivityError as exc:
             if isinstance(exc.cause, CancelledError):  # the rollout is being cancelled: its step was
+                await _uncancellable(self._undo(spec, host))
                 raise asyncio.CancelledError() from exc
             self._set(host, "failed", f"{self._hosts[host]['state']}: {exc.cause or exc}")
+
+    async def _undo(self, spec: RolloutSpec, host: str) -> None:
+        """After a cancellation: a host whose unit may have been edited gets the unit back (its backup, or the
+        pre-check's text) and, when a restart had begun, is restarted and followed to its health probe; its note
+        says so. When that cannot be done, the note says what the host was left in: the unit edited or not, the
+        service's state, the restart's job id and the backup to restore."""
+        ctx = self._touched.get(host)
+        during = self._hosts[host]["state"]
+        if ctx is None or during in FINAL_STATES:
+            return  # nothing was changed on it (or it had finished): run() marks it cancelled
+        job = job_id_for_key(host, ctx["restart_key"]) if ctx.get("restart_key") else None
+        backup = ctx.get("backup")
+        restore_hint = (f"restore it with restore_file(path={ctx['path']}, backup_id={backup})" if backup else
+                        "write back the unit text the pre-check read (no backup id was returned)")
+        self._set(host, "rolling_back", f"cancelled during {during}: restoring the unit")
+        try:
+            await self._act("fleet.restore", {"host": host, "path": ctx["path"], "backup_id": backup,
+                                              "text": ctx["text"]})
+        except ActivityError as exc:
+            service = await self._service_state(spec, host)
+            self._set(host, "cancelled", f"cancelled during {during}; LEFT with the unit {ctx['path']} edited "
+                                         f"(restoring it failed: {exc.cause or exc}); service {service}"
+                                         + (f"; restart job {job}" if job else "") + f"; {restore_hint}",
+                      job_id=job, backup_id=backup)
+            return
+        if not job:
+            self._set(host, "cancelled", f"cancelled during {during}; the unit {ctx['path']} is restored "
+                                         "(the service was not restarted)", backup_id=backup)
+            return
+        try:
+            back, why = await self._restart(spec, host, ctx["restart_key"].rsplit("/", 1)[0] + "/cancel",
+                                            ctx["probes"][:1], "rolling_back")
+        except ActivityError as exc:
+            back, why = False, f"restart: {exc.cause or exc}"
+        if back:
+            self._set(host, "cancelled", f"cancelled during {during} (restart job {job}); restored the unit "
+                                         + (f"from backup {backup} " if backup else "")
+                                         + "and restarted it: it serves again", backup_id=backup)
+            return
+        service = await self._service_state(spec, host)
+        self._set(host, "cancelled", f"cancelled during {during} (restart job {job}); the unit {ctx['path']} is "
+                                     f"restored but the service does not serve: {why}; service {service}",
+                  backup_id=backup)
+
+    async def _service_state(self, spec: RolloutSpec, host: str) -> str:
+        try:
+            out = await self._act("fleet.service_state", {"host": host, "unit": spec.unit})
+        except ActivityError as exc:
+            return f"state unknown ({exc.cause or exc})"
+        return str(out.get("state") or out.get("message") or "state unknown")
 
     async def _one(self, spec: RolloutSpec, host: str) -> None:
         info = workflow.info()
@@ -199,12 +260,15 @@ class FleetRollout:
                                        "10 GiB reserve", precheck=pre["summary"])
             return
         self._set(host, "editing", pre["summary"])
+        self._touched[host] = {"path": pre["path"], "text": pre["text"], "backup": None,
+                               "probes": _probes(spec, int(pre["port"]))}
         ed = await self._step(host, "fleet.edit", {"host": host, "path": pre["path"], "old": pre["old"],
                                                    "new": pre["new"], "text": pre["text"]})
         if ed.get("outcome") != "written":
             self._set(host, "failed", f"edit_file: {ed.get('outcome')}: {ed.get('message') or ed.get('reason')}")
             return
         backup = ed.get("backup_id")
+        self._touched[host]["backup"] = backup
         probes = _probes(spec, int(pre["port"]))
         ok, why = await self._restart(spec, host, key + "/restart", probes, "restarting")
         if ok:
@@ -230,8 +294,10 @@ class FleetRollout:
         plan = await self._act("fleet.plan_restart", {"host": host, "unit": spec.unit, "probes": probes})
         if plan.get("outcome") != "plan":
             return False, f"restart: {plan.get('message')}"
+        if host in self._touched and not key.endswith("/cancel"):
+            self._touched[host]["restart_key"] = key
         st = await self._step(host, "fleet.restart", {"host": host, "plan": plan, "key": key},
-                              long=spec.restart_timeout_s, heartbeat_s=spec.heartbeat_s)
+                              long=spec.restart_timeout_s)
         restarts = self._hosts[host].setdefault("restarts", [])
         restarts.append({"key": key.rsplit("/", 1)[-1], "job_id": st.get("job_id"),
                          "readiness": st.get("readiness"), "attempt": st.get("attempt"),
@@ -246,6 +312,18 @@ class FleetRollout:
                         key=lambda p: p.get("kind") != "log")
         evidence = str(failed[0].get("evidence", "")).splitlines()[-1:] if failed else []
         return False, f"restart {st.get('readiness')}: {evidence[0] if evidence else st.get('why', '')}"
+
+
+async def _uncancellable(coro: Any) -> None:
+    """Await ``coro`` to its end although the awaiting task is cancelled (again) meanwhile: a cleanup step."""
+    task = asyncio.ensure_future(coro)
+    while True:
+        try:
+            await asyncio.shield(task)
+            return
+        except asyncio.CancelledError:
+            if task.done():
+                raise
 
 
 @workflow.defn(name="HostJob")
@@ -288,6 +366,6 @@ class FleetSteps:
         for step in steps:
             result: dict[str, Any] = await workflow.execute_activity(
                 str(step["activity"]), dict(step.get("args") or {}), start_to_close_timeout=timedelta(seconds=120),
-                retry_policy=_RETRY, result_type=dict)
+                heartbeat_timeout=timedelta(seconds=10), retry_policy=_RETRY, result_type=dict)
             out.append(result)
         return out
