@@ -328,3 +328,45 @@ async def test_rollout_cancel_marks_unfinished_hosts_cancelled(temporal: DevServ
                                                          "fleet.restart", "fleet.restore"}
     assert all(a.heartbeat_timeout.ToTimedelta().total_seconds() == 3.0 for a in scheduled), scheduled
     await _replays(handle)
+
+
+async def test_precheck_of_a_unit_with_hicache_adds_only_missing_flags_or_is_already_done(
+        stack: AsyncExitStack, tmp_path: Path) -> None:
+    """A unit that already has hicache: ``--max-running-requests 101`` is added alone (no memory estimate: no pool
+    is added); the flags it already has make the host ``already_done``, not a pre-check failure."""
+    nodes = await _nodes(stack, tmp_path, [("fleet-i", "small_ram")], load_s=1.0)
+    tk = _toolkit(tmp_path, nodes, "worker")
+    await stack.enter_async_context(tk)
+    acts = FleetActivities(tk)
+    unit = await tk.dispatch("service_status", {"host": "fleet-i", "unit": "sglang.service"})
+    path = unit["unit_file"]
+    text = (await tk.dispatch("read_file", {"host": "fleet-i", "path": path}))["text"]
+    old, new = hicache_edit(text)
+    await tk.dispatch("edit_file", {"host": "fleet-i", "path": path, "old": old, "new": new})
+    req = {"host": "fleet-i", "unit": "sglang.service"}
+    more = await acts.precheck({**req, "flags": ["--hicache-ratio", "2.0", "--max-running-requests", "101"]})
+    assert more["outcome"] == "precheck" and more["adds"] == ["--max-running-requests", "101"], more
+    assert more["fits"] is True  # the small-RAM node: no hicache pool is added, nothing to refuse
+    assert more["new"] == more["old"].rstrip("\n") + " \\\n    --max-running-requests 101\n", more["new"]
+    done = await acts.precheck({**req, "flags": ["--hicache-ratio", "2.0", "--enable-hierarchical-cache"]})
+    assert done["outcome"] == "already_done" and "nothing to change" in done["message"], done
+    other = await acts.precheck({**req, "flags": ["--hicache-ratio", "3"]})  # another value: the last one wins
+    assert other["outcome"] == "precheck" and other["adds"] == ["--hicache-ratio", "3"]
+
+
+@pytest.mark.parametrize("word", ["--x\nExecStartPre=/bin/sh -c id", "a b", "%h", "$HOME", ";", "\\", "'q'", ""])
+def test_a_flag_that_is_not_one_plain_word_is_refused_before_starting(word: str) -> None:
+    from agent_tools.fleet.workflow import spec_problem
+
+    problem = spec_problem(RolloutSpec(hosts=["h"], flags=["--max-running-requests", word]))
+    assert problem is not None and "is not one plain word" in problem
+    assert spec_problem(RolloutSpec(hosts=["h"], flags=["--hicache-size", "64", "--x=a/b:c,d+e@f"])) is None
+
+
+def test_rollout_start_with_an_injected_flag_exits_2_before_connecting() -> None:
+    import subprocess
+
+    res = subprocess.run([sys.executable, "-m", "agent_tools.cli", "rollout", "start", "h1", "--id", "r",
+                          "--temporal", "127.0.0.1:1", "--flag", "--a\nExecStartPre=/bin/true"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 2 and "is not one plain word" in res.stderr, (res.stdout, res.stderr)

@@ -17,7 +17,7 @@ def test_flags_are_appended_to_a_continued_execstart() -> None:
     out = add_hicache_flags(unit)
     assert "    --port 30000 \\\n    --enable-hierarchical-cache --hicache-ratio 2.0 --hicache-write-policy " \
            "write_through --hicache-io-backend kernel\nRestart=no\n" in out
-    with pytest.raises(ValueError, match="already enabled"):
+    with pytest.raises(ValueError, match="already has every flag"):
         add_hicache_flags(out)
 
 

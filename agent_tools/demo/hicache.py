@@ -34,7 +34,7 @@ import anyio
 from ..tools.toolkit import Toolkit
 
 __all__ = ["HICACHE_FLAGS", "KV_LINE_GREP", "UNIT", "VERIFY_FIELDS", "Caller", "HicacheFit", "WalkthroughResult",
-           "add_hicache_flags", "estimate_hicache", "hicache_edit", "port_of", "run_walkthrough"]
+           "add_hicache_flags", "estimate_hicache", "hicache_edit", "missing_flags", "port_of", "run_walkthrough"]
 
 HICACHE_FLAGS = ["--enable-hierarchical-cache", "--hicache-ratio", "2.0", "--hicache-write-policy",
                  "write_through", "--hicache-io-backend", "kernel"]
@@ -58,32 +58,69 @@ class WalkthroughResult:
     summary: str = ""
 
 
-def hicache_edit(unit_text: str, flags: list[str] = HICACHE_FLAGS) -> tuple[str, str]:
-    """The ``edit_file`` that appends ``flags`` to the ExecStart command of a unit file: ``(old, new)`` where
-    ``old`` is the last line of the ExecStart command (``\\`` continuation lines followed) with its newline,
-    and ``new`` that line continued by one more line holding the flags.
+def _exec_words(unit_text: str) -> list[str]:
+    """The words of the unit's ExecStart commands (``\\`` continuations joined; ``--name=value`` as two words)."""
+    words: list[str] = []
+    lines = unit_text.splitlines()
+    i = 0
+    while i < len(lines):
+        if lines[i].lstrip().startswith("ExecStart="):
+            command = lines[i].lstrip()[len("ExecStart="):]
+            while command.rstrip().endswith("\\") and i + 1 < len(lines):
+                i += 1
+                command = command.rstrip()[:-1] + " " + lines[i]
+            for word in command.split():
+                words.extend(word.split("=", 1) if word.startswith("--") and "=" in word else [word])
+        i += 1
+    return words
 
-    :raises ValueError: no ExecStart line, or hicache already enabled.
+
+def missing_flags(unit_text: str, flags: list[str]) -> list[str]:
+    """The part of ``flags`` the unit's ExecStart lacks: each ``--name`` with the words after it up to the next
+    ``--`` word (its value) is kept unless the command has ``--name`` last with that value (argparse: the last
+    one wins), in order."""
+    words = _exec_words(unit_text)
+    out: list[str] = []
+    i = 0
+    while i < len(flags):
+        j = i + 1
+        while j < len(flags) and not flags[j].startswith("--"):
+            j += 1
+        group = flags[i:j]
+        at = max((k for k, w in enumerate(words) if w == group[0]), default=-1)
+        if at < 0 or words[at + 1:at + len(group)] != group[1:]:
+            out.extend(group)
+        i = j
+    return out
+
+
+def hicache_edit(unit_text: str, flags: list[str] = HICACHE_FLAGS) -> tuple[str, str]:
+    """The ``edit_file`` that appends the ``flags`` its ExecStart command lacks (:func:`missing_flags`) to a unit
+    file: ``(old, new)`` where ``old`` is the last line of the ExecStart command (``\\`` continuation lines
+    followed) with its newline, and ``new`` that line continued by one more line holding the flags.
+
+    :raises ValueError: no ExecStart line, or the unit already has every flag.
     """
-    if "--enable-hierarchical-cache" in unit_text:
-        raise ValueError("hicache is already enabled in this unit")
     lines = unit_text.splitlines(keepends=True)
     for i, line in enumerate(lines):
         if line.lstrip().startswith("ExecStart="):
+            add = missing_flags(unit_text, flags)
+            if not add:
+                raise ValueError(f"the unit already has every flag: {' '.join(flags)}")
             j = i
             while lines[j].rstrip("\n").endswith("\\") and j + 1 < len(lines):
                 j += 1
             last = lines[j].rstrip("\n")
             indent = re.match(r"\s*", lines[j]).group(0) if j > i else "    "  # type: ignore[union-attr]
             end = "\n" if lines[j].endswith("\n") else ""
-            return lines[j], last + " \\\n" + indent + " ".join(flags) + end
+            return lines[j], last + " \\\n" + indent + " ".join(add) + end
     raise ValueError("no ExecStart= line in the unit")
 
 
 def add_hicache_flags(unit_text: str, flags: list[str] = HICACHE_FLAGS) -> str:
-    """``unit_text`` with ``flags`` appended to its ExecStart command (see :func:`hicache_edit`).
+    """``unit_text`` with the ``flags`` it lacks appended to its ExecStart command (see :func:`hicache_edit`).
 
-    :raises ValueError: no ExecStart line, or hicache already enabled.
+    :raises ValueError: no ExecStart line, or the unit already has every flag.
     """
     old, new = hicache_edit(unit_text, flags)
     return unit_text.replace(old, new, 1)

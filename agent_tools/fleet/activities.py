@@ -29,7 +29,7 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from ..demo.hicache import HICACHE_FLAGS, KV_LINE_GREP, estimate_hicache, hicache_edit, port_of
+from ..demo.hicache import HICACHE_FLAGS, KV_LINE_GREP, estimate_hicache, hicache_edit, missing_flags, port_of
 from ..errors import AgentToolsError
 from ..jobs.journal import now
 from ..jobs.manager import job_id_for_key
@@ -187,8 +187,9 @@ class FleetActivities:
     @activity.defn(name="fleet.precheck")
     @_beating
     async def precheck(self, req: dict[str, Any]) -> dict[str, Any]:
-        """``{"host", "unit", "flags"}`` → ``{"outcome": "precheck", "fits", "summary", "path", "text", "old", "new",
-        "port"}`` (the walkthrough's memory estimate and its unit edit), or an ``error`` result.
+        """``{"host", "unit", "flags"}`` → ``{"outcome": "precheck", "fits", "summary", "adds", "path", "text", "old",
+        "new", "port"}`` (the walkthrough's memory estimate, when the edit adds the hicache pool, and the edit adding
+        the flags the unit lacks), ``{"outcome": "already_done", "message"}`` (it has them all), or an ``error``.
 
         Steps: ``gpu_memory``, ``host_memory``, ``service_status`` (the KV pool's journal line), ``read_file`` of
         the unit file, :func:`~agent_tools.demo.hicache.estimate_hicache`."""
@@ -206,13 +207,21 @@ class FleetActivities:
         if unit_file.get("outcome") == "error":
             return unit_file
         text = str(unit_file.get("text", ""))
+        add = missing_flags(text, flags)
+        if not add:
+            return {"outcome": "already_done", "host": host, "path": path,
+                    "message": f"{path} already has {' '.join(flags)}: nothing to change"}
         try:
-            old, new = hicache_edit(text, flags)
+            old, new = hicache_edit(text, add)
         except ValueError as exc:
             return {"outcome": "error", "host": host, "kind": "bad_arguments", "retryable": False,
                     "message": f"cannot edit {path}: {exc}"}
         fit = estimate_hicache(gpu, mem, str(svc.get("journal", "")), text, flags)
-        return {"outcome": "precheck", "host": host, "fits": fit.fits, "summary": fit.summary(),
+        if "--enable-hierarchical-cache" in add:  # the edit adds the hicache host pool: it must fit
+            fits, summary = fit.fits, fit.summary()
+        else:
+            fits, summary = True, f"adds {' '.join(add)} (no hicache host pool added: no memory estimate)"
+        return {"outcome": "precheck", "host": host, "fits": fits, "summary": summary, "adds": add,
                 "needs_bytes": fit.host_pool_bytes, "available_bytes": fit.available_bytes, "path": path,
                 "text": text, "old": old, "new": new, "port": port_of(text)}
 

@@ -3,16 +3,32 @@ JSON), importable inside the workflow sandbox."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FINAL_STATES", "HOST_STATES", "HostJobSpec", "RolloutSpec"]
+__all__ = ["FINAL_STATES", "HOST_STATES", "HostJobSpec", "RolloutSpec", "flag_problem"]
 
 #: a host's state in a rollout, in the order it moves through them
-HOST_STATES = ("pending", "prechecking", "refused", "editing", "awaiting_approval", "restarting", "verifying",
-               "verified", "rolling_back", "rolled_back", "failed", "skipped", "cancelled")
+HOST_STATES = ("pending", "prechecking", "refused", "already_done", "editing", "awaiting_approval", "restarting",
+               "verifying", "verified", "rolling_back", "rolled_back", "failed", "skipped", "cancelled")
 #: states a host does not leave
-FINAL_STATES = frozenset({"refused", "verified", "rolled_back", "failed", "skipped", "cancelled"})
+FINAL_STATES = frozenset({"refused", "already_done", "verified", "rolled_back", "failed", "skipped", "cancelled"})
+
+
+#: a word ``--flag`` may add to ExecStart: no whitespace, quotes, ``\\``, ``%`` (specifiers), ``$`` (variables)
+#: or ``;`` (systemd.service(5): ExecStart= words are unquoted, escaped, expanded and ``;``-separated)
+_FLAG_WORD = re.compile(r"[A-Za-z0-9._:/=,+@-]+")
+
+
+def flag_problem(flags: list[str]) -> str | None:
+    """What is wrong with the words to add to ExecStart (one is not a plain word: a newline would add a unit
+    line, a space or quote another argument, ``%``/``$``/``;`` systemd's expansions), or None."""
+    for word in flags:
+        if not _FLAG_WORD.fullmatch(word):
+            return (f"flag {word!r} is not one plain word (letters, digits and . _ : / = , + @ - only): it would "
+                    "put unit-file syntax into ExecStart")
+    return None
 
 
 @dataclass
@@ -25,7 +41,8 @@ class RolloutSpec:
     :param canary: hosts in the first wave (0: no canary wave).
     :param wave_size: hosts per later wave (>= 1), rolled out concurrently.
     :param failure_budget: host failures tolerated; the rollout halts (no further wave starts) once more hosts
-        than this failed. A host refused at the pre-check is not a failure (nothing was changed).
+        than this failed. A host refused at the pre-check, or already_done (its unit has every flag), is not a
+        failure (nothing was changed).
     :param precheck: refuse a host whose RAM cannot hold the hicache host pool (the walkthrough's estimate);
         False rolls out regardless (the server then refuses to start there and the host is rolled back).
     :param probes: extra readiness probes of the restart (dicts, as ``restart_service`` takes); ``{port}`` in

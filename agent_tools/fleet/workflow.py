@@ -27,7 +27,7 @@ from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from ..jobs.manager import job_id_for_key
-    from .model import FINAL_STATES, HostJobSpec, RolloutSpec
+    from .model import FINAL_STATES, HostJobSpec, RolloutSpec, flag_problem
 
 __all__ = ["FleetRollout", "FleetSteps", "HostJob", "spec_problem", "waves_of"]
 
@@ -52,8 +52,8 @@ def waves_of(hosts: list[str], canary: int, wave_size: int) -> list[list[str]]:
 
 
 def spec_problem(spec: RolloutSpec) -> str | None:
-    """What is wrong with ``spec`` (no hosts, a host twice, wave_size < 1, canary or failure_budget < 0), or
-    None."""
+    """What is wrong with ``spec`` (no hosts, a host twice, wave_size < 1, canary or failure_budget < 0, a flag
+    that is not one plain word: :func:`~agent_tools.fleet.model.flag_problem`), or None."""
     if not spec.hosts:
         return "no hosts"
     twice = sorted({h for h in spec.hosts if spec.hosts.count(h) > 1})
@@ -61,7 +61,7 @@ def spec_problem(spec: RolloutSpec) -> str | None:
         return f"hosts given more than once: {', '.join(twice)}"
     if spec.wave_size < 1 or spec.canary < 0 or spec.failure_budget < 0:
         return "wave_size must be >= 1, canary and failure_budget >= 0"
-    return None
+    return flag_problem(list(spec.flags))
 
 
 def _probes(spec: RolloutSpec, port: int) -> list[dict[str, Any]]:
@@ -251,6 +251,9 @@ class FleetRollout:
         key = f"fleet/{info.workflow_id}/{info.run_id}/{host}"
         self._set(host, "prechecking")
         pre = await self._act("fleet.precheck", {"host": host, "unit": spec.unit, "flags": spec.flags})
+        if pre.get("outcome") == "already_done":
+            self._set(host, "already_done", str(pre.get("message")))
+            return
         if pre.get("outcome") != "precheck":
             self._set(host, "failed", f"pre-check: {pre.get('message')}")
             return
