@@ -282,7 +282,11 @@ def rollout_approve(
     async def go() -> None:
         await approve(await connect(temporal, namespace), workflow_id, host, who)
 
-    anyio.run(go)
+    try:
+        anyio.run(go)
+    except ValueError as exc:
+        _err.print(Text.assemble(("error: ", "red"), _shown(exc)), highlight=False)
+        _exit_now(2)
     _out.print(Text.assemble("approved ", _shown(host), " of ", _shown(workflow_id), " as ", _shown(who)),
                highlight=False)
     _exit_now(0)

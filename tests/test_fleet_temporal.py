@@ -206,6 +206,18 @@ rules:
     # the person's side, through the CLI: the table, then the yes
     shown = await _cli("rollout", "status", wid, "--temporal", temporal.target, "--json")
     assert json.loads(shown)["hosts"]["fleet-c"]["state"] == "awaiting_approval"
+    # an approval for a host not waiting for one is refused and reported: by the CLI, and by the workflow
+    res = await anyio.run_process([sys.executable, "-m", "agent_tools.cli", "rollout", "approve", wid, "--host",
+                                   "fleet-zz", "--by", "mallory", "--temporal", temporal.target], check=False)
+    assert res.returncode == 2 and b"fleet-zz is not a host of this rollout" in res.stderr, res.stderr
+    await handle.signal("approve", {"host": "fleet-zz", "by": "mallory"})  # past the CLI's check
+
+    async def rejected() -> list[dict[str, str]]:
+        return list((await status(client, wid))["rejected_approvals"])
+
+    (late,) = await wait_until(rejected, "the workflow to reject the approval", timeout_s=30)
+    assert late["host"] == "fleet-zz" and late["by"] == "mallory" and "waiting for approval: fleet-c" in late["why"]
+    assert (await status(client, wid))["hosts"]["fleet-c"]["state"] == "awaiting_approval"
     await _cli("rollout", "approve", wid, "--host", "fleet-c", "--by", "alice", "--temporal", temporal.target)
     final = await handle.result()
     assert final["hosts"]["fleet-c"]["state"] == "verified", final["hosts"]["fleet-c"]

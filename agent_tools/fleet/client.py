@@ -7,7 +7,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 
 from .model import RolloutSpec
-from .workflow import FleetRollout, spec_problem
+from .workflow import FleetRollout, approval_problem, spec_problem
 
 __all__ = ["approve", "cancel", "start_rollout", "status"]
 
@@ -32,8 +32,16 @@ async def status(client: Client, workflow_id: str) -> dict[str, Any]:
 
 
 async def approve(client: Client, workflow_id: str, host: str, by: str) -> None:
-    """Signal the person's yes for ``host`` (``"*"``: every host) of the rollout."""
-    await client.get_workflow_handle(workflow_id).signal(FleetRollout.approve, {"host": host, "by": by})
+    """Signal the person's yes for ``host`` (``"*"``: every host) of the rollout.
+
+    :raises ValueError: the host is not waiting for approval (:func:`~agent_tools.fleet.workflow.approval_problem`
+        on the rollout's status now; the workflow checks again when the signal arrives and lists a late one in
+        ``rejected_approvals``); nothing was sent."""
+    handle = client.get_workflow_handle(workflow_id)
+    problem = approval_problem(await handle.query(FleetRollout.status), host)
+    if problem:
+        raise ValueError(f"not approved: {problem}")
+    await handle.signal(FleetRollout.approve, {"host": host, "by": by})
 
 
 async def cancel(client: Client, workflow_id: str) -> None:

@@ -29,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from ..jobs.manager import job_id_for_key
     from .model import FINAL_STATES, HostJobSpec, RolloutSpec, flag_problem
 
-__all__ = ["FleetRollout", "FleetSteps", "HostJob", "spec_problem", "waves_of"]
+__all__ = ["FleetRollout", "FleetSteps", "HostJob", "approval_problem", "spec_problem", "waves_of"]
 
 #: retries of an activity whose host was unreachable (or whose worker died): 1 s, 2 s, 4 s, ... up to 10 s apart
 _RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
@@ -64,6 +64,21 @@ def spec_problem(spec: RolloutSpec) -> str | None:
     return flag_problem(list(spec.flags))
 
 
+def approval_problem(status: dict[str, Any], host: str) -> str | None:
+    """Why an approval for ``host`` (``"*"``: any) does not fit the rollout whose ``status`` this is (the host is
+    not in it, or is not ``awaiting_approval``), or None."""
+    hosts: dict[str, Any] = status.get("hosts") or {}
+    waiting = sorted(h for h, st in hosts.items() if st.get("state") == "awaiting_approval")
+    shown = ", ".join(waiting) or "none"
+    if host == "*":
+        return None if waiting else "no host of the rollout is waiting for approval"
+    if host not in hosts:
+        return f"{host} is not a host of this rollout (waiting for approval: {shown})"
+    if host not in waiting:
+        return f"{host} is {hosts[host].get('state')}, not waiting for approval (waiting: {shown})"
+    return None
+
+
 def _probes(spec: RolloutSpec, port: int) -> list[dict[str, Any]]:
     out = []
     for p in spec.probes or _DEFAULT_PROBES:
@@ -86,6 +101,7 @@ class FleetRollout:
         self._halted: str | None = None
         self._budget = 0
         self._heartbeat_s = 10.0
+        self._rejected: list[dict[str, str]] = []
         #: per host whose unit the rollout may have changed: {"path", "text", "backup", "probes", "restart_key"}
         self._touched: dict[str, dict[str, Any]] = {}
 
@@ -93,19 +109,27 @@ class FleetRollout:
     @workflow.signal
     def approve(self, req: dict[str, Any]) -> None:
         """``{"host": ALIAS | "*", "by": NAME}``: a person's yes for the host's waiting step (and its later
-        ones); ``"*"`` for every host of the rollout."""
-        self._approved[str(req.get("host") or "*")] = str(req.get("by") or "unknown")
+        ones); ``"*"`` for every host of the rollout. Taken only while that host (for ``"*"``: some host) is
+        ``awaiting_approval``; else it is rejected and listed in the status' ``rejected_approvals``."""
+        host, by = str(req.get("host") or "*"), str(req.get("by") or "unknown")
+        problem = approval_problem(self.status(), host)
+        if problem:
+            self._rejected.append({"host": host, "by": by, "why": problem})
+            return
+        self._approved[host] = by
 
     @workflow.query
     def status(self) -> dict[str, Any]:
         """``{"phase", "wave", "waves", "failures", "failure_budget", "halted", "counts": {state: n},
-        "hosts": {alias: {"state", "wave", "note", "job_id"?, "approval"?, "restarts"...}}}``."""
+        "hosts": {alias: {"state", "wave", "note", "job_id"?, "approval"?, "restarts"...}},
+        "rejected_approvals": [{"host", "by", "why"}]}``."""
         counts: dict[str, int] = {}
         for h in self._hosts.values():
             counts[h["state"]] = counts.get(h["state"], 0) + 1
         return {"phase": self._phase, "wave": self._wave, "waves": self._waves, "failures": self._failures(),
                 "failure_budget": self._budget, "halted": self._halted, "counts": counts,
-                "hosts": {k: dict(v) for k, v in self._hosts.items()}}
+                "hosts": {k: dict(v) for k, v in self._hosts.items()},
+                "rejected_approvals": [dict(r) for r in self._rejected]}
 
     def _failures(self) -> int:
         return sum(1 for h in self._hosts.values() if h["state"] in ("rolled_back", "failed"))
