@@ -811,6 +811,9 @@ def demo_node(
     profile: Annotated[str, typer.Option("--profile", help="default (hicache fits) | small_ram (it does not)")
                        ] = "default",
     load_s: Annotated[float, typer.Option("--load-s", help="simulated model load seconds")] = 8.0,
+    alias: Annotated[str, typer.Option("--alias", metavar="NAME",
+                                       help="the node's host alias (several nodes under their own names form a "
+                                            "fleet: concatenate their SSH configs)")] = "gpu-node-1",
     as_json: Annotated[bool, typer.Option("--json", help="print the node's facts as one JSON line")] = False,
 ) -> None:
     """Start the embedded simulated GPU node and keep it running until interrupted (Ctrl-C, SIGTERM).
@@ -818,12 +821,18 @@ def demo_node(
     Prints the host alias, the ``-F`` SSH config naming it, and the state dir to use, so an MCP client can
     drive it: ``AGENT_TOOLS_STATE_DIR=DIR agent-tools mcp -F CONFIG`` (the node's jobs then stay in its own
     journal and vanish with it)."""
+    import re
     import signal
 
     from .demo.node import run_node
 
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", alias):
+        err.print(f"error: --alias {escape(repr(alias))} is not a plain host name (letters, digits, . _ -)",
+                  highlight=False)
+        raise typer.Exit(2)
+
     async def go() -> None:
-        async with run_node(profile, load_s=load_s) as node:
+        async with run_node(profile, load_s=load_s, alias=alias) as node:
             mcp_cmd = ["agent-tools", "mcp", "-F", str(node.ssh_config)]
             facts = {"alias": node.alias, "ssh_config": str(node.ssh_config), "state_dir": str(node.state_dir),
                      "mcp_command": mcp_cmd, "mcp_env": {"AGENT_TOOLS_STATE_DIR": str(node.state_dir)}}

@@ -49,3 +49,23 @@ def test_rollout_hosts_may_be_globs_over_the_ssh_config(tmp_path: Path) -> None:
     assert expand_hosts(["db-1"], [str(config)]) == ["db-1"]  # a plain alias is taken as given
     with pytest.raises(ValueError, match="matches no Host alias"):
         expand_hosts(["dgx-*"], [str(config)])
+
+
+def test_demo_node_runs_under_the_alias_given(tmp_path: Path) -> None:
+    """Several ``demo node --alias NAME`` processes form a fleet: each node's SSH config names it by its alias."""
+    import json
+    import signal
+
+    node = subprocess.Popen([sys.executable, "-m", "agent_tools.cli", "demo", "node", "--json", "--load-s", "0.2",
+                             "--alias", "n7"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert node.stdout is not None
+        facts = json.loads(node.stdout.readline())
+        assert facts["alias"] == "n7"
+        assert "Host n7\n" in Path(facts["ssh_config"]).read_text()
+    finally:
+        node.send_signal(signal.SIGTERM)
+        node.wait(timeout=60)
+    bad = subprocess.run([sys.executable, "-m", "agent_tools.cli", "demo", "node", "--alias", "a b\nHost *"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "not a plain host name" in bad.stderr, bad.stderr
