@@ -12,6 +12,8 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 import anyio
@@ -24,7 +26,7 @@ from .cli_help import HelpGroup
 from .display import plain
 from .redact import redact
 
-__all__ = ["demo_fleet", "expand_hosts", "rollout_app", "status_table", "worker"]
+__all__ = ["demo_fleet", "expand_hosts", "live_view", "rollout_app", "status_table", "worker"]
 
 _out = Console()
 _err = Console(stderr=True)
@@ -66,14 +68,17 @@ _STYLE = {"verified": "green", "already_done": "green",
 
 
 def status_table(st: dict[str, Any], starts: dict[str, int] | None = None) -> Table:
-    """A rollout's ``status`` as a rich table (one row per host; ``starts``: the unit's restarts counted on the
-    nodes)."""
+    """A rollout's ``status`` as a rich table (one line per host, its note cut to the width with an ellipsis: the
+    full text is in ``rollout status --json``; ``starts``: the unit's restarts counted on the nodes)."""
     counts = ", ".join(f"{k} {v}" for k, v in sorted(st.get("counts", {}).items()))
     title = (f"rollout: {st.get('phase')} (wave {st.get('wave', -1) + 1}/{st.get('waves')}), failures "
              f"{st.get('failures')}/{st.get('failure_budget')} budget — {counts}")
     table = Table(title=title, title_justify="left", expand=False)
-    for col in ("host", "wave", "state", "job", *(["node restarts"] if starts is not None else []), "note"):
-        table.add_column(col)
+    for col in ("host", "wave", "state", "job", *(["node restarts"] if starts is not None else [])):
+        table.add_column(col, no_wrap=True)
+    # the one column that gives way to the width; its cells are cut there with an ellipsis, not wrapped (one
+    # line per host; the full text: --json)
+    table.add_column("note", overflow="ellipsis")
     for host, h in st.get("hosts", {}).items():
         state = str(h.get("state"))
         note = str(h.get("note", ""))
@@ -81,7 +86,9 @@ def status_table(st: dict[str, Any], starts: dict[str, int] | None = None) -> Ta
                _shown(h.get("job_id") or "")]
         if starts is not None:
             row.append(Text(str(starts.get(host, ""))))
-        row.append(_shown(note if len(note) < 110 else note[:107] + "…", "dim"))
+        cell = _shown(note.replace("\n", " "), "dim")
+        cell.no_wrap, cell.overflow = True, "ellipsis"
+        row.append(cell)
         table.add_row(*row)
     if st.get("halted"):
         table.caption = redact(str(st["halted"]))
@@ -225,12 +232,22 @@ def rollout_start(
     _exit_now(0 if ok else 1)
 
 
-async def _watch(client: Any, workflow_id: str) -> dict[str, Any]:
+@contextmanager
+def live_view(console: Console) -> Iterator[Any]:
+    """A rich ``Live`` on ``console`` whose last render ends with a newline also when the console is not a
+    terminal (rich adds it only on one: piped output ran into the next line)."""
     from rich.live import Live
 
+    with Live(console=console, auto_refresh=False) as live:
+        yield live
+    if not console.is_terminal:
+        console.line()
+
+
+async def _watch(client: Any, workflow_id: str) -> dict[str, Any]:
     from .fleet.client import status
 
-    with Live(console=_out, auto_refresh=False) as live:
+    with live_view(_out) as live:
         while True:
             st = await status(client, workflow_id)
             live.update(status_table(st), refresh=True)
@@ -324,11 +341,9 @@ def demo_fleet(
     flags out; the worker is SIGKILLed mid-wave and a new one re-attaches. Ends with the counts (verified,
     refused, restarts counted on the nodes)."""
     _need_temporal()
-    from rich.live import Live
-
     from .demo.fleet import run_fleet_demo
 
-    with Live(console=_err if as_json else _out, auto_refresh=False) as live:
+    with live_view(_err if as_json else _out) as live:
 
         def show(st: dict[str, Any], starts: dict[str, int], events: list[str]) -> None:
             from rich.console import Group

@@ -69,3 +69,28 @@ def test_demo_node_runs_under_the_alias_given(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "agent_tools.cli", "demo", "node", "--alias", "a b\nHost *"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "not a plain host name" in bad.stderr, bad.stderr
+
+
+def test_status_table_keeps_one_line_per_host_at_80_columns_and_piped_live_output_ends_with_a_newline() -> None:
+    import io
+
+    from rich.console import Console
+
+    from agent_tools.cli_fleet import live_view, status_table
+
+    note = "not verified: /get_server_info (status 200): " + "; ".join(
+        f"hicache_field_{i} expected 2.0, it shows nothing" for i in range(6))
+    st = {"phase": "done", "wave": 0, "waves": 1, "failures": 1, "failure_budget": 0, "counts": {"failed": 2},
+          "hosts": {"n1": {"state": "failed", "wave": 0, "note": note, "job_id": "j_abcdefghijklmnop"},
+                    "n2": {"state": "failed", "wave": 0, "note": "line one\nline two"}}}
+    out = io.StringIO()
+    Console(file=out, width=80, force_terminal=False, color_system=None).print(status_table(st))
+    lines = out.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    rows = [line for line in lines if " n1 " in line or " n2 " in line]
+    assert len(rows) == 2, out.getvalue()  # one line each: the note is cut, not wrapped
+    assert rows[0].rstrip(" │|").endswith("…") and "line one line two" in rows[1]
+    piped = io.StringIO()
+    with live_view(Console(file=piped, width=80, force_terminal=False)) as live:
+        live.update("RESULT-LESS TABLE", refresh=True)
+    assert piped.getvalue().endswith("RESULT-LESS TABLE\n"), repr(piped.getvalue())

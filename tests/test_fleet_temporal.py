@@ -382,3 +382,14 @@ def test_rollout_start_with_an_injected_flag_exits_2_before_connecting() -> None
                           "--temporal", "127.0.0.1:1", "--flag", "--a\nExecStartPre=/bin/true"],
                          capture_output=True, text=True, timeout=60, check=False)
     assert res.returncode == 2 and "is not one plain word" in res.stderr, (res.stdout, res.stderr)
+
+
+def test_a_verify_failure_says_what_was_expected_and_what_the_server_showed() -> None:
+    from agent_tools.fleet.workflow import _not_verified
+
+    note = _not_verified({"outcome": "not_verified", "status": 200, "data": {"hicache_ratio": 1.0},
+                          "missing": ["enable_hierarchical_cache", "hicache_ratio"],
+                          "expected": {"enable_hierarchical_cache": None, "hicache_ratio": "2.0"}})
+    assert note == ("not verified: /get_server_info (status 200): enable_hierarchical_cache expected true, it shows "
+                    "nothing; hicache_ratio expected 2.0, it shows 1.0")
+    assert "{}" not in _not_verified({"message": "connection refused", "data": {}, "missing": []})

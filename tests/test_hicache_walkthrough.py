@@ -37,3 +37,11 @@ async def test_walkthrough_on_embedded_node(profile: str, expected: str, tmp_pat
     else:
         assert "restore_file" in tools and "Not enough host memory" in "\n".join(lines)
         assert tools.count("restart_service") == 2
+
+
+def test_the_estimate_speaks_gib_throughout() -> None:
+    from agent_tools.demo.hicache import HicacheFit
+
+    text = HicacheFit(40 * 2**30, 2, 2.0, 160 * 2**30, 165 * 2**30).summary()
+    assert "GiB per rank" in text and "160.0 GiB host RAM" in text and "available 165.0 GiB − 10 GiB" in text
+    assert " GB" not in text and "does NOT fit" in text

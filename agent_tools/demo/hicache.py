@@ -39,7 +39,8 @@ __all__ = ["HICACHE_FLAGS", "KV_LINE_GREP", "UNIT", "VERIFY_FIELDS", "Caller", "
 HICACHE_FLAGS = ["--enable-hierarchical-cache", "--hicache-ratio", "2.0", "--hicache-write-policy",
                  "write_through", "--hicache-io-backend", "kernel"]
 UNIT = "sglang.service"
-TEN_GIB = 10 * 2**30
+GIB = 2**30
+TEN_GIB = 10 * GIB
 #: journal lines that say how large SGLang's GPU KV pool is (MLA models: "KV size"; MHA: "K size ..., V size")
 KV_LINE_GREP = "KV Cache is allocated"
 #: what /get_server_info must show once hicache is on
@@ -149,10 +150,10 @@ class HicacheFit:
         return self.host_pool_bytes <= self.available_bytes - TEN_GIB
 
     def summary(self) -> str:
-        """One line: the estimate and whether it fits."""
-        return (f"GPU KV pool ≈ {self.gpu_kv_bytes / 1e9:.1f} GB per rank × tp {self.tp}; hicache ratio "
-                f"{self.ratio:g} needs ≈ {self.host_pool_bytes / 1e9:.1f} GB host RAM; available "
-                f"{self.available_bytes / 1e9:.1f} GB − 10 GiB reserve → "
+        """One line: the estimate and whether it fits (sizes in GiB, as the 10 GiB reserve)."""
+        return (f"GPU KV pool ≈ {self.gpu_kv_bytes / GIB:.1f} GiB per rank × tp {self.tp}; hicache ratio "
+                f"{self.ratio:g} needs ≈ {self.host_pool_bytes / GIB:.1f} GiB host RAM; available "
+                f"{self.available_bytes / GIB:.1f} GiB − 10 GiB reserve → "
                 + ("fits" if self.fits else "does NOT fit: expect the server to refuse and a rollback"))
 
 

@@ -300,8 +300,9 @@ class FleetActivities:
     @activity.defn(name="fleet.verify")
     @_beating
     async def verify(self, req: dict[str, Any]) -> dict[str, Any]:
-        """``{"host", "port", "flags"}`` → ``{"outcome": "verified"|"not_verified", "data", "missing"}``: the
-        server's ``/get_server_info`` shows every flag (:func:`server_info_fields`)."""
+        """``{"host", "port", "flags"}`` → ``{"outcome": "verified"|"not_verified", "data", "missing", "expected":
+        {field: value | None (true)}, "status", "message"?}``: the server's ``/get_server_info`` shows every flag
+        (:func:`server_info_fields`)."""
         host, port = str(req["host"]), int(req["port"])
         want = server_info_fields(list(req.get("flags") or HICACHE_FLAGS))
         got = self._checked(self._view(await self.tk.http_get(
@@ -311,6 +312,7 @@ class FleetActivities:
         missing = [k for k, v in want.items() if not _matches(data.get(k), v)]
         return {"outcome": "not_verified" if missing or got.get("outcome") == "error" else "verified",
                 "host": host, "data": data, "missing": missing, "status": got.get("status"),
+                "expected": {k: want[k] for k in missing},
                 **({"message": got.get("message")} if got.get("outcome") == "error" else {})}
 
     @activity.defn(name="fleet.restore")

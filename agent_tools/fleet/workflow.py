@@ -79,6 +79,16 @@ def approval_problem(status: dict[str, Any], host: str) -> str | None:
     return None
 
 
+def _not_verified(v: dict[str, Any]) -> str:
+    """The note of a failed ``fleet.verify``: each flag missing, what was expected and what the server showed."""
+    if v.get("message"):
+        return f"not verified: /get_server_info could not be read: {v['message']}"
+    data, want = v.get("data") or {}, v.get("expected") or {}
+    shown = "; ".join(f"{k} expected {'true' if want.get(k) is None else want.get(k)}, "
+                      f"it shows {data[k] if k in data else 'nothing'}" for k in v.get("missing") or [])
+    return f"not verified: /get_server_info (status {v.get('status')}): {shown}"
+
+
 def _probes(spec: RolloutSpec, port: int) -> list[dict[str, Any]]:
     out = []
     for p in spec.probes or _DEFAULT_PROBES:
@@ -282,9 +292,11 @@ class FleetRollout:
             self._set(host, "failed", f"pre-check: {pre.get('message')}")
             return
         if spec.precheck and not pre["fits"]:
-            self._set(host, "refused", f"refused at pre-check: the hicache pool needs {pre['needs_bytes'] / 1e9:.1f} "
-                                       f"GB of host RAM, {pre['available_bytes'] / 1e9:.1f} GB available minus the "
-                                       "10 GiB reserve", precheck=pre["summary"])
+            gib = 2**30
+            self._set(host, "refused", f"refused at pre-check: the hicache pool needs {pre['needs_bytes'] / gib:.1f} "
+                                       f"GiB of host RAM; {pre['available_bytes'] / gib:.1f} GiB available minus the "
+                                       f"10 GiB reserve leaves {(pre['available_bytes'] - 10 * gib) / gib:.1f} GiB",
+                      precheck=pre["summary"])
             return
         self._set(host, "editing", pre["summary"])
         self._touched[host] = {"path": pre["path"], "text": pre["text"], "backup": None,
@@ -305,7 +317,7 @@ class FleetRollout:
                 shown = ", ".join(f"{k}={val}" for k, val in (v.get("data") or {}).items())
                 self._set(host, "verified", f"/get_server_info: {shown}")
                 return
-            why = f"not verified: /get_server_info lacks {v.get('missing')} ({v.get('message') or v.get('data')})"
+            why = _not_verified(v)
         self._set(host, "rolling_back", why)
         await self._act("fleet.restore", {"host": host, "path": pre["path"], "backup_id": backup,
                                           "text": pre["text"]})
