@@ -305,7 +305,8 @@ async def test_a_retried_edit_finds_its_edit_made_and_the_rollback_writes_the_un
 
 async def test_rollout_cancel_marks_unfinished_hosts_cancelled(temporal: DevServer, stack: AsyncExitStack,
                                                                tmp_path: Path) -> None:
-    nodes = await _nodes(stack, tmp_path, [("fleet-g", "default"), ("fleet-h", "default")], load_s=4.0)
+    # the model load outlasts the CLI's start on a loaded machine: the cancel arrives during the restart
+    nodes = await _nodes(stack, tmp_path, [("fleet-g", "default"), ("fleet-h", "default")], load_s=8.0)
     wid, queue = _ids()
     client = await Client.connect(temporal.target)
     await _in_process_worker(stack, client, queue, _toolkit(tmp_path, nodes, "worker"))
@@ -393,3 +394,23 @@ def test_a_verify_failure_says_what_was_expected_and_what_the_server_showed() ->
     assert note == ("not verified: /get_server_info (status 200): enable_hierarchical_cache expected true, it shows "
                     "nothing; hicache_ratio expected 2.0, it shows 1.0")
     assert "{}" not in _not_verified({"message": "connection refused", "data": {}, "missing": []})
+
+
+async def test_a_host_that_has_the_flags_is_already_done_and_not_a_failure(
+        temporal: DevServer, stack: AsyncExitStack, tmp_path: Path) -> None:
+    nodes = await _nodes(stack, tmp_path, [("fleet-j", "default"), ("fleet-k", "default")], load_s=1.0)
+    wid, queue = _ids()
+    client = await Client.connect(temporal.target)
+    tk = _toolkit(tmp_path, nodes, "worker")
+    await _in_process_worker(stack, client, queue, tk)
+    path = (await tk.dispatch("service_status", {"host": "fleet-j", "unit": "sglang.service"}))["unit_file"]
+    old, new = hicache_edit((await tk.dispatch("read_file", {"host": "fleet-j", "path": path}))["text"])
+    await tk.dispatch("edit_file", {"host": "fleet-j", "path": path, "old": old, "new": new})
+    handle = await start_rollout(client, RolloutSpec(hosts=["fleet-j", "fleet-k"], canary=1, failure_budget=0,
+                                                     heartbeat_s=5.0), workflow_id=wid, task_queue=queue)
+    final = await handle.result()
+    assert final["hosts"]["fleet-j"]["state"] == "already_done", final["hosts"]["fleet-j"]
+    assert nodes["fleet-j"].starts() == 1  # nothing restarted there
+    assert final["failures"] == 0 and final["phase"] == "done"  # the next wave went on
+    assert final["hosts"]["fleet-k"]["state"] == "verified"
+    await _replays(handle)
