@@ -26,6 +26,9 @@ def test_demo_fleet_verifies_all_but_the_small_node_and_duplicates_no_restart() 
     assert (summary["verified"], summary["refused"], summary["duplicated_restarts"]) == (3, 1, 0)
     assert summary["line"].startswith("3 verified, 1 refused at pre-check, 0 duplicated restarts")
     assert any(e.startswith("SIGKILL worker 1") for e in summary["events"]), summary["events"]
+    (refused,) = [h for h in summary["status"]["hosts"].values() if h["state"] == "refused"]
+    assert "GiB of host RAM" in refused["note"] and " GB" not in refused["note"], refused  # one unit throughout
+    assert not res.stderr.endswith("│") and res.stderr.rstrip(" ").endswith("\n"), res.stderr[-300:]
     reattached = [r for h in summary["status"]["hosts"].values() for r in h.get("restarts", [])
                   if r["reattached"]]
     assert reattached, "the killed worker's restart was followed to its end by the new worker"
