@@ -26,6 +26,7 @@ if os.environ.get("AGENT_TOOLS_REQUIRE_TEMPORAL") == "1":
 else:
     pytest.importorskip("temporalio")
 
+from temporalio.api.enums.v1 import TimeoutType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.worker import Replayer
 
@@ -413,4 +414,43 @@ async def test_a_host_that_has_the_flags_is_already_done_and_not_a_failure(
     assert nodes["fleet-j"].starts() == 1  # nothing restarted there
     assert final["failures"] == 0 and final["phase"] == "done"  # the next wave went on
     assert final["hosts"]["fleet-k"]["state"] == "verified"
+    await _replays(handle)
+
+
+async def test_worker_sigkill_during_precheck_is_noticed_by_the_heartbeat_timeout(
+        temporal: DevServer, stack: AsyncExitStack, tmp_path: Path) -> None:
+    """The node's first ``nvidia-smi`` hangs (the pre-check's first step): the worker is SIGKILLed there, and the
+    pre-check's next attempt follows its heartbeat timeout (not the 120 s start-to-close timeout)."""
+    nodes = await _nodes(stack, tmp_path, [("fleet-l", "default")], load_s=1.0)
+    smi = nodes["fleet-l"].root / "usr/local/bin/nvidia-smi"
+    smi.rename(smi.with_name("nvidia-smi.real"))
+    hung = tmp_path / "hung"
+    smi.write_text(f"#!/bin/sh\nif [ ! -e {hung} ]; then touch {hung}; sleep 300; fi\n"
+                   f"exec {smi.with_name('nvidia-smi.real')} \"$@\"\n")
+    smi.chmod(0o755)
+    config = _fleet_config(tmp_path, nodes)
+    wid, queue = _ids()
+    first = spawn_worker(temporal.target, queue, config, tmp_path / "w1", tmp_path / "w1.log")
+    second = None
+    try:
+        client = await Client.connect(temporal.target)
+        handle = await start_rollout(client, RolloutSpec(hosts=["fleet-l"], canary=1, heartbeat_s=3.0),
+                                     workflow_id=wid, task_queue=queue)
+        await wait_until(hung.exists, "the pre-check's nvidia-smi to hang", timeout_s=60)
+        os.kill(first.pid, signal.SIGKILL)
+        await anyio.to_thread.run_sync(first.wait)
+        second = spawn_worker(temporal.target, queue, config, tmp_path / "w2", tmp_path / "w2.log")
+        final = await handle.result()
+    finally:
+        for w in (first, second):
+            if w is not None and w.poll() is None:
+                w.terminate()
+                await anyio.to_thread.run_sync(w.wait)
+    assert final["hosts"]["fleet-l"]["state"] == "verified", final["hosts"]["fleet-l"]
+    history = await handle.fetch_history()
+    started = [e.activity_task_started_event_attributes for e in history.events
+               if e.HasField("activity_task_started_event_attributes")]
+    pre = started[0]  # the pre-check's attempt that completed, with the failure of the one before
+    assert pre.attempt == 2, pre
+    assert pre.last_failure.timeout_failure_info.timeout_type == TimeoutType.TIMEOUT_TYPE_HEARTBEAT, pre.last_failure
     await _replays(handle)
