@@ -112,3 +112,14 @@ def test_the_token_estimate_is_close_to_cl100k_on_recorded_results(tokens: Any) 
     assert len(texts) > 50
     ratios = sorted(estimate_tokens(t) / tokens(t) for t in texts if tokens(t) > 30)
     assert 1.0 <= ratios[0] and ratios[-1] <= 1.3, (ratios[0], ratios[-1])
+
+
+async def test_a_misspelt_argument_is_matched_to_the_missing_required_one_first(state_dir: Path) -> None:
+    tk = Toolkit()
+    async with tk, model_for(tk) as model:
+        text, err = await model.read("run_command", {"host": "local", "cmd": "uptime"})
+        assert (err["outcome"], err["kind"]) == ("error", "bad_arguments"), text
+        assert "cmd: unknown argument; did you mean 'command'?" in err["message"], text
+        # with nothing missing, the nearest of all the names
+        text, err = await model.read("run_command", {"host": "local", "command": "uptime", "cwdd": "/"})
+        assert "did you mean 'cwd'?" in err["message"], text

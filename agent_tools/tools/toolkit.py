@@ -351,7 +351,7 @@ class Toolkit:
             result = ErrorOutcome(kind="bad_arguments", retryable=False,
                                   message=f"arguments are not valid JSON ({exc.msg} at {exc.pos}); fix and retry")
         except ValidationError as exc:
-            problems = "; ".join(_problem(spec, e) for e in exc.errors())
+            problems = "; ".join(_problem(spec, e, exc.errors()) for e in exc.errors())
             given = raw.get("host")
             result = ErrorOutcome(host=given if isinstance(given, str) else None, kind="bad_arguments",
                                   retryable=False, message=f"invalid arguments for {name}: {problems}; fix and retry")
@@ -632,14 +632,18 @@ def _restarted_unit(command: str) -> str | None:
     return unit if "." in unit else unit + ".service"
 
 
-def _problem(spec: ToolSpec, error: Any) -> str:
+def _problem(spec: ToolSpec, error: Any, errors: list[Any]) -> str:
     """One validation problem in words, with the nearest valid name for a misspelt argument, probe field or
-    probe kind (difflib, among the names the schema allows at that place)."""
+    probe kind (difflib, among the names the schema allows at that place; a required name missing at that
+    place, of all ``errors``, comes first: ``cmd`` for a missing ``command`` is ``command``, not ``cwd``)."""
     loc = tuple(error.get("loc", ()))
     where = ".".join(str(p) for p in loc) or "arguments"
     if error.get("type") == "extra_forbidden" and loc:
         names = _names_at(spec.json_schema(), loc[:-1])
-        close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.5)
+        missing = [str(e["loc"][-1]) for e in errors if e.get("type") == "missing"
+                   and tuple(e.get("loc", ()))[:-1] == loc[:-1] and e.get("loc")]
+        close = (difflib.get_close_matches(str(loc[-1]), missing, n=1, cutoff=0.5)
+                 or difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.5))
         hint = f"; did you mean {close[0]!r}?" if close else (f" (known: {', '.join(names)})" if names else "")
         return f"{where}: unknown argument{hint}"
     if error.get("type") == "union_tag_invalid":
