@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import sys
 import textwrap
 from pathlib import Path
@@ -123,3 +124,30 @@ async def test_a_misspelt_argument_is_matched_to_the_missing_required_one_first(
         # with nothing missing, the nearest of all the names
         text, err = await model.read("run_command", {"host": "local", "command": "uptime", "cwdd": "/"})
         assert "did you mean 'cwd'?" in err["message"], text
+
+
+async def test_http_get_timing_out_on_a_stray_listener_names_it_not_the_unit(tmp_path: Path) -> None:
+    async with node_model(tmp_path, load_s=1) as (node, model):
+        _, status = await model.read("service_status", {"host": node.alias, "unit": "sglang.service",
+                                                        "journal_lines": 0})
+        unit_text = (await model.read("read_file", {"host": node.alias, "path": status["unit_file"]}))[1]["text"]
+        port = int(re.search(r"--port (\d+)", unit_text).group(1))  # type: ignore[union-attr]
+        url = f"http://127.0.0.1:{port}/health"
+        _, restart = await model.read("restart_service", {"host": node.alias, "unit": "sglang.service",
+                                                          "probes": [{"kind": "http", "url": url}]})
+        assert (await follow(model, restart["job_id"]))["readiness"] == "ready"
+        await model.read("run_command", {"host": node.alias, "command": "systemctl stop sglang.service"})
+        # a stray listener that accepts and never answers
+        code = ("import socket, time; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+                f"s.bind(('127.0.0.1', {port})); s.listen(8); print('listening', flush=True); time.sleep(600)")
+        _, stray = await model.read("run_command", {"host": node.alias, "budget_s": 1,
+                                                    "command": f"exec {sys.executable} -c {shlex.quote(code)}"})
+        assert stray["outcome"] == "detached" and "listening" in stray["stdout"]["text"], stray
+        try:
+            text, err = await model.read("http_get", {"host": node.alias, "url": url, "timeout_s": 1})
+            assert err["kind"] == "timeout", text
+            assert re.search(rf"port {port} is held by pid \d+ \(python3?[^)]*\), not by sglang.service",
+                             err["message"]), text
+            assert "service_status shows why" not in err["message"] and "shows why" not in err["message"], text
+        finally:
+            await model.read("job_cancel", {"job_id": stray["job_id"], "grace_s": 1})

@@ -746,7 +746,7 @@ async def http_get(tk: Toolkit, host: str, url: str, fields: list[str] | None = 
                                 + await _port_owner(tk, h, host, port)) from exc
     except TimeoutError as exc:
         raise TargetTimeout(host, f"GET {url} from {host}: no answer within {timeout_s:g} s"
-                            + await _port_owner(tk, h, host, port)) from exc
+                            + await _port_owner(tk, h, host, port, listening=True)) from exc
     except (OSError, ValueError, h11.ProtocolError) as exc:  # reset, closed without an answer, not HTTP
         raise TargetUnreachable(host, f"GET {url} from {host} failed: {type(exc).__name__}: {exc}") from exc
     data: Any = None
@@ -770,15 +770,24 @@ async def http_get(tk: Toolkit, host: str, url: str, fields: list[str] | None = 
                         missing=missing, note=await _foreign_holder(tk, h, host, port))
 
 
-async def _port_owner(tk: Toolkit, h: Host, host: str, port: int) -> str:
+async def _port_owner(tk: Toolkit, h: Host, host: str, port: int, *, listening: bool = False) -> str:
     """"; UNIT is STATE ..." when a job in the journal follows a unit with a probe on ``port`` of ``host`` (the
-    unit the port belongs to, as far as the tools know), else ""."""
+    unit the port belongs to, as far as the tools know), else "".
+
+    :param listening: something accepted the connection (a timeout): when the port's listener is not the unit's
+        process (:func:`port_holder`), that process is named instead of the unit's state."""
     found = _unit_for_port(tk.journal.list(host, limit=100), port)
     if found is None:
         return " (a server that is still starting refuses connections; try again later)"
     unit, rec = found
     try:
         with anyio.move_on_after(5):
+            held = await port_holder(h, port, unit) if listening else None
+            if held is not None and not held[3]:
+                pid, main, comm, _ = held
+                owner = f"{unit}'s main process is {main}" if main else f"{unit} has no main process (not running)"
+                return (f"; port {port} is held by pid {pid} ({comm}), not by {unit} (job {rec.job_id} follows "
+                        f"it): {owner}; that process does not answer")
             props = await unit_props(h, unit, "ActiveState,SubState,Result")
             active, sub = props.get("ActiveState", "?"), props.get("SubState", "?")
             if rec.readiness == "pending":
