@@ -1027,7 +1027,9 @@ def spawn_supervisor(name: str, job_id: str) -> int:
                     os.dup2(devnull, fd)
                 os.closerange(3, 65536)
                 os.chdir("/")
-                env = dict(os.environ)
+                # systemd.exec(5): a service's environment is the manager's (plus Environment=), never the
+                # client's: the caller's agent-tools job marker must not reach it (the unit is not the job's)
+                env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_TOOLS_")}
                 env["SIM_SYSTEMD_ROOT"] = str(root())
                 os.execve(
                     sys.executable,

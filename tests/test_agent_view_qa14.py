@@ -151,3 +151,16 @@ async def test_http_get_timing_out_on_a_stray_listener_names_it_not_the_unit(tmp
             assert "service_status shows why" not in err["message"] and "shows why" not in err["message"], text
         finally:
             await model.read("job_cancel", {"job_id": stray["job_id"], "grace_s": 1})
+
+
+async def test_systemctl_start_through_run_command_leaves_no_leftovers_of_the_unit(tmp_path: Path) -> None:
+    async with node_model(tmp_path, load_s=1) as (node, model):
+        await model.read("run_command", {"host": node.alias, "command": "systemctl stop sglang.service"})
+        text, res = await model.read("run_command", {"host": node.alias, "budget_s": 60,
+                                                     "command": "systemctl start sglang.service"})
+        assert res["outcome"] == "finished" and res["exit_status"] == 0, text
+        # the unit's processes are the service manager's, not the command's: nothing to job_cancel
+        assert not res.get("leftovers") and "job_cancel" not in res.get("next", ""), text
+        _, status = await model.read("service_status", {"host": node.alias, "unit": "sglang.service",
+                                                        "journal_lines": 0})
+        assert status["state"].startswith("active"), status
