@@ -448,9 +448,15 @@ def _shrink_text_slot(item: tuple[dict[str, Any], tuple[str | int, ...]], keep: 
     new, removed = _shorten_middle(text, keep, resume if view and "path" not in slot else None)
     if len(new) >= len(slot["text"]):
         return False
-    slot["text"] = new
+    # the view's own marker cut out with the middle: it is no output; the one marker left says the whole gap
+    own = re.search(r"… \[\d+ bytes omitted; job_output\([^)]*\) reads on from there\] …\n?", removed)
+    cut_bytes = len(removed.encode()) - (len(own.group().encode()) if own else 0)
     if isinstance(omitted, int):
-        slot["omitted_bytes"] = omitted + len(removed.encode())
+        slot["omitted_bytes"] = omitted + cut_bytes
+        if own:
+            new = re.sub(r"\[\d+ chars shortened by the adapter;",
+                         f"[{omitted + cut_bytes} bytes omitted ({cut_bytes} of them by the adapter);", new, count=1)
+    slot["text"] = new
     return True
 
 
