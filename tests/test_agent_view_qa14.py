@@ -176,3 +176,10 @@ async def test_the_one_marker_left_in_a_huge_output_agrees_with_omitted_bytes(st
         assert len(markers) == 1 and "chars shortened" not in view["text"], text
         assert int(markers[0][0]) == view["omitted_bytes"], text
         assert view["omitted_bytes"] == view["total_bytes"] - len(re.sub(r"… \[[^\]]*\] …\n", "", view["text"]))
+
+
+async def test_an_empty_journal_is_sent_empty(tmp_path: Path) -> None:
+    async with node_model(tmp_path, load_s=1) as (node, model):
+        (node.root / "etc/systemd/system/quiet.service").write_text("[Service]\nExecStart=/bin/true\n")
+        text, status = await model.read("service_status", {"host": node.alias, "unit": "quiet.service"})
+        assert status["unit"] == "quiet.service" and "No entries" not in text, text

@@ -336,6 +336,8 @@ async def service_status(tk: Toolkit, host: str, unit: str, journal_lines: int =
         raise missing
     text = res.stdout.decode("utf-8", "replace")
     show, _, journal = text.partition("@@AT journal\n")
+    # journalctl(1) prints "-- No entries --" when nothing matches: that is no journal line of the unit
+    journal = "".join(line for line in journal.splitlines(keepends=True) if line.strip() != "-- No entries --")
     props = parse_systemctl_show(show)
     load = props.get("LoadState", "")
     if load in ("not-found", "bad-setting", "error", "masked"):
