@@ -144,6 +144,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
     terminalreporter.write_line("(`bash .ci/run` installs everything and fails the run on any such skip)")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads xdist_group to route tests (loadgroup)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test that uses a real sshd / systemd host, so the CI guard above can see skips."""
     for item in items:
