@@ -28,8 +28,8 @@ from agent_tools.jobs.manager import JobRunner
 from agent_tools.outcomes import Detached, Finished, result_view
 
 from .conftest import ssh_host_for
+from .reliability_harness import on_host, toolkit_for
 from .sshd import RealSshd
-from .test_reliability import on_host, toolkit_for
 
 if TYPE_CHECKING:
     from tests.hosts.nspawn import HostPool

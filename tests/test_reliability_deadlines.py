@@ -28,8 +28,8 @@ from agent_tools.jobs.journal import Journal
 from agent_tools.tools.factory import load_policies
 from agent_tools.tools.toolkit import Toolkit
 
+from .reliability_harness import REPO, Rel, child_env, dump, on_host, rel, wait_until
 from .sshd import RealSshd
-from .test_reliability import REPO, Rel, child_env, dump, on_host, rel, wait_until
 
 if TYPE_CHECKING:
     from tests.hosts.nspawn import HostPool

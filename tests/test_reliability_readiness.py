@@ -4,7 +4,7 @@ Each test restarts real units on the nspawn systemd hosts (``at-h1``/``at-h2``: 
 checks what the tools report against ground truth read inside the host (``pool.run``). The docstring of each
 test names the fault and the protection it covers: remove that protection and the test fails. Measurements go
 to pytest user properties (``fault``, ``trials``, ``checked``, ``lost_jobs``, ...) for
-``scripts/reliability_report.py``, as in ``tests/test_reliability.py``.
+``scripts/reliability_report.py``, as in the other ``tests/test_reliability_*.py`` modules.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 
 from agent_tools.tools.toolkit import Toolkit
 
-from .test_reliability import Rel, bounded, dump, on_host, rel, toolkit_for, wait_until
+from .reliability_harness import Rel, bounded, dump, on_host, rel, toolkit_for, wait_until
 
 if TYPE_CHECKING:
     from tests.hosts.nspawn import HostPool

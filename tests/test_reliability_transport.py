@@ -1,10 +1,10 @@
 """Issue 12 (items 5, 6, 11) and issue 15 (item 7): the transport tells the truth and answers in time.
 
 Faults on real parts (the nspawn systemd hosts in their own network namespaces, a private OpenSSH ``sshd`` on
-loopback), each checked against ground truth taken on the host itself, in the style of
-``tests/test_reliability.py`` (whose helpers these tests share): the docstring of each test names the fault and
-the protection it covers, and each records what it measured as pytest user properties (``fault``, ``trials``,
-``checked``, ``lost_jobs``, ``hangs`` and the seconds each call took).
+loopback), each checked against ground truth taken on the host itself, in the style of the fault suite's other
+modules (whose harness, ``tests/reliability_harness.py``, these tests share): the docstring of each test names
+the fault and the protection it covers, and each records what it measured as pytest user properties
+(``fault``, ``trials``, ``checked``, ``lost_jobs``, ``hangs`` and the seconds each call took).
 
 The time bounds asserted here are correctness bounds from the issue (a call on a host that stops answering
 returns within its own time, its ``budget_s``/``wait_s``/``grace_s``/``deadline_s``, plus 5 s), not speed goals.
@@ -32,8 +32,8 @@ from agent_tools.jobs.manager import DEFAULT_JOBS_DIR, new_job_id
 from agent_tools.testing.ssh_files import known_hosts_line, ssh_config_block
 from agent_tools.tools.toolkit import Toolkit
 
+from .reliability_harness import Rel, bounded, dump, job_pid_alive, on_host, settle, toolkit_for, wait_until
 from .sshd import RealSshd, require_real_sshd
-from .test_reliability import Rel, bounded, dump, job_pid_alive, on_host, settle, toolkit_for, wait_until
 
 if TYPE_CHECKING:
     from tests.hosts.nspawn import HostPool
