@@ -70,6 +70,7 @@ from ..errors import (
     UnknownHost,
 )
 from . import host_keys
+from .background import Background
 from .base import ConnectProgress, ExecResult, HostProcess
 from .ssh_config import CanonicalizeError, JumpHop, ResolvedHost
 from .ssh_config import resolve as resolve_config
@@ -290,9 +291,6 @@ def _translate(alias: str, exc: BaseException, during: str) -> HostError:
     return HostError(alias, f"{alias}: {type(exc).__name__} during {during}: {exc}")
 
 
-_PENDING: set[asyncio.Task[None]] = set()  # background slot releases (strong references until done)
-
-
 class _ChannelSlots:
     """The session channel slots of one host: at most ``limit`` channels open at once; callers queue in order.
 
@@ -442,13 +440,10 @@ class _SshProcess(HostProcess):
         # stdin got EOF or its report was read); only then is the channel closed from here. Done in the
         # background so close() never blocks; bounded so a command that never exits cannot keep the slot.
         try:
-            task = asyncio.get_running_loop().create_task(self._close_and_release())
+            self._host._background.spawn(self._close_and_release())
         except RuntimeError:  # no running loop (interpreter shutdown): close now
             self._proc.close()
             self._slots.release(self._generation)
-            return
-        _PENDING.add(task)
-        task.add_done_callback(_PENDING.discard)
 
     async def _close_and_release(self) -> None:
         try:
@@ -492,6 +487,8 @@ class SshHost:
         self._warming: dict[str, set[asyncio.Task[None]]] = {}
         self._wanted: dict[str, Callable[[], tuple[str, str]]] = {}  # keys asked for, with their factories
         self._timing = self.settings.timing()  # what the last resolved config says (see SshSettings.timing)
+        # connect attempts, warm sessions starting, channels closing, ends of liveness waits: ended by aclose
+        self._background = Background(f"SshHost({self.name})")
 
     def __repr__(self) -> str:
         return f"SshHost(name={self.name!r})"
@@ -584,7 +581,7 @@ class SshHost:
         finally:
             if gave_up and self.settings.liveness_timeout_s > 0:
                 try:
-                    asyncio.get_running_loop().call_later(self.settings.liveness_timeout_s, self._wait_done)
+                    self._background.call_later(self.settings.liveness_timeout_s, self._wait_done)
                 except RuntimeError:
                     self._wait_done()
             else:
@@ -631,8 +628,7 @@ class SshHost:
             if not live or (s.liveness_timeout_s > 0 and len(live) < _MAX_ATTEMPTS
                             and now - self._attempt_t0 > s.liveness_timeout_s):
                 info = _AttemptInfo(asyncio.get_running_loop().time())
-                task = asyncio.get_running_loop().create_task(self._attempt(resolved, info))
-                task.add_done_callback(_retrieve)
+                task = self._background.spawn(self._attempt(resolved, info))
                 self._attempts.add(task)
                 self._attempt_info[task] = info
                 task.add_done_callback(self._attempts.discard)
@@ -879,7 +875,7 @@ class SshHost:
                 guard = _OpenGuard(self._slots.confirmed)
                 try:
                     with self._awaiting():
-                        proc = await _open_process(conn, command, env_, guard)
+                        proc = await _open_process(conn, command, env_, guard, self._background)
                     return _SshProcess(self, proc, self._slots, guard.generation)
                 except _Unconfirmed as exc:
                     self._drop_if_closed()
@@ -980,15 +976,14 @@ class SshHost:
     def _refill(self, key: str, factory: Callable[[], tuple[str, str]]) -> None:
         """Start warm sessions in the background until ``warm_sessions`` are ready or starting for ``key``
         (never taking the last free channel slot, nor one a call is queueing for)."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
         pool = self._warm.setdefault(key, [])
         warming = self._warming.setdefault(key, set())
         while (len(pool) + len(warming) < self.settings.warm_sessions and self._slots.free > 1
                and not self._slots.queued):
-            task = loop.create_task(self._warm_one(key, factory))
+            try:
+                task = self._background.spawn(self._warm_one(key, factory))
+            except RuntimeError:  # no running loop
+                return
             warming.add(task)
             task.add_done_callback(warming.discard)
 
@@ -1055,11 +1050,11 @@ class SshHost:
         return _SshTcpStream(self, reader, writer)
 
     async def aclose(self) -> None:
-        for attempt in self._attempts:
-            attempt.cancel()
-        for tasks in self._warming.values():
-            for task in tasks:
-                task.cancel()
+        """Close the host: its background work (connect attempts, warm sessions being started, channels
+        closing, liveness waits) is cancelled and awaited, ready warm sessions get EOF on their stdin, and the
+        pooled connection is closed (up to 2 s for the goodbye to go out). No task the host started outlives
+        this call. The host can be used again: the next call connects anew."""
+        await self._background.aclose()  # first: no attempt may pool a connection after this
         for pool in self._warm.values():
             while pool:
                 _retire(pool.pop()[1])
@@ -1069,6 +1064,7 @@ class SshHost:
             conn.close()
             with anyio.move_on_after(2):
                 await conn.wait_closed()
+        await self._background.aclose()  # the warm sessions' closes, and what the closed connection ended
 
 
 class _Client(asyncssh.SSHClient):
@@ -1103,13 +1099,8 @@ def _retire(proc: _SshProcess) -> None:
     """Let an unused warm session end: EOF on its stdin (its command exits, tidying up), then close."""
     if not proc.is_closed():
         proc._eof()
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:  # no running loop: the connection goes with it
-        return
-    task = loop.create_task(proc.close())
-    _PENDING.add(task)
-    task.add_done_callback(_PENDING.discard)
+    with contextlib.suppress(RuntimeError):  # no running loop: the connection goes with it
+        proc._host._background.spawn(proc.close())
 
 
 class _Unconfirmed(Exception):
@@ -1153,7 +1144,7 @@ class _GuardedProcess(asyncssh.SSHClientProcess[bytes]):
 
 
 async def _open_process(conn: asyncssh.SSHClientConnection, command: str, env: dict[str, str],
-                        guard: _OpenGuard) -> asyncssh.SSHClientProcess[bytes]:
+                        guard: _OpenGuard, background: Background) -> asyncssh.SSHClientProcess[bytes]:
     """Open a session channel and exec ``command`` on it, so that the caller always knows whether the exec
     request went out.
 
@@ -1168,9 +1159,9 @@ async def _open_process(conn: asyncssh.SSHClientConnection, command: str, env: d
     :raises asyncssh.ChannelOpenError, asyncssh.Error, OSError: the session did not start (nothing runs).
     """
     env_: dict[bytes | str, bytes | str] = {k: v for k, v in env.items()}
-    task = asyncio.ensure_future(conn.create_session(lambda: _GuardedProcess(guard), command, env=env_,
-                                                     encoding=None, term_modes=_SSH_NO_TTY_MODES))
-    task.add_done_callback(_retrieve)  # a failure nobody awaits any more (cancelled caller, closing loop) is no error
+    # owned by the host (a failure nobody awaits any more, after a cancelled caller, is retrieved there)
+    task = background.spawn(conn.create_session(lambda: _GuardedProcess(guard), command, env=env_,
+                                                encoding=None, term_modes=_SSH_NO_TTY_MODES))
     try:
         _, proc = await asyncio.shield(task)
         return cast(asyncssh.SSHClientProcess[bytes], proc)
@@ -1200,11 +1191,6 @@ def _exec_refused(conn: asyncssh.SSHClientConnection, exc: BaseException) -> boo
     closing connection never answered the same way, so that counts only while the connection is open."""
     return (isinstance(exc, asyncssh.ChannelOpenError) and exc.code == asyncssh.OPEN_REQUEST_SESSION_FAILED
             and not conn.is_closed())
-
-
-def _retrieve(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()
 
 
 def _close_orphan(task: asyncio.Future[Any]) -> None:
