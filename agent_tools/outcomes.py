@@ -54,7 +54,6 @@ __all__ = [
     "Outcome",
     "ProbeReport",
     "ResultModel",
-    "outcome_dict",
     "result_view",
 ]
 
@@ -310,11 +309,6 @@ def result_view(result: BaseModel) -> dict[str, Any]:
     """
     dumped = result.model_dump(mode="json")
     return _ints(_view(result, dumped) if isinstance(result, ResultModel) else dumped)  # type: ignore[no-any-return]
-
-
-def outcome_dict(outcome: BaseModel) -> dict[str, Any]:
-    """``result_view(outcome)`` (kept for callers of the earlier name)."""
-    return result_view(outcome)
 
 
 def _view(model: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:

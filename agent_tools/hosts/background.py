@@ -52,13 +52,6 @@ class Background:
         task.add_done_callback(self._ended)
         return task
 
-    def adopt(self, task: asyncio.Task[T]) -> asyncio.Task[T]:
-        """Own a task started elsewhere (e.g. by ``asyncio.ensure_future``): :meth:`aclose` ends it too."""
-        if not task.done():
-            self._tasks.add(task)
-            task.add_done_callback(self._ended)
-        return task
-
     def _ended(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         if not task.cancelled():

@@ -556,12 +556,6 @@ class SshHost:
         await self.connection()
         return self.host_key_fingerprint
 
-    def drop_connection(self) -> None:
-        """Forget the pooled connection (closing it, unsent bytes discarded); the next call reconnects."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
-
     # ------------------------------------------------------------------ liveness
     @contextlib.contextmanager
     def _awaiting(self) -> Iterator[None]:

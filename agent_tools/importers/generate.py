@@ -6,7 +6,6 @@ See :mod:`agent_tools.importers.synth` for what is inferred and how, and ``docs/
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import pprint
 import re
@@ -247,8 +246,3 @@ def test_{name}_replays_through_agent_tools(tmp_path: Path) -> None:
     steps = replay_plan(CASSETTE, PLAN, tmp_path)
 {chr(10).join(checks)}
 '''
-
-
-def plan_json(plan: list[dict[str, Any]]) -> str:
-    """The plan as indented JSON (for people)."""
-    return json.dumps(plan, indent=2)

@@ -111,11 +111,6 @@ class JobRecord:
     finished_at: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def terminal(self) -> bool:
-        """True once the job's process state can no longer change (exited, killed, lost, not_started)."""
-        return self.state in ("exited", "killed", "lost", "not_started")
-
 
 class Journal:
     """SQLite journal of jobs (WAL mode; safe for several processes on one machine).
