@@ -3,7 +3,16 @@ what a fault test measured (:class:`Rel`, written as pytest user properties for 
 bounded waits that count hangs, ground truth read inside the hosts, and the fixtures the fault tests share
 (``rel``, ``child_script``, ``private_sshd``, ``run_log``).
 
-``AGENT_TOOLS_LONG=1`` runs the long variants (:data:`LONG`).
+Each test of the suite injects one fault into real parts (the nspawn systemd hosts ``at-h1``/``at-h2`` in their
+own network namespaces, or a private OpenSSH ``sshd`` on loopback) and checks the outcome against ground truth
+taken on the host itself (``pool.run`` enters the host's namespaces, so it works while the host is partitioned).
+The docstring of each test names the protection it covers: remove that protection and the test fails. Every test
+records what it measured (``fault``, ``trials``, ``checked``, ``lost_jobs``, ``lost_bytes``, ``survivors``,
+``hangs``) as pytest user properties; ``scripts/reliability_report.py`` turns them into ``docs/reliability.md``.
+
+``AGENT_TOOLS_LONG=1`` runs the long variants (:data:`LONG`): 20 controller-crash trials instead of 5, 3x the
+load, and repeated rounds (``round_``) of the partition, sshd-restart, reboot, cancel, duplicate and slow-open
+faults.
 """
 
 from __future__ import annotations

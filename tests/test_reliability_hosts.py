@@ -1,11 +1,6 @@
 """Issue 7, host and network faults: a partition, an sshd restart and a host reboot while a job runs.
 
-Part of the reliability-under-faults suite: each test injects one fault into real parts (the nspawn systemd hosts
-``at-h1``/``at-h2`` in their own network namespaces, or a private OpenSSH ``sshd`` on loopback) and checks the
-outcome against ground truth taken on the host itself. The docstring of each test names the protection it
-covers: remove that protection and the test fails. The shared harness (recording, bounded waits, fixtures) is
-``tests/reliability_harness.py``; ``scripts/reliability_report.py`` turns what the tests record into
-``docs/reliability.md``.
+One fault family of the reliability suite (its conventions: ``tests/reliability_harness.py``).
 """
 
 from __future__ import annotations
