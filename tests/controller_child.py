@@ -20,6 +20,7 @@ import anyio
 
 from agent_tools.hosts.registry import HostRegistry
 from agent_tools.jobs.journal import Journal
+from agent_tools.tools.factory import load_policies
 from agent_tools.tools.toolkit import Toolkit
 
 
@@ -32,15 +33,19 @@ def wait_for_go(go_file: str | None) -> None:
 
 async def main() -> None:
     cfg = json.loads(sys.argv[1])
-    tk = Toolkit(HostRegistry(ssh_config=[cfg["ssh_config"]]), journal=Journal(cfg["journal"]))
+    policy = load_policies([cfg["policy"]]) if cfg.get("policy") else None
+    tk = Toolkit(HostRegistry(ssh_config=[cfg["ssh_config"]]), journal=Journal(cfg["journal"]), policy=policy)
     print("READY", flush=True)
     wait_for_go(cfg.get("go_file"))
 
     async def one(job: dict[str, Any]) -> None:
         out = await tk.run_command(host=cfg["host"], command=job["command"], budget_s=job["budget_s"],
                                    idempotency_key=job.get("key"))
-        print(json.dumps({"tag": job["tag"], "outcome": out.outcome, "job_id": getattr(out, "job_id", None),
-                          "kind": getattr(out, "kind", None)}), flush=True)
+        line = {"tag": job["tag"], "outcome": out.outcome, "job_id": getattr(out, "job_id", None),
+                "kind": getattr(out, "kind", None)}
+        if job.get("result"):
+            line["result"] = out.model_dump(mode="json")
+        print(json.dumps(line), flush=True)
 
     async with anyio.create_task_group() as tg:
         for job in cfg["jobs"]:

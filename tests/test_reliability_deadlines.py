@@ -36,26 +36,6 @@ if TYPE_CHECKING:
 
 __all__ = ["rel"]  # the fixture, imported for its use here
 
-CONTROLLER = r'''
-import json, sys
-import anyio
-from agent_tools.hosts.registry import HostRegistry
-from agent_tools.jobs.journal import Journal
-from agent_tools.tools.factory import load_policies
-from agent_tools.tools.toolkit import Toolkit
-
-async def main() -> None:
-    cfg = json.loads(sys.argv[1])
-    tk = Toolkit(HostRegistry(ssh_config=[cfg["ssh_config"]]), journal=Journal(cfg["journal"]),
-                 policy=load_policies([cfg["policy"]]))
-    out = await tk.run_command(host=cfg["host"], command=cfg["command"], budget_s=0.5)
-    print(json.dumps(out.model_dump(mode="json")), flush=True)
-    await anyio.sleep(3600)  # killed with SIGKILL by the test: never closes anything
-
-anyio.run(main)
-'''
-
-
 def _policy(tmp_path: Path, text: str) -> Path:
     p = tmp_path / "policy.yaml"
     p.write_text(text)
@@ -78,7 +58,8 @@ def _alive(marker: str) -> list[int]:
 
 
 @pytest.mark.sshd
-async def test_policy_deadline_kills_with_the_controller_gone(real_sshd: RealSshd, tmp_path: Path, rel: Rel) -> None:
+async def test_policy_deadline_kills_with_the_controller_gone(real_sshd: RealSshd, child_script: Path, tmp_path: Path,
+                                                              rel: Rel) -> None:
     """Fault: the controller process is killed (``kill -9``) while its job runs past the policy's
     ``hard_deadline_s``; the job left a grandchild in a session of its own that ignores TERM. Protection: the
     job's monitor on the host kills the whole tree at the deadline (TERM, then KILL): nothing of it is left, and
@@ -91,17 +72,19 @@ async def test_policy_deadline_kills_with_the_controller_gone(real_sshd: RealSsh
     policy = _policy(tmp_path, "version: 1\nhosts: ['*']\ndefaults: {hard_deadline_s: 3, decision: allow}\n")
     command = (f"echo started; (setsid sh -c 'trap \"\" TERM; exec sleep {marker}' &); "
                "trap '' TERM; sleep 100; echo never")
-    script = tmp_path / "controller.py"
-    script.write_text(CONTROLLER)
     journal = tmp_path / "journal.sqlite3"
+    # the child controller stays alive after its launch (hold) and never closes anything: killed with SIGKILL
     cfg = {"ssh_config": str(real_sshd.config_path), "journal": str(journal), "policy": str(policy),
-           "host": real_sshd.alias, "command": command}
+           "host": real_sshd.alias, "hold": True,
+           "jobs": [{"tag": "job", "command": command, "budget_s": 0.5, "result": True}]}
     proc = await anyio.to_thread.run_sync(lambda: subprocess.Popen(
-        [sys.executable, str(script), json.dumps(cfg)], stdout=subprocess.PIPE, env=child_env(), cwd=REPO))
+        [sys.executable, str(child_script), json.dumps(cfg)], stdout=subprocess.PIPE, env=child_env(), cwd=REPO))
     try:
         assert proc.stdout is not None
         line = await anyio.to_thread.run_sync(proc.stdout.readline)
-        out = json.loads(line)
+        while line.strip() == b"READY":
+            line = await anyio.to_thread.run_sync(proc.stdout.readline)
+        out = json.loads(line)["result"]
         assert out["outcome"] == "detached", out
         assert out["hard_deadline_s"] == 3 and "the host kills it 3 s after its start" in out["why"], out
         assert _alive(marker), "the grandchild should be running before the deadline"
