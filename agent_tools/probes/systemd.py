@@ -61,7 +61,12 @@ DEFAULT_SETTLE_S = 3.0
 _UPTIME_KEY = "AgentToolsUptime"
 
 #: keys a systemd_unit probe carries between checks in its spec (internal state, not part of the schema)
-STATE_KEYS = frozenset({"passed_invocation", "passed_restarts", "active_seen", "final"})
+STATE_KEYS = frozenset({"passed_invocation", "passed_restarts", "active_seen", "ended_seen", "final"})
+
+#: seconds the journal gets to record how an invocation ended (journald may write the manager's "Failed with
+#: result"/"Deactivated successfully" line after ``systemctl show`` already reads the unit inactive, and a unit
+#: read before its start shows no invocation while the journal already has the new one's first lines)
+JOURNAL_GRACE_S = 5.0
 
 
 def _int(value: str | None) -> int | None:
@@ -127,8 +132,11 @@ def judge_unit(p: SystemdUnitProbe, state: dict[str, Any], props: dict[str, str]
         return res("passed", evidence, {**(updates or {}), "final": {"evidence": evidence, "ended": ended}},
                    ended=ended)
 
-    def gone(target: str, *, after_ready: bool) -> ProbeResult:
-        """The unit is inactive (maybe unloaded) and invocation ``target`` ended: how, from the journal."""
+    def gone(target: str, *, after_ready: bool, inferred: bool) -> ProbeResult:
+        """The unit is inactive and invocation ``target`` ended, or (``inferred``: ``systemctl show`` names no
+        invocation, so its properties are not ``target``'s) may have: how, from the journal. Without the
+        journal's end line the verdict waits :data:`JOURNAL_GRACE_S`: the properties may have been read before
+        the start (the invocation is running) or before journald wrote the line."""
         assert ends is not None
         how = ends.how.get(target)
         when = " after it was ready" if after_ready else ""
@@ -136,7 +144,16 @@ def judge_unit(p: SystemdUnitProbe, state: dict[str, Any], props: dict[str, str]
             return final(f"{ev}: stopped on request{when}; no longer followed", "stopped")
         if how == "failed":
             return res("failed", f"{ev} exit={code}: the invocation failed{when}")
-        if unit_type == "oneshot" and (how == "exited" or result == "success"):
+        if how is None:
+            seen = state.get("ended_seen")
+            first = float(seen[1]) if isinstance(seen, list) and len(seen) == 2 and seen[0] == target else now
+            if now - first < JOURNAL_GRACE_S:
+                doing = ("the journal shows it started; looking again" if inferred
+                         else "the journal does not say yet how it ended")
+                return res("not_yet", f"{ev}: invocation {target[:8]} {doing}", {"ended_seen": [target, first]})
+        # a failed unit stays loaded (CollectMode=inactive): an unloaded one did not fail, nor did an inactive
+        # one whose own Result reads success
+        if unit_type == "oneshot" and (how == "exited" or (how is None and (inferred or result == "success"))):
             return final(ev + " (the oneshot ran to completion)", "completed",
                          {"passed_invocation": target, "passed_restarts": restarts})
         if how == "exited":
@@ -155,7 +172,7 @@ def judge_unit(p: SystemdUnitProbe, state: dict[str, Any], props: dict[str, str]
             if active == "deactivating":
                 return res("not_yet", ev + ": the invocation that passed is stopping")
             if active == "inactive":
-                return ask() if ends is None else gone(pinned, after_ready=True)
+                return ask() if ends is None else gone(pinned, after_ready=True, inferred=not inv)
             return res("failed", f"{ev} exit={code}: the invocation that was ready is no longer running")
         if restarts > int(state.get("passed_restarts") or 0):
             return res("failed", f"{ev}: the invocation that was ready died and systemd restarted the unit "
@@ -163,12 +180,14 @@ def judge_unit(p: SystemdUnitProbe, state: dict[str, Any], props: dict[str, str]
         return final(f"{ev}: superseded by a later start of the unit (invocation {inv[:8]}); no longer followed",
                      "superseded")
 
-    if active == "inactive" and inv != p.not_invocation:  # a new invocation ended, or the unit was unloaded
+    if active == "inactive" and inv != (p.not_invocation or ""):  # a new invocation ended
+        return ask() if ends is None else gone(inv, after_ready=False, inferred=False)
+    if active == "inactive" and not inv:  # not started yet, or a new invocation ended and was unloaded
         if ends is None:
             return ask()
-        target = inv or next((i for i in reversed(ends.order) if i != p.not_invocation), "")
+        target = next((i for i in reversed(ends.order) if i != p.not_invocation), "")
         if target:
-            return gone(target, after_ready=False)
+            return gone(target, after_ready=False, inferred=True)
     if not inv or inv == p.not_invocation:
         attempt = _int(props.get("ConditionTimestampMonotonic"))
         if (p.before_condition_us is not None and attempt is not None and attempt > p.before_condition_us
