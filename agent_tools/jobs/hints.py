@@ -67,6 +67,8 @@ class JobFacts:
     :param output_cut: some of the job's output was left out of what the agent was shown (False: every byte was
         in a result, so ``job_output`` would only repeat it and is not suggested).
     :param killed_by: who killed a ``killed`` job: ``budget`` | ``deadline`` | ``cancel`` (``""``: not known).
+    :param needs: what a command that failed wanted from a person or a terminal and what to run instead
+        (:func:`agent_tools.jobs.terminal.interactive_need`'s ``next``; ``""``: nothing of the kind).
     """
 
     job_id: str
@@ -82,6 +84,7 @@ class JobFacts:
     superseded_by: str = ""
     output_cut: bool = True
     killed_by: str = ""
+    needs: str = ""
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,8 @@ def guide(f: JobFacts) -> Guidance:
                                          "wanted"),)
         elif f.state == "killed":
             nexts = (NextCall(None, note="it was killed; run it again only if that is still wanted"), *wrote)
+        elif f.needs:
+            nexts = (NextCall(None, note=f.needs),)
         else:
             nexts = (*((stderr,) if f.output_cut else ()),
                      NextCall(None, note="it failed: fix the cause before running it again"))

@@ -61,7 +61,7 @@ from .scripts import (
     status_script,
     warm_script,
 )
-from .terminal import instead_of, terminal_need
+from .terminal import drew_screen, interactive_need
 from .wire import HostJobState, RawView, WireError, WireReader, parse_deadline, parse_status, read_view
 
 __all__ = ["DEFAULT_JOBS_DIR", "JobRunner", "job_id_for_key", "new_job_id"]
@@ -105,19 +105,6 @@ _JOB_ID_RE = re.compile(r"^j_[a-z0-9]{8,32}$")
 #: journal states the host is not asked about again (their job cannot change any more)
 _SETTLED = frozenset({"exited", "killed", "not_started"})
 
-# Prompts and refusals that mean "this wanted a person at a terminal" (stdin is /dev/null here).
-_PROMPT_RE = re.compile(
-    r"(sudo: (?:a password is required|a terminal is required[^\n]*|no tty present[^\n]*)"
-    r"|\[sudo\] password for [^\n]*"
-    r"|^[^\n]{0,80}(?:[Pp]assword|[Pp]assphrase)[^\n]{0,40}:\s*$"
-    r"|terminal prompts disabled[^\n]*"
-    r"|Are you sure you want to continue connecting[^\n]*"
-    r"|[^\n]{0,120}\[[yY]/[nN]\]\s*$|[^\n]{0,120}\(yes/no(?:/\[fingerprint\])?\)\??\s*$"
-    r"|Do you want to continue\? \[Y/n\][^\n]*)",
-    re.MULTILINE,
-)
-
-
 def new_job_id() -> str:
     """A fresh, unguessable job id: ``j_`` + 16 characters, the base32 (RFC 4648, lower case) of 80 bits from
     :mod:`secrets` (one ``urandom`` call)."""
@@ -146,15 +133,6 @@ def _signal_name(code: int) -> str | None:
             return _signal.Signals(code - 128).name.removeprefix("SIG")
         except ValueError:
             return None
-    return None
-
-
-def find_prompt(*texts: str) -> str | None:
-    """The first password/confirmation prompt or refusal in ``texts`` (tail first), else None."""
-    for text in texts:
-        found = _PROMPT_RE.findall(text[-4000:])
-        if found:
-            return str(found[-1]).strip()
     return None
 
 
@@ -600,23 +578,14 @@ class JobRunner:
                             signal=sig, finished_at=now(), stdout_seen=out.size, stderr_seen=err.size)
         log.debug("job.finished", host=rec.host, job_id=rec.job_id, exit_status=code, duration_s=round(elapsed, 3))
         if code != 0:
-            prompt = find_prompt(ev.text, ov.text)
-            if prompt is not None:
-                return NeedsInput(host=rec.host, command=rec.command, prompt=prompt, exit_status=code,
-                                  duration_s=round(elapsed, 3), stdout=ov, stderr=ev, job_id=rec.job_id,
-                                  next="the command asked for input and stdin is /dev/null: run it "
-                                       "non-interactively (sudo -n with NOPASSWD, --yes/-y, key-based auth), "
-                                       "or ask the operator")
-            tty = terminal_need(rec.command, ev.text, ov.text)
-            if tty is not None:
-                # what it drew for a screen nobody sees is left out (all of it stays on the host)
-                screen = OutputView(total_bytes=ov.total_bytes, omitted_bytes=ov.total_bytes) if ov.total_bytes \
-                    else ov
-                return NeedsInput(host=rec.host, command=rec.command, prompt=f"needs a terminal: {tty}",
-                                  exit_status=code, duration_s=round(elapsed, 3), stdout=screen, stderr=ev,
-                                  job_id=rec.job_id,
-                                  next=f"it needs an interactive terminal, which commands here do not get: "
-                                       f"use {instead_of(rec.command)}")
+            need = interactive_need(rec.command, ev.text, ov.text)
+            if need is not None:
+                # what a full-screen program drew for a screen nobody sees is left out (all of it stays on the host)
+                screen = need.terminal and ov.total_bytes and drew_screen(ov.text)
+                shown = OutputView(total_bytes=ov.total_bytes, omitted_bytes=ov.total_bytes) if screen else ov
+                return NeedsInput(host=rec.host, command=rec.command, prompt=need.prompt, exit_status=code,
+                                  duration_s=round(elapsed, 3), stdout=shown, stderr=ev, job_id=rec.job_id,
+                                  next=need.next)
         left = leftovers or []
         if left:
             log.info("job.leftovers", host=rec.host, job_id=rec.job_id, pids=[p.pid for p in left])
@@ -974,7 +943,10 @@ class JobRunner:
                             stderr_seen=max(rec.stderr_seen, err_seen))
         # every byte in a result already (no view ever had to cut: the streams fit one view): no job_output hint
         cut = new_out.truncated or new_err.truncated or max(vst.stdout_bytes, vst.stderr_bytes) > self.view_bytes
-        g = guide(facts_of(rec, state=state, detail=why, readiness_detail=ready_why, output_cut=cut))
+        need = (interactive_need(rec.command, new_err.text, new_out.text)
+                if state == "exited" and code not in (None, 0) else None)
+        g = guide(facts_of(rec, state=state, detail=why, readiness_detail=ready_why, output_cut=cut,
+                           needs=need.next if need is not None else ""))
         return JobStatus(job_id=job_id, host=rec.host, command=rec.command, state=state,
                          exit_status=code, signal=sig, readiness=rec.readiness, by=killed_by(rec, state),
                          elapsed_s=elapsed_of(rec), deadline_s=rec.deadline_s, hard_deadline_s=_hard_deadline(rec),
@@ -1386,15 +1358,15 @@ def _restarted_unit(rec: JobRecord) -> str | None:
 
 
 def facts_of(rec: JobRecord, *, state: str | None = None, detail: str = "", readiness_detail: str = "",
-             output_cut: bool = True) -> JobFacts:
+             output_cut: bool = True, needs: str = "") -> JobFacts:
     """:class:`~agent_tools.jobs.hints.JobFacts` of a journal row (``state`` overrides the recorded one;
-    ``output_cut``: see :class:`~agent_tools.jobs.hints.JobFacts`)."""
+    ``output_cut``, ``needs``: see :class:`~agent_tools.jobs.hints.JobFacts`)."""
     units = tuple(str(p["unit"]) for p in rec.probes if p.get("kind") == "systemd_unit" and p.get("unit"))
     return JobFacts(job_id=rec.job_id, host=rec.host, state=state or rec.state, readiness=rec.readiness,
                     exit_status=rec.exit_status, signal=rec.signal, detail=detail,
                     readiness_detail=readiness_detail or str(rec.meta.get("readiness_why", "")), units=units,
                     deadline_s=rec.deadline_s, superseded_by=str(rec.meta.get("superseded_by", "")),
-                    output_cut=output_cut, killed_by=killed_by(rec, state) or "")
+                    output_cut=output_cut, killed_by=killed_by(rec, state) or "", needs=needs)
 
 
 def _reached(host: Host) -> dict[str, Any]:

@@ -1,0 +1,76 @@
+"""Issue 14, the second qa14 report: every result as the official MCP client receives it (``mcp.Client`` over the
+SDK's in-memory transport) from this machine (``local``), the real OpenSSH sshd on loopback or the embedded
+simulated GPU node. The parts that need real systemd are in ``test_agent_view_qa14_systemd.py``."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from agent_tools.tools.toolkit import Toolkit
+
+from .test_agent_view import model_for
+
+
+# ---------------------------------------------------------------------------------------------- 1, 2: needs_input
+async def test_a_tty_phrase_in_a_failed_commands_output_is_not_a_terminal_need(state_dir: Path,
+                                                                               tmp_path: Path) -> None:
+    tk = Toolkit()
+    async with tk, model_for(tk) as model:
+        # a login profile's `mesg` line, then a command that fails for its own reason: its stdout is shown whole
+        text, out = await model.read("run_command", {"host": "local", "command": (
+            'echo "mesg: ttyname failed: Inappropriate ioctl for device" >&2; echo building; echo step 1 ok; '
+            f"ls {tmp_path}/config.yaml")})
+        assert (out["outcome"], out["exit_status"]) == ("finished", 2), text
+        assert out["stdout"] == {"text": "building\nstep 1 ok\n"}, text
+        # a file's text that says "not a terminal", shown by cat
+        text, out = await model.read("run_command", {"host": "local", "command": (
+            f'printf "line: not a terminal\\n" > {tmp_path}/t.txt; cat {tmp_path}/t.txt; false')})
+        assert (out["outcome"], out["stdout"]) == ("finished", {"text": "line: not a terminal\n"}), text
+
+
+async def test_needs_that_are_not_at_the_first_word_or_gave_up_are_recognised(state_dir: Path,
+                                                                              tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    tk = Toolkit()
+    async with tk, model_for(tk) as model:
+        # git without -m: there is no editor here; the hint is -m
+        text, out = await model.read("run_command", {"host": "local", "command": (
+            f"git init -q {repo} && cd {repo} && git -c user.name=t -c user.email=t@t commit --allow-empty")})
+        assert out["outcome"] == "needs_input" and "Aborting commit due to empty commit message" in out["prompt"], text
+        assert "git commit -m" in out["next"], text
+        # the program is not the first word: the hint is still the program's own
+        if shutil.which("vim") is not None:
+            text, out = await model.read("run_command", {"host": "local", "budget_s": 20,
+                                                         "command": f"cd {tmp_path} && vim notes.txt"})
+            assert out["outcome"] == "needs_input" and "edit_file" in out["next"], text
+            assert "stdout" not in out or out["stdout"]["text"] == "", text  # the screen it drew is left out
+        # a detached job that ends on a terminal refusal: job_status says what to run instead
+        text, job = await model.read("run_command", {"host": "local", "command": "sleep 2; top", "budget_s": 1})
+        assert job["outcome"] == "detached", text
+        for _ in range(10):
+            text, st = await model.read("job_status", {"job_id": job["job_id"], "wait_s": 10})
+            if st["state"] != "running":
+                break
+        assert (st["state"], st["exit_status"]) == ("exited", 1), text
+        assert "top -b -n 1" in st["next"] and "fix the cause" not in st["next"], text
+
+
+@pytest.mark.sshd
+async def test_a_password_prompt_followed_by_more_words_is_needs_input(real_sshd: object, tmp_path: Path) -> None:
+    from agent_tools.hosts.registry import HostRegistry
+    from agent_tools.jobs.journal import Journal
+
+    from .sshd import RealSshd
+
+    assert isinstance(real_sshd, RealSshd)
+    if shutil.which("passwd") is None:
+        pytest.skip("no passwd here")
+    tk = Toolkit(HostRegistry(ssh_config=[str(real_sshd.config_path)]), journal=Journal(tmp_path / "j.sqlite3"))
+    async with tk, model_for(tk) as model:
+        # passwd as an unprivileged user asks for the current password; stdin ends: "Current password: passwd: ..."
+        text, out = await model.read("run_command", {"host": real_sshd.alias, "command": "passwd"})
+        assert out["outcome"] == "needs_input" and out["prompt"].lower().endswith("password:"), text
+        assert "chpasswd" in out["next"], text
