@@ -77,7 +77,9 @@ class ProbeReport(ResultModel):
 
     kind: str = Field(description="probe kind: systemd_unit, http, log, port, gpu_memory, host_memory")
     target: str = Field(default="", description="what was probed (unit name, URL, file, port)")
-    state: Literal["passed", "not_yet", "failed"] = Field(description="passed | not_yet | failed (terminal)")
+    state: Literal["passed", "not_yet", "failed", "not_passed"] = Field(
+        description="passed | not_yet | failed (terminal) | not_passed (readiness was decided first; not checked "
+                    "any more)")
     evidence: str = Field(default="", description="what was seen (unit state, HTTP status, matched line)")
 
 
@@ -136,6 +138,8 @@ class Detached(ResultModel):
     deadline_s: float | None = Field(default=None, description="seconds from start after which the job "
                                                                "counts as past its deadline")
     hard_deadline_s: float | None = Field(default=None, description="the host kills it this many seconds after start")
+    readiness: Literal["none", "pending", "ready", "failed", "deadline_exceeded", "superseded"] = Field(
+        default="none", description="with probes: the readiness at the first look (as job_status)")
     why: str
     probes: list[ProbeReport] = Field(default_factory=list)
     stdout: OutputView = Field(default_factory=OutputView)

@@ -626,7 +626,8 @@ class JobRunner:
         log.debug("job.detached", host=rec.host, job_id=rec.job_id, elapsed_s=round(elapsed, 3))
         return Detached(host=rec.host, command=rec.command, job_id=rec.job_id, elapsed_s=round(elapsed, 3),
                         budget_s=rec.budget_s or 0.0, deadline_s=rec.deadline_s, why=why + _kill_words(rec),
-                        hard_deadline_s=_hard_deadline(rec), stdout=ov, stderr=ev, next=hint)
+                        hard_deadline_s=_hard_deadline(rec), readiness=rec.readiness if rec.probes else "none",
+                        stdout=ov, stderr=ev, next=hint)
 
     async def _kill_after_budget(self, host: Host, rec: JobRecord, t0: float, grace_s: float,
                                  started: bool) -> Killed | Detached:
@@ -980,7 +981,8 @@ class JobRunner:
                               last=last)
         meta = dict(rec.meta, last_probes=[p.model_dump() for p in verdict.reports], readiness_why=verdict.detail)
         if verdict.readiness != "pending" and rec.readiness == "pending":
-            meta["settled_at"] = now()
+            # a verdict that follows from the command's end holds since that end, not since this look
+            meta["settled_at"] = rec.finished_at if verdict.at_end and rec.finished_at is not None else now()
         self.journal.update(rec.job_id, probes=verdict.specs, readiness=verdict.readiness, meta=meta)
         if verdict.readiness != rec.readiness:
             log.info("job.readiness", host=rec.host, job_id=rec.job_id, readiness=verdict.readiness,

@@ -11,7 +11,10 @@ Readiness moves ``pending`` → ``ready`` | ``failed`` | ``deadline_exceeded``, 
   When the invocation that was ready failed, exited or was restarted by systemd after a crash, readiness
   turns ``failed`` with the journal lines. A later explicit restart or a stop on request ends the following
   (the probe is marked final) and readiness stays ``ready``: it was true.
-* ``failed`` and ``deadline_exceeded`` are final.
+* ``failed`` and ``deadline_exceeded`` are final. A probe that had not passed when readiness was decided is
+  reported ``not_passed`` (no longer checked), not ``not_yet``: it will not pass for this job. When the verdict
+  is the command's failure, the verdict belongs to the command's end (:attr:`Verdict.at_end`), and a unit still
+  in the invocation from before the restart reads "no restart began", not "not begun yet".
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from ..hosts.base import Host
 from ..outcomes import ProbeReport
 from .checks import advance, check_probes
 from .result import ProbeResult
-from .systemd import unit_journal
+from .systemd import NOT_BEGUN, unit_journal
 
 __all__ = ["Verdict", "judge"]
 
@@ -38,6 +41,8 @@ class Verdict:
     :param specs: the probe specs to keep for the next look (cursors, the invocation that passed).
     :param journal: the failed units' journal lines ("" when none).
     :param results: this look's probe results (empty when nothing was checked).
+    :param at_end: the verdict follows from the command's end (it failed, was killed or lost): it holds since
+        then, not since this look.
     """
 
     readiness: str
@@ -46,6 +51,21 @@ class Verdict:
     specs: list[dict[str, Any]]
     journal: str = ""
     results: list[ProbeResult] = field(default_factory=list)
+    at_end: bool = False
+
+
+def _decided(reports: list[ProbeReport], *, command_failed: bool = False) -> list[ProbeReport]:
+    """The reports of a final verdict: a probe that had not passed is ``not_passed`` (it is no longer checked);
+    after the command failed, a unit still in its old invocation never began a restart."""
+    out = []
+    for r in reports:
+        if r.state == "not_yet":
+            ev = r.evidence
+            if command_failed and ev.endswith(NOT_BEGUN):
+                ev = ev.removesuffix(NOT_BEGUN) + " (no restart began: the command failed)"
+            r = r.model_copy(update={"state": "not_passed", "evidence": ev})
+        out.append(r)
+    return out
 
 
 def _brief(results: list[ProbeResult]) -> str:
@@ -112,18 +132,19 @@ async def judge(host: Host, specs: list[dict[str, Any]], *, readiness: str, stat
     if failed:
         journal = await _with_journal(host, specs, failed)
         detail = "; ".join(f"{r.kind} {r.target}: {r.evidence}" for r in failed)
-        return Verdict("failed", detail + (f"\njournal:\n{journal}" if journal else ""), reports, new_specs, journal,
-                       results)
+        return Verdict("failed", detail + (f"\njournal:\n{journal}" if journal else ""), _decided(reports), new_specs,
+                       journal, results)
     if ended:
         return Verdict("failed", "; ".join(f"{r.kind} {r.target}: {r.evidence}" for r in ended)
-                       + " (before the job was ready)", reports, new_specs, "", results)
+                       + " (before the job was ready)", _decided(reports), new_specs, "", results)
     if state in ("killed", "lost") or (state == "exited" and exit_status != 0):
-        return Verdict("failed", f"the command did not succeed ({state_detail})", reports, new_specs, "", results)
+        return Verdict("failed", f"the command did not succeed ({state_detail})",
+                       _decided(reports, command_failed=True), new_specs, "", results, at_end=True)
     if all(r.state == "passed" for r in results):
         return Verdict("ready", "all probes passed: " + _brief(results), reports, new_specs, "", results)
     if deadline_s is not None and elapsed_s > deadline_s:
         return Verdict("deadline_exceeded",
                        f"not ready {elapsed_s:.0f} s after start (deadline {deadline_s:g} s): "
                        + "; ".join(f"{r.kind} {r.target}: {r.evidence}" for r in results if r.state != "passed"),
-                       reports, new_specs, "", results)
+                       _decided(reports), new_specs, "", results)
     return Verdict("pending", "waiting for readiness: " + _brief(results), reports, new_specs, "", results)

@@ -45,6 +45,9 @@ from .specs import SystemdUnitProbe
 __all__ = ["DEFAULT_SETTLE_S", "NOTIFY_TYPES", "UNIT_PROPS", "InvocationEnds", "check_unit", "invocation_ends",
            "judge_unit", "unit_journal"]
 
+#: the evidence's ending while a unit is still in the invocation from before the restart
+NOT_BEGUN = " (restart not begun yet)"
+
 #: the unit properties a systemd_unit probe reads (systemctl(1) show -p)
 UNIT_PROPS = ("ActiveState,SubState,Result,ExecMainStatus,ExecMainCode,NRestarts,InvocationID,TimeoutStartUSec,"
               "Type,MainPID,ActiveEnterTimestampMonotonic,ActiveExitTimestampMonotonic,"
@@ -199,7 +202,7 @@ def judge_unit(p: SystemdUnitProbe, state: dict[str, Any], props: dict[str, str]
         if not inv and active == "active":
             return res("not_yet", ev + " (no InvocationID: this systemd is older than 232, or the unit never "
                                        "started; the probe needs a new invocation)")
-        return res("not_yet", ev + " (restart not begun yet)")
+        return res("not_yet", ev + NOT_BEGUN)
     if active == "failed":
         return res("failed", f"{ev} exit={code}")
     if active == "activating" and sub == "auto-restart":

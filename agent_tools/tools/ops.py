@@ -9,6 +9,7 @@ system).
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import json
@@ -452,16 +453,28 @@ async def restart_service(tk: Toolkit, host: str, unit: str, daemon_reload: bool
     # the deadline is also the restart job's kill deadline on the host (its monitor kills a hung systemctl)
     out = await tk.run_command(host=host, command=cmd, budget_s=30.0, approval_id=approval_id,
                                deadline_s=deadline_s, _probes=spec, _deadline_s=deadline_s)
-    if not isinstance(out, Finished) or out.exit_status != 0:
-        return out  # detached (systemctl hung: the job follows it), or the enqueue failed, or denied/asked
+    if isinstance(out, Finished) and out.exit_status != 0:
+        # systemctl refused to enqueue the restart (a bad unit file, a missing unit, no rights): no restart began,
+        # and the job's readiness is decided now, at the command's end (a later job_status says the same)
+        unit_name = check_unit(unit)
+        with contextlib.suppress(AgentToolsError):
+            await tk.runner.job_status(h, out.job_id, wait_s=0)
+        return out.model_copy(update={"next": (
+            f"the restart was not enqueued (systemctl exited {out.exit_status}; stderr says why), so nothing "
+            f"restarted: service_status(host={host!r}, unit={unit_name!r}) shows the unit and its journal; fix the "
+            "cause, then restart_service again")})
+    if not isinstance(out, Finished):
+        return out  # detached (systemctl hung: the job follows it), or the enqueue failed to start, or denied/asked
     # the enqueue finished within its budget: the job now follows readiness through its probes
     status = await tk.runner.job_status(h, out.job_id, wait_s=0)
     allows = f"{timeout_s:g} s" if timeout_s is not None else "unlimited time"
+    # while pending, not status.why: it repeats the probes' evidence, which is right below; once decided (the unit
+    # failed at once, or was ready already) the verdict and its evidence (the unit's journal) are the news
+    why = (f"restart of {unit} enqueued; the probes judge readiness (the unit allows {allows} to start)"
+           if status.readiness == "pending" else status.why)
     return Detached(host=host, command=cmd, job_id=out.job_id, elapsed_s=out.duration_s, budget_s=30.0,
-                    deadline_s=deadline_s, hard_deadline_s=status.hard_deadline_s,
-                    why=f"restart of {unit} enqueued; the probes judge readiness (the unit allows {allows} to "
-                        "start)",  # (not status.why: it repeats the probes' evidence, which is right below)
-                    probes=status.probes, stdout=out.stdout, stderr=out.stderr, next=status.next)
+                    deadline_s=deadline_s, hard_deadline_s=status.hard_deadline_s, readiness=status.readiness,
+                    why=why, probes=status.probes, stdout=out.stdout, stderr=out.stderr, next=status.next)
 
 
 async def _journal_cursor(h: Host, unit: str) -> str | None:

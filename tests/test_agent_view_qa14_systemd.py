@@ -1,0 +1,95 @@
+"""Issue 14, the second qa14 report, on real systemd and OpenSSH (the nspawn test hosts), read as an MCP client
+receives it through the official SDK client."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from agent_tools.hosts.registry import HostRegistry
+from agent_tools.jobs.journal import Journal
+from agent_tools.tools.toolkit import Toolkit
+
+from .test_agent_view import Model, model_for
+
+if TYPE_CHECKING:
+    from tests.hosts.nspawn import HostPool
+
+pytestmark = pytest.mark.systemd
+HOST = "at-h1"
+
+
+@asynccontextmanager
+async def model_on(pool: HostPool, tmp_path: Path, **toolkit: Any) -> AsyncIterator[tuple[Toolkit, Model]]:
+    tk = Toolkit(HostRegistry(ssh_config=[str(pool.ssh_config)]), journal=Journal(tmp_path / "j.sqlite3"), **toolkit)
+    async with tk, model_for(tk) as m:
+        yield tk, m
+
+
+def install_unit(pool: HostPool, name: str, text: str) -> None:
+    pool.run(HOST, f"cat > /etc/systemd/system/{name} && systemctl daemon-reload", input_text=text, check=True)
+
+
+def remove_unit(pool: HostPool, name: str) -> None:
+    pool.run(HOST, f"systemctl stop {name}; systemctl reset-failed {name}; rm -f /etc/systemd/system/{name}; "
+                   "systemctl daemon-reload")
+
+
+# ---------------------------------------------------------------------------------------------- 2
+async def test_ssh_without_a_known_key_and_systemctl_edit_say_what_to_do(systemd_hosts: HostPool,
+                                                                         tmp_path: Path) -> None:
+    other = systemd_hosts.hosts["at-h2"].address
+    async with model_on(systemd_hosts, tmp_path) as (_, model):
+        text, out = await model.read("run_command", {"host": HOST, "command": f"ssh {other} hostname"})
+        assert out["outcome"] == "needs_input" and "Host key verification failed" in out["prompt"], text
+        assert "alias" in out["next"] and "accept-new" in out["next"], text
+        text, out = await model.read("run_command", {"host": HOST, "command": "systemctl edit ssh.service"})
+        assert out["outcome"] == "needs_input" and "not on a tty" in out["prompt"], text
+        assert "override.conf" in out["next"] and "daemon_reload=true" in out["next"], text
+
+
+# ---------------------------------------------------------------------------------------------- 3, 4
+async def test_a_restart_that_failed_before_it_returned_says_so_with_the_journal(systemd_hosts: HostPool,
+                                                                                tmp_path: Path) -> None:
+    unit = "at-typo.service"
+    install_unit(systemd_hosts, unit, "[Service]\nType=simple\nExecStart=/usr/bin/pyhton3 -m http.server 39921\n")
+    try:
+        async with model_on(systemd_hosts, tmp_path) as (_, model):
+            text, out = await model.read("restart_service", {"host": HOST, "unit": unit, "probes": [
+                {"kind": "http", "url": "http://127.0.0.1:39921/"}]})
+            if out.get("readiness") == "pending":  # systemd had not run the start yet: the next look has it
+                text, out = await model.read("job_status", {"job_id": out["job_id"], "wait_s": 10})
+            assert out["readiness"] == "failed", text
+            assert "enqueued" not in out["why"] and "pyhton3" in out["why"], text  # the journal's line is in why
+            http = next(p for p in out["probes"] if p["kind"] == "http")
+            assert http["state"] == "not_passed", text  # not "not_yet": it will not pass for this restart
+            assert f"service_status(host='{HOST}', unit='{unit}')" in out["next"], text
+    finally:
+        remove_unit(systemd_hosts, unit)
+
+
+async def test_a_refused_restart_says_so_and_its_run_time_is_the_commands(systemd_hosts: HostPool,
+                                                                          tmp_path: Path) -> None:
+    unit = "at-broken.service"
+    install_unit(systemd_hosts, unit, "[Service]\nExecStartt=/bin/true\n")
+    try:
+        async with model_on(systemd_hosts, tmp_path) as (_, model):
+            text, out = await model.read("restart_service", {"host": HOST, "unit": unit})
+            assert (out["outcome"], out["exit_status"]) == ("finished", 1), text
+            assert "bad unit file setting" in out["stderr"]["text"], text
+            assert f"service_status(host='{HOST}', unit='{unit}')" in out["next"], text
+            import anyio
+
+            await anyio.sleep(3)
+            text, st = await model.read("job_status", {"job_id": out["job_id"]})
+            assert (st["state"], st["readiness"]) == ("exited", "failed"), text
+            assert st["elapsed_s"] < 2, text  # the command's run time, not the time of this look
+            unit_probe = st["probes"][0]
+            assert "not begun yet" not in unit_probe["evidence"] and unit_probe["state"] == "not_passed", text
+    finally:
+        remove_unit(systemd_hosts, unit)
+
