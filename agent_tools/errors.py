@@ -234,9 +234,16 @@ class TargetUnreachable(HostError):
     kind: ErrorKind = "target_unreachable"
     retryable = True
 
+    def __init__(self, host: str, message: str, *, retryable: bool = True) -> None:
+        """:param retryable: False when the tools can tell that the same call will fail again (the port listens,
+        but on other addresses only)."""
+        super().__init__(host, message)
+        self.retryable = retryable
+
 
 class ConnectionRefused(TargetUnreachable):
-    """Nothing listens on the address and port (yet: SGLang keeps its port closed while it loads)."""
+    """Nothing listens on the address and port (yet: SGLang keeps its port closed while it loads; or the port
+    listens on other addresses only, e.g. 127.0.0.1: then it is not retryable)."""
 
     kind: ErrorKind = "connection_refused"
 

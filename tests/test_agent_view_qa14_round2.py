@@ -74,3 +74,37 @@ async def test_a_password_prompt_followed_by_more_words_is_needs_input(real_sshd
         text, out = await model.read("run_command", {"host": real_sshd.alias, "command": "passwd"})
         assert out["outcome"] == "needs_input" and out["prompt"].lower().endswith("password:"), text
         assert "chpasswd" in out["next"], text
+
+
+# ---------------------------------------------------------------------------------------------- 7
+async def test_http_get_on_a_port_bound_to_another_address_says_which_and_a_silent_port_is_no_refusal(
+        state_dir: Path, tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    from agent_tools.testing import free_port
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)],
+                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(1)  # takes connections into its backlog, never accepts, never answers
+    tk = Toolkit()
+    try:
+        async with tk, model_for(tk) as model:
+            from agent_tools.testing import wait_until
+
+            await wait_until(lambda: socket.socket().connect_ex(("127.0.0.1", port)) == 0, "the server", timeout_s=20)
+            # 127.0.0.2 is this machine too, but the server listens on 127.0.0.1 only: a retry will not help
+            text, err = await model.read("http_get", {"host": "local", "url": f"http://127.0.0.2:{port}/"})
+            assert (err["kind"], err["retryable"]) == ("connection_refused", False), text
+            assert f"port {port} listens on 127.0.0.1 only: GET http://127.0.0.1:{port}/" in err["message"], text
+            text, err = await model.read("http_get", {"host": "local", "timeout_s": 1,
+                                                      "url": f"http://127.0.0.1:{silent.getsockname()[1]}/"})
+            assert err["kind"] == "timeout" and "refuses" not in err["message"], text
+    finally:
+        server.terminate()
+        server.wait()
+        silent.close()

@@ -93,3 +93,22 @@ async def test_a_refused_restart_says_so_and_its_run_time_is_the_commands(system
     finally:
         remove_unit(systemd_hosts, unit)
 
+
+# ---------------------------------------------------------------------------------------------- 7
+async def test_http_get_to_the_hosts_address_of_a_loopback_server_names_the_address_it_listens_on(
+        systemd_hosts: HostPool, tmp_path: Path) -> None:
+    unit, port = "at-loopback.service", 39923
+    install_unit(systemd_hosts, unit, f"[Service]\nExecStart=/usr/bin/python3 -m http.server --bind 127.0.0.1 {port}\n")
+    address = systemd_hosts.hosts[HOST].address
+    try:
+        async with model_on(systemd_hosts, tmp_path) as (_, model):
+            _, out = await model.read("restart_service", {"host": HOST, "unit": unit, "probes": [
+                {"kind": "http", "url": f"http://127.0.0.1:{port}/"}]})
+            _, st = await model.read("job_status", {"job_id": out["job_id"], "wait_s": 30})
+            assert st["readiness"] == "ready", st
+            text, err = await model.read("http_get", {"host": HOST, "url": f"http://{address}:{port}/health"})
+            assert (err["kind"], err["retryable"]) == ("connection_refused", False), text
+            assert f"listens on 127.0.0.1 only: GET http://127.0.0.1:{port}/health" in err["message"], text
+            assert "refuses connections" not in err["message"], text
+    finally:
+        remove_unit(systemd_hosts, unit)

@@ -117,7 +117,16 @@ class LocalHost:
         return _LocalProcess(proc)
 
     async def open_tcp(self, host: str, port: int) -> ByteStream:
-        return await anyio.connect_tcp(host, port)
+        """A TCP connection from this machine. :raises ConnectionRefusedError: every address refused (anyio
+        says ``All connection attempts failed`` and chains the errors); :raises OSError: other failures."""
+        try:
+            return await anyio.connect_tcp(host, port)
+        except OSError as exc:
+            causes = exc.__cause__.exceptions if isinstance(exc.__cause__, ExceptionGroup) else [exc.__cause__]
+            if not isinstance(exc, ConnectionRefusedError) and causes and all(
+                    isinstance(c, ConnectionRefusedError) for c in causes):
+                raise ConnectionRefusedError(f"connection to {host}:{port} refused") from exc
+            raise
 
     async def aclose(self) -> None:
         return None

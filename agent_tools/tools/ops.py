@@ -757,6 +757,13 @@ async def http_get(tk: Toolkit, host: str, url: str, fields: list[str] | None = 
     try:
         status, body = await _get(h, url, timeout_s)
     except ConnectionRefusedError as exc:
+        elsewhere = await _listening_elsewhere(h, parts.hostname, port)
+        if elsewhere:
+            # the port is open on other addresses only (a server bound to 127.0.0.1): retrying will not help
+            alt = url.replace(parts.netloc, f"{_url_host(elsewhere[0])}:{port}", 1)
+            raise ConnectionRefused(host, f"GET {url} from {host}: connection refused: nothing listens on {where}; "
+                                          f"port {port} listens on {', '.join(elsewhere)} only: GET {alt}",
+                                    retryable=False) from exc
         raise ConnectionRefused(host, f"GET {url} from {host}: connection refused: nothing listens on {where}"
                                 + await _port_owner(tk, h, host, port)) from exc
     except TimeoutError as exc:
@@ -785,6 +792,35 @@ async def http_get(tk: Toolkit, host: str, url: str, fields: list[str] | None = 
                         missing=missing, note=await _foreign_holder(tk, h, host, port))
 
 
+#: listening addresses that take connections to any address of the host (IPv4 and, dual-stack, IPv6)
+_ANY_ADDRESS = frozenset({"0.0.0.0", "*", "::", "[::]"})
+
+
+async def _listening_elsewhere(h: Host, address: str, port: int) -> list[str]:
+    """The addresses ``port`` listens on (ss(8) ``-ltn``) when none of them takes connections to ``address``
+    (``localhost`` is 127.0.0.1 and ::1), else [] (also when it cannot be told: no ss, the host did not answer)."""
+    try:
+        with anyio.move_on_after(5):
+            res = await run_on(h, f"ss -Hltn {shlex.quote(f'sport = :{port}')} 2>/dev/null")
+            found: list[str] = []
+            for line in res.stdout.decode("utf-8", "replace").splitlines():
+                words = line.split()
+                if len(words) >= 4 and ":" in words[3]:
+                    local = words[3].rsplit(":", 1)[0].strip("[]").split("%", 1)[0]
+                    if local not in found:
+                        found.append(local)
+            wanted = {"127.0.0.1", "::1"} if address == "localhost" else {address.strip("[]")}
+            if found and not any(a in _ANY_ADDRESS or a in wanted for a in found):
+                return found
+    except AgentToolsError:
+        pass
+    return []
+
+
+def _url_host(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
+
+
 async def _port_owner(tk: Toolkit, h: Host, host: str, port: int, *, listening: bool = False) -> str:
     """"; UNIT is STATE ..." when a job in the journal follows a unit with a probe on ``port`` of ``host`` (the
     unit the port belongs to, as far as the tools know), else "".
@@ -793,6 +829,9 @@ async def _port_owner(tk: Toolkit, h: Host, host: str, port: int, *, listening: 
         process (:func:`port_holder`), that process is named instead of the unit's state."""
     found = _unit_for_port(tk.journal.list(host, limit=100), port)
     if found is None:
+        if listening:
+            return (" (something took the connection and sent no answer in time: a busy or stuck server, or a "
+                    "firewall dropping packets)")
         return " (a server that is still starting refuses connections; try again later)"
     unit, rec = found
     try:
@@ -811,7 +850,8 @@ async def _port_owner(tk: Toolkit, h: Host, host: str, port: int, *, listening: 
             if active in ("activating", "reloading"):
                 return f"; {unit} is {active}/{sub}: still starting"
             if active == "active":
-                return f"; {unit} is {active}/{sub} but its port {port} refuses connections"
+                return (f"; {unit} is {active}/{sub} but nothing listens on port {port} (the unit may not serve it, "
+                        "or not yet)")
             return (f"; {unit} is {active}/{sub} (result {props.get('Result', '?')}): service_status(host='{host}', "
                     f"unit='{unit}') shows why")
     except AgentToolsError:
