@@ -12,8 +12,9 @@ A command always ends in exactly one outcome (the ``outcome`` field is the discr
 ``error``                 the host was unreachable, auth failed, bad arguments...: nothing half-done
 ========================  ==================================================================
 
-Job states (``JobStatus.state``): ``running``, ``exited``, ``killed``, ``lost``, and ``not_started`` (the
-launch provably never reached the host: nothing ran; not lost work); with probes attached a
+Job states (``JobStatus.state``): ``running``, ``exited``, ``killed``, ``lost``, ``not_started`` (the
+launch provably never reached the host: nothing ran; not lost work) and ``unconfirmed`` (the start request went
+out unanswered and the host has not received it so far: settled within its launch window); with probes attached a
 job's ``readiness`` is ``pending`` → ``ready`` | ``failed`` | ``deadline_exceeded`` | ``superseded`` (a newer
 restart of the same unit took over: its job says what became of the unit). Success is never
 reported without a receipt: an exit status written by the job's monitor, or probes that passed.
@@ -228,14 +229,17 @@ class JobStatus(ResultModel):
     job_id: str
     host: str
     command: str
-    state: Literal["running", "exited", "killed", "lost", "not_started"]
+    state: Literal["running", "exited", "killed", "lost", "not_started", "unconfirmed"] = Field(
+        description="unconfirmed: the start request went out unanswered and the host has not received it (yet); "
+                    "not_started: it never will")
     exit_status: int | None = None
     signal: str | None = None
     readiness: Literal["none", "pending", "ready", "failed", "deadline_exceeded", "superseded"] = "none"
     by: Literal["budget", "deadline", "cancel"] | None = None
     elapsed_s: float = Field(description="seconds since the job started while it runs or its readiness is "
                                          "pending; once it is over, frozen at its end (the host's record of the "
-                                         "run time) or at the readiness verdict: the same on every later look")
+                                         "run time) or at the readiness verdict: the same on every later look; 0 "
+                                         "when nothing ran (not_started, unconfirmed)")
     deadline_s: float | None = None
     hard_deadline_s: float | None = None
     why: str = ""

@@ -108,3 +108,35 @@ async def test_http_get_on_a_port_bound_to_another_address_says_which_and_a_sile
         server.terminate()
         server.wait()
         silent.close()
+
+
+# ---------------------------------------------------------------------------------------------- 9
+async def test_an_unconfirmed_start_is_unconfirmed_until_settled_and_never_has_run_time(real_sshd: object,
+                                                                                        tmp_path: Path) -> None:
+    import time
+
+    from agent_tools.hosts.base import run_on
+    from agent_tools.hosts.registry import HostRegistry
+    from agent_tools.jobs.journal import JobRecord, Journal
+    from agent_tools.jobs.manager import DEFAULT_JOBS_DIR, new_job_id
+
+    from .sshd import RealSshd
+
+    assert isinstance(real_sshd, RealSshd)
+    journal = Journal(tmp_path / "j.sqlite3")
+    tk = Toolkit(HostRegistry(ssh_config=[str(real_sshd.config_path)]), journal=journal)
+    async with tk, model_for(tk) as model:
+        # a launch whose request went out unanswered (a partition): the warm launcher had made its directory
+        # ahead, and the command never arrived
+        fresh, old = new_job_id(), new_job_id()
+        for job_id, age in ((fresh, 0.0), (old, 120.0)):
+            journal.add(JobRecord(job_id=job_id, host=real_sshd.alias, command="uptime", base=DEFAULT_JOBS_DIR,
+                                  created_at=time.time() - age, budget_s=20.0, state="unconfirmed"))
+            await run_on(tk.hosts.get(real_sshd.alias), f'mkdir -p "{DEFAULT_JOBS_DIR}/{job_id}"')
+        text, st = await model.read("job_status", {"job_id": fresh})
+        assert (st["state"], st["elapsed_s"]) == ("unconfirmed", 0), text  # not "running": nothing runs
+        assert "has not received the command" in st["why"] and "no job directory" not in st["why"], text
+        assert st["next"].startswith(f"job_status(job_id='{fresh}'"), text
+        text, st = await model.read("job_status", {"job_id": old})
+        assert (st["state"], st["elapsed_s"]) == ("not_started", 0), text
+    journal.close()

@@ -3,10 +3,12 @@
 Every result about a job (``run_command``'s ``detached``, ``job_status``, ``list_jobs`` rows,
 ``restart_service``) takes its ``next``, ``why`` and summary from :func:`guide`, so they can never disagree
 with each other or with the state they describe. The input is the job's *state* (``running`` | ``exited`` |
-``killed`` | ``lost`` | ``not_started``), its *readiness* (``none`` | ``pending`` | ``ready`` | ``failed`` |
+``killed`` | ``lost`` | ``not_started`` | ``unconfirmed``), its *readiness* (``none`` | ``pending`` | ``ready`` | ``failed`` |
 ``deadline_exceeded``) and its *exit status class* (:func:`exit_class`: ``none`` | ``zero`` | ``nonzero``);
 the rules, in order:
 
+0. an ``unconfirmed`` start (its request went out unanswered; nothing ran so far) is followed with
+   ``job_status`` until the host settles it, never run again meanwhile.
 1. readiness ``failed`` or ``deadline_exceeded`` is the verdict: read the evidence, fix, try again.
 2. a command that failed (exit status not 0), was killed, was lost or never started (``not_started``: the
    launch provably never reached the host) says so, whatever the readiness
@@ -55,7 +57,7 @@ class NextCall:
 class JobFacts:
     """What :func:`guide` needs to know about a job.
 
-    :param state: ``running`` | ``exited`` | ``killed`` | ``lost``.
+    :param state: ``running`` | ``exited`` | ``killed`` | ``lost`` | ``not_started`` | ``unconfirmed``.
     :param readiness: ``none`` | ``pending`` | ``ready`` | ``failed`` | ``deadline_exceeded``.
     :param exit_status: the exit status (None when there is none).
     :param signal: the signal name when the status says the command died of one (128+N).
@@ -150,6 +152,10 @@ def guide(f: JobFacts) -> Guidance:
 
     failed = f.state in ("killed", "lost", "not_started") or (f.state == "exited" and cls != "zero")
     nexts: tuple[NextCall, ...]
+    if f.state == "unconfirmed":
+        settle = NextCall("job_status", {**jid, "wait_s": 15.0}, "settles it (running if the command arrives, "
+                                                                 "not_started if not); do not run it again before")
+        return Guidance(summary, state_why, (settle,), False)
     if f.readiness == "superseded":
         newer = f.superseded_by
         nexts = (NextCall("job_status", {"job_id": newer, "wait_s": follow_wait_s(f.deadline_s)},

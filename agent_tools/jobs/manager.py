@@ -815,12 +815,15 @@ class JobRunner:
             # start the host has not confirmed whose request may still be on its way
             state, why = "running", "starting: the launch is in progress (no job directory on the host yet)"
             if rec.state == "unconfirmed":
-                state, why = "running", ("starting: the start is unconfirmed and the host has no job directory "
-                                         "for it yet")
+                left = _launch_window_s(rec) - (now() - rec.created_at)
+                state, why = "unconfirmed", (
+                    "the start is unconfirmed: the host has not received the command (its job directory holds no "
+                    f"command); nothing ran so far. Within {left:.0f} s it either arrives (running) or is known never "
+                    "to (not_started)")
         elif not st.present and rec.state == "unconfirmed":
             # the launch window is over: a request that had reached the host would have made the job directory,
             # and nothing sent into the abandoned connection can arrive any more (SshHost: SO_LINGER 0)
-            state, why = "not_started", ("the start was never confirmed and the host has no job directory for it: "
+            state, why = "not_started", ("the start was never confirmed and the host never received the command: "
                                          "it never started (nothing ran)")
         elif not st.present:
             state, why = "lost", "the job directory is missing on the host (deleted, or never started)"
@@ -918,7 +921,7 @@ class JobRunner:
             if first is None:
                 first = (state, rec.readiness)
             remaining = t_end - anyio.current_time()
-            settled = rec.readiness != "pending" if rec.probes else state != "running"
+            settled = rec.readiness != "pending" if rec.probes else state not in ("running", "unconfirmed")
             if (state, rec.readiness) != first or settled or remaining <= 0:
                 break
             await anyio.sleep(min(delay, remaining))
@@ -1303,10 +1306,13 @@ def _finished_at(rec: JobRecord, st: HostJobState) -> float:
 
 
 def elapsed_of(rec: JobRecord) -> float:
-    """A job's ``elapsed_s``: seconds from its start until now while it runs or its readiness is pending;
+    """A job's ``elapsed_s``: 0 for a job that did not start (``not_started``) or whose start is not confirmed
+    yet (``unconfirmed``); seconds from its start until now while it runs or its readiness is pending;
     frozen once it is over, at its end (the host's record of the run time, else when its end was first seen)
     or, with probes, when the readiness verdict was reached, whichever is later. The same on every later
     look."""
+    if rec.state in ("not_started", "unconfirmed"):
+        return 0.0  # nothing ran (so far)
     settled = rec.meta.get("settled_at") if rec.probes else None
     if rec.state == "running" or (rec.probes and rec.readiness == "pending"):
         end = now()
