@@ -112,3 +112,37 @@ async def test_http_get_to_the_hosts_address_of_a_loopback_server_names_the_addr
             assert "refuses connections" not in err["message"], text
     finally:
         remove_unit(systemd_hosts, unit)
+
+
+# ---------------------------------------------------------------------------------------------- 8, 15
+async def test_cancelling_a_restart_says_systemd_goes_on_and_restarts_by_other_words_get_the_hint(
+        systemd_hosts: HostPool, tmp_path: Path) -> None:
+    unit = "at-slow.service"
+    install_unit(systemd_hosts, unit, "[Service]\nExecStartPre=/bin/sleep 60\nExecStart=/bin/sleep infinity\n")
+    try:
+        async with model_on(systemd_hosts, tmp_path) as (_, model):
+            # a blocking restart that detached, then cancelled: systemctl is gone, systemd's start job is not
+            text, out = await model.read("run_command", {"host": HOST, "command": f"systemctl restart {unit}",
+                                                         "budget_s": 2})
+            assert out["outcome"] == "detached", text
+            text, cancel = await model.read("job_cancel", {"job_id": out["job_id"], "grace_s": 1})
+            assert f"{unit} (activating/start-pre)" in cancel["message"], text
+            assert "systemctl stop" in cancel["message"], text
+            # a restart_service job: nothing of the job runs, and the unit still starts
+            _, out = await model.read("restart_service", {"host": HOST, "unit": unit})
+            text, cancel = await model.read("job_cancel", {"job_id": out["job_id"], "grace_s": 1})
+            assert f"{unit} (activating/start-pre)" in cancel["message"], text
+            # --no-block only enqueues: the result says nothing is known yet, and names the calls that tell
+            text, out = await model.read("run_command", {"host": HOST,
+                                                         "command": f"systemctl --no-block restart {unit}"})
+            assert (out["outcome"], out["exit_status"]) == ("finished", 0), text
+            assert "only enqueued" in out["next"], text
+            assert f"restart_service(host='{HOST}', unit='{unit}')" in out["next"], text
+            # service(8) restarts through systemd: a detached one gets the restart_service hint
+            text, out = await model.read("run_command", {"host": HOST, "command": "service at-slow restart",
+                                                         "budget_s": 2})
+            assert out["outcome"] == "detached", text
+            assert f"restart_service(host='{HOST}', unit='{unit}')" in out["next"], text
+            await model.read("job_cancel", {"job_id": out["job_id"], "grace_s": 1})
+    finally:
+        remove_unit(systemd_hosts, unit)

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import anyio
 import structlog
 from pydantic import BaseModel, ValidationError
 
@@ -238,6 +239,15 @@ class Toolkit:
             if "list_hosts" not in out.message and hint not in out.message:
                 return out.model_copy(update={"message": out.message + hint})
             return out
+        if isinstance(out, Finished) and out.exit_status == 0 and not out.next and "--no-block" in out.command:
+            units = _started_units(out.command)
+            if units:
+                # systemctl --no-block only enqueued the start: the unit may be loading, failing or up
+                unit = units[0]
+                return out.model_copy(update={"next": (
+                    f"--no-block only enqueued the start of {unit}: nothing is known yet about whether it is up; "
+                    f"service_status(host='{out.host}', unit='{unit}') shows its state now; restart_service(host="
+                    f"'{out.host}', unit='{unit}') restarts it and judges readiness with probes")})
         if isinstance(out, Detached) and "restart_service" not in out.next:
             unit = _restarted_unit(out.command)
             if unit is not None:
@@ -493,9 +503,31 @@ class Toolkit:
             result = await self.runner.cancel(host, job_id, grace_s=grace_s)
             if note:
                 result.message = f"{result.message} ({note})"
+            starting = await self._units_still_starting(host, self.journal.get(job_id))
+            if starting:
+                result.message += (
+                    f"; systemd goes on with the start it was asked for, without the job: {', '.join(starting)}. "
+                    "run_command 'systemctl stop UNIT' stops it (restart_service restarts it)")
             return result
         except AgentToolsError as exc:
             return _noted(_error(exc, None, None), notes[0] if notes else None)
+
+    async def _units_still_starting(self, host: Any, rec: Any) -> list[str]:
+        """``UNIT (ActiveState/SubState)`` of the units a job started or restarted (its probes' units, the units
+        its command starts) that systemd is still starting, reloading or stopping: cancelling the ``systemctl``
+        that asked does not stop systemd's own job. Best effort ([] when the host cannot tell)."""
+        units = list(dict.fromkeys([str(p["unit"]) for p in rec.probes if p.get("kind") == "systemd_unit"
+                                    and p.get("unit")] + _started_units(rec.command)))
+        busy = []
+        for unit in units[:4]:
+            try:
+                with anyio.move_on_after(5):
+                    props = await ops.unit_props(host, ops.check_unit(unit), "ActiveState,SubState")
+                    if props.get("ActiveState") in ("activating", "reloading", "deactivating"):
+                        busy.append(f"{unit} ({props['ActiveState']}/{props.get('SubState', '?')})")
+            except AgentToolsError:
+                continue
+        return busy
 
     async def list_jobs(self, host: str | None = None, state: str | None = None, limit: int = 10,
                         offset: int = 0) -> JobList | ErrorOutcome:
@@ -620,16 +652,27 @@ def _noted(error: ErrorOutcome, note: str | None) -> ErrorOutcome:
 _SYSTEMCTL_START_RE = re.compile(r"\bsystemctl\s+(?:--?[\w-]+(?:=\S+)?\s+)*(?:restart|start|try-restart|"
                                  r"reload-or-restart|try-reload-or-restart)\s+(?:--?[\w-]+(?:=\S+)?\s+)*"
                                  r"(?P<unit>[A-Za-z0-9][\w:.@\\-]*)")
+#: service(8): ``service NAME start|restart`` hands the start to systemd on systemd hosts
+_SERVICE_START_RE = re.compile(r"\bservice\s+(?P<unit>[A-Za-z0-9][\w:.@\\-]*)\s+(?:start|restart|"
+                               r"try-restart|force-reload)\b")
+
+
+def _started_units(command: str) -> list[str]:
+    """The units a command starts or restarts with ``systemctl (re)start UNIT`` (any options, ``--no-block``
+    included) or ``service NAME (re)start`` (``sglang`` → ``sglang.service``), in order."""
+    found = [m.group("unit") for m in _SYSTEMCTL_START_RE.finditer(command)]
+    found += [m.group("unit") for m in _SERVICE_START_RE.finditer(command)]
+    units = [u if "." in u else u + ".service" for u in found]
+    return list(dict.fromkeys(units))
 
 
 def _restarted_unit(command: str) -> str | None:
-    """The unit a ``systemctl (re)start UNIT`` in ``command`` starts (``sglang`` → ``sglang.service``), else None;
-    ``--no-block`` starts return at once and are not meant."""
-    m = _SYSTEMCTL_START_RE.search(command)
-    if m is None or "--no-block" in command:
+    """The unit a blocking start in ``command`` starts (``systemctl (re)start UNIT``, ``service NAME (re)start``),
+    else None; ``--no-block`` starts return at once and are not meant."""
+    if "--no-block" in command:
         return None
-    unit = m.group("unit")
-    return unit if "." in unit else unit + ".service"
+    units = _started_units(command)
+    return units[0] if units else None
 
 
 def _problem(spec: ToolSpec, error: Any, errors: list[Any]) -> str:
