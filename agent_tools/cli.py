@@ -266,10 +266,12 @@ def _screen_lines(text: Text, width: int) -> int:
     return sum(max(1, -(-len(line.plain) // max(1, width))) for line in text.split("\n"))
 
 
-def _show_call(d: dict[str, Any], command: str, digest: str, *, hidden: int, stored: bool = False) -> None:
-    """The request a person approves: host, cwd, env, rule, digest, approval id, and the whole command between
-    rules (multi-line kept, nothing cut; paged when it does not fit the screen). ``command`` and ``d["reason"]``
-    are shown as given (already redacted by the caller: certain shapes only, or as stored)."""
+def _show_call(d: dict[str, Any], command: str, digest: str, *, hidden: int, stored: bool = False,
+               payload: str | None = None) -> None:
+    """The request a person approves: host, cwd, env, rule, digest, approval id, the whole command between
+    rules and what the call writes (``payload``: write_file's content, edit_file's diff) between rules of its own
+    (multi-line kept, nothing cut; paged when it does not fit the screen). ``command``, ``payload`` and
+    ``d["reason"]`` are shown as given (already redacted by the caller: certain shapes only, or as stored)."""
     lines = command.count("\n") + 1
     _say(("needs approval", "bold magenta"), " — ", plain(d.get("reason") or ""))
     _say("  host     ", _shown(d.get("host"), "bold"))
@@ -277,8 +279,9 @@ def _show_call(d: dict[str, Any], command: str, digest: str, *, hidden: int, sto
     env = d.get("env") or {}
     _say("  env      ", _shown(" ".join(f"{k}={v}" for k, v in env.items()), "bold") if env else Text("(none given)"))
     _say("  rule     ", _shown(d.get("rule_id") or "(none)"))
-    _say("  digest   ", (digest, "bold"), "  (SHA-256 of the host, command, cwd and env shown here; the approval is "
-                                          "bound to it)")
+    _say("  digest   ", (digest, "bold"), "  (SHA-256 of the host, command, cwd and env"
+                                          + (" and of what it writes" if payload is not None else "")
+                                          + " shown here; the approval is bound to it)")
     _say("  approval ", _shown(d.get("approval_id")), f"  (expires in {d.get('expires_s')} s)")
     body = plain(command)
     note = f"  command  {lines} line(s), {len(command)} character(s), shown exactly between the rules"
@@ -291,6 +294,9 @@ def _show_call(d: dict[str, Any], command: str, digest: str, *, hidden: int, sto
         _say((f"  warning: {hidden} span(s) shown as [REDACTED] ({what}); the digest binds the real text", "bold red"))
     framed = Text.assemble(("─" * 8 + " command " + "─" * 8 + "\n", "dim"), body,
                            ("\n" + "─" * 8 + " end " + "─" * 12, "dim"))
+    if payload is not None:
+        framed = Text.assemble(framed, ("\n" + "─" * 8 + " it writes " + "─" * 8 + "\n", "dim"), plain(payload),
+                               ("\n" + "─" * 8 + " end " + "─" * 12, "dim"))
     if _screen_lines(framed, out.size.width) > max(4, out.size.height - _PAGE_MARGIN_LINES):
         _say(f"  (the command is {lines} line(s) long: it is shown in the pager first; quit the pager to answer)")
         with out.pager(styles=False):
@@ -690,7 +696,8 @@ def approvals_list(as_json: JsonOpt = False) -> None:
         first = a.command.split("\n", 1)[0]
         _say(_shown(a.id, "bold"), " on ", _shown(a.host), f"  digest {a.command_sha256[:12]}  rule ",
              _shown(a.rule_id), ("  cwd " if a.cwd else ""), _shown(a.cwd or ""), "  ",
-             _shown(first[:70] + (" …" if len(first) > 70 or len(first) < len(a.command) else "")))
+             _shown(first[:70] + (" …" if len(first) > 70 or len(first) < len(a.command) else "")),
+             (f"  (+ what it writes: {a.payload.count(chr(10)) + 1} line(s))" if a.payload is not None else ""))
 
 
 @approvals_app.command("approve")
@@ -700,8 +707,8 @@ def approvals_approve(
                                                help="the digest shown with the request (needed without a terminal)")
                       ] = None,
 ) -> None:
-    """Approve an agent's request: it is shown (host, cwd, env, rule, digest and the command as stored, secrets
-    redacted) and asked about on a terminal; without one, ``--digest`` must be the request's digest. The agent's
+    """Approve an agent's request: it is shown (host, cwd, env, rule, digest, the command and what it writes, as
+    stored, secrets redacted) and asked about on a terminal; without one, ``--digest`` must be the request's digest. The agent's
     call with ``approval_id=ID`` then runs it, once, before the approval expires."""
     from .policy import ApprovalRefused
 
@@ -716,8 +723,9 @@ def approvals_approve(
             return
         d = {"host": a.host, "cwd": a.cwd, "env": a.env, "rule_id": a.rule_id, "approval_id": a.id,
              "expires_s": round(a.expires_at - time.time(), 1), "reason": "an agent asked to run this"}
-        hidden = a.command.count(MARK) + sum(str(v).count(MARK) for v in (a.env or {}).values())
-        _show_call(d, a.command, a.command_sha256[:12], hidden=hidden, stored=True)
+        hidden = (a.command.count(MARK) + sum(str(v).count(MARK) for v in (a.env or {}).values())
+                  + (a.payload or "").count(MARK))
+        _show_call(d, a.command, a.command_sha256[:12], hidden=hidden, stored=True, payload=a.payload)
         if digest is None:
             if not sys.stdin.isatty():
                 _say(("error", "red"), " without a terminal, give --digest (the digest shown with the request)",

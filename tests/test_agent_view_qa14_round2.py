@@ -140,3 +140,63 @@ async def test_an_unconfirmed_start_is_unconfirmed_until_settled_and_never_has_r
         text, st = await model.read("job_status", {"job_id": old})
         assert (st["state"], st["elapsed_s"]) == ("not_started", 0), text
     journal.close()
+
+
+# ---------------------------------------------------------------------------------------------- 5
+async def test_an_approved_write_covers_only_the_content_it_showed(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    import mcp.types as types
+    from mcp import Client
+    from mcp.client.session import ClientRequestContext
+
+    from agent_tools.adapters.mcp_server import build_mcp_server
+    from agent_tools.tools.factory import build_toolkit
+
+    from .test_agent_view import REPO, Model
+
+    state, target = tmp_path / "state", tmp_path / "hello.env"
+    target.write_text("PORT=8080\n")
+    policy = REPO / "policies" / "default.yaml"
+    async with build_toolkit(policy=[policy], state_dir=state, warm=False) as tk, model_for(tk) as model:
+        text, asked = await model.read("write_file", {"host": "local", "path": str(target), "content": "PORT=8081\n"})
+        assert asked["outcome"] == "needs_approval", text
+        assert "same arguments (host, path, content)" in asked["next"], text
+        _, other = await model.read("write_file", {"host": "local", "path": str(target),
+                                                   "content": "PORT=9999\nEVIL=1\n"})
+        _, edit = await model.read("edit_file", {"host": "local", "path": str(target), "old": "8080", "new": "9999"})
+        digests = {asked["command_digest"], other["command_digest"], edit["command_digest"]}
+        assert len(digests) == 3, (asked, other, edit)  # the digest binds what is written
+        assert "same arguments (host, path, old, new)" in edit["next"], edit
+
+        # the operator sees what will be written, then approves that
+        res = subprocess.run([sys.executable, "-m", "agent_tools.cli", "approvals", "approve", asked["approval_id"],
+                              "--digest", asked["command_digest"]], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "AGENT_TOOLS_STATE_DIR": str(state), "COLUMNS": "200"},
+                             stdin=subprocess.DEVNULL, check=False)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "PORT=8081" in res.stdout and "it writes" in res.stdout, res.stdout
+        # another content with that approval: refused, nothing written
+        text, again = await model.read("write_file", {"host": "local", "path": str(target),
+                                                      "content": "PORT=9999\nEVIL=1\n",
+                                                      "approval_id": asked["approval_id"]})
+        assert again["outcome"] == "needs_approval" and "not usable" in again["reason"], text
+        assert target.read_text() == "PORT=8080\n"
+        text, done = await model.read("write_file", {"host": "local", "path": str(target), "content": "PORT=8081\n",
+                                                     "approval_id": asked["approval_id"]})
+        assert "diff" in done and target.read_text() == "PORT=8081\n", text
+
+        # through the client's approval prompt (elicitation): the form shows the diff of the edit
+        asked_texts: list[str] = []
+
+        async def operator(context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+            asked_texts.append(params.message)
+            return types.ElicitResult(action="accept", content={"approve": True})
+
+        async with Client(build_mcp_server(tk), mode="legacy", elicitation_callback=operator) as client:
+            text, edited = await Model(client).read("edit_file", {"host": "local", "path": str(target),
+                                                                 "old": "8081", "new": "8082"})
+        assert "diff" in edited and target.read_text() == "PORT=8082\n", text
+        assert len(asked_texts) == 1 and "-8081" in asked_texts[0] and "+8082" in asked_texts[0], asked_texts

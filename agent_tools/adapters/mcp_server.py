@@ -33,9 +33,10 @@ Approval: when a call ends in ``needs_approval`` and the client declared the eli
 operator is asked through it — by an ``elicitation/create`` request on handshake-era connections (the server
 sends it and waits for the answer), or by an ``InputRequiredResult`` on 2026-07-28 connections (which forbid
 server-to-client requests). The form shows the host, the working directory, the environment, the rule, the digest
-the approval is bound to and the whole command, secrets of a certain shape redacted (never code) with a warning
-that counts them. Accept: the approval is recorded (``approvals.approve(approval_id, by="mcp-elicitation")`` when
-an approval store is given or the toolkit has an ``approvals`` attribute) and the call is made again with
+the approval is bound to, the whole command and what the call writes (write_file's content, edit_file's diff: the
+digest binds it), secrets of a certain shape redacted (never code) with a warning that counts them. Accept: the
+approval is recorded (``approvals.approve(approval_id, by="mcp-elicitation")`` when an approval store is given or
+the toolkit has an ``approvals`` attribute) and the call is made again with
 ``approval_id``. Decline/cancel: the approval is rejected and the call returns ``denied``. Without elicitation the
 ``needs_approval`` outcome itself is the tool result (a person approves out of band: ``agent-tools approvals
 approve ID``).
@@ -128,8 +129,10 @@ def _call_digest(name: str, arguments: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
-def _approval_message(name: str, arguments: dict[str, Any], outcome: dict[str, Any]) -> str:
-    """The elicitation text: host, cwd, env, rule, digest and the whole command as the agent sent it, secrets of a
+def _approval_message(name: str, arguments: dict[str, Any], outcome: dict[str, Any],
+                      payload: str | None = None) -> str:
+    """The elicitation text: host, cwd, env, rule, digest and the whole command as the agent sent it, and what the
+    call writes (``payload``, as the approval store keeps it: write_file's content, edit_file's diff), secrets of a
     certain shape redacted (never code), and how many spans that hid."""
     command = arguments.get("command")
     if not isinstance(command, str):  # a tool whose approval is not about a command line (write_file: tee PATH)
@@ -140,10 +143,15 @@ def _approval_message(name: str, arguments: dict[str, Any], outcome: dict[str, A
              f"in {arguments.get('cwd') or outcome.get('cwd') or 'the login directory'}",
              "with env " + (" ".join(f"{k}={v}" for k, v in redact_obj(env).items()) if env else "(none given)") + ":",
              "", "    " + shown.replace("\n", "\n    "), ""]
+    if payload is not None:
+        written, more = review_text(payload)
+        hidden += more
+        lines += ["It writes:", "", "    " + written.replace("\n", "\n    "), ""]
     if hidden:
         lines.append(f"Warning: {hidden} span(s) of a certain secret shape (tokens, keys, passwords) are shown as "
                      "[REDACTED]; they are values, never code, and the digest binds the real text.")
-    lines.append(f"Digest {outcome.get('command_digest') or '?'} (SHA-256 of the host, command, cwd and env). Policy "
+    bound = "host, command, cwd, env" + (" and what it writes" if payload is not None else "")
+    lines.append(f"Digest {outcome.get('command_digest') or '?'} (SHA-256 of the {bound}). Policy "
                  f"rule {outcome.get('rule_id') or '(none)'} asks first: {outcome.get('reason')}")
     return "\n".join(lines)
 
@@ -327,6 +335,14 @@ class McpToolServer:
         # an empty elicitation capability means form mode (MCP 2025-11-25)
         return elicitation is not None and (elicitation.form is not None or elicitation.url is None)
 
+    def _payload(self, approval_id: str) -> str | None:
+        """What the approval's call writes, as the approval store keeps it for display (None: nothing, or no store
+        to ask)."""
+        get = getattr(self._sink(), "get", None)
+        approval = get(approval_id) if callable(get) else None
+        payload = getattr(approval, "payload", None)
+        return payload if isinstance(payload, str) else None
+
     def _takes_approval_id(self, name: str) -> bool:
         spec = next((s for s in self.toolkit.specs if s.name == name), None)
         return spec is not None and "approval_id" in spec.args_model.model_fields
@@ -336,7 +352,7 @@ class McpToolServer:
         approval_id = outcome.get("approval_id")
         if not isinstance(approval_id, str) or not self._client_elicits(ctx) or not self._takes_approval_id(name):
             return outcome
-        message = _approval_message(name, arguments, outcome)
+        message = _approval_message(name, arguments, outcome, self._payload(approval_id))
         if ctx.session.can_send_request:
             answer: types.ElicitResult | None = None
             try:

@@ -1,9 +1,10 @@
 """Single-use approvals for commands a policy answered with ``ask``.
 
 An approval is bound to everything that changes what runs: the host alias, the exact command text, the working
-directory and the environment given with it (``command_sha256`` holds :func:`call_sha256` of the four; a person is
-shown its first 12 hex digits, :func:`call_digest`, next to the host, the command, the cwd and the env), the rule
-that asked and an expiry.
+directory, the environment given with it and, for a call that writes data it carries (``write_file``'s content,
+``edit_file``'s replacement), that data, its ``payload`` (``command_sha256`` holds :func:`call_sha256` of them; a
+person is shown its first 12 hex digits, :func:`call_digest`, next to the host, the command, the cwd, the env and
+what the payload writes), the rule that asked and an expiry.
 Its life: ``request`` (pending) -> ``approve`` (approved) -> ``consume`` (used, once). ``reject`` ends it.
 Anything else is refused with :class:`ApprovalRefused`, whose ``code`` says why (``unknown``, ``expired``,
 ``used``, ``rejected``, ``not_approved``, ``mismatch``, ``no_approval``).
@@ -62,7 +63,8 @@ CREATE TABLE IF NOT EXISTS approvals (
     command_sha256 TEXT,
     cwd TEXT,
     env TEXT,
-    binding TEXT
+    binding TEXT,
+    payload TEXT
 );
 """
 #: what ``command_sha256`` of a row is the digest of: ``call`` (:func:`call_sha256`), or NULL for rows written before
@@ -81,22 +83,29 @@ def command_digest(command: str) -> str:
     return command_sha256(command)[:12]
 
 
-def call_sha256(host: str, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> str:
-    """The SHA-256 (hex) an approval is bound to: of the host alias, the exact command, the working directory and
-    the environment of the call (canonical JSON; ``cwd`` ``""``/None and ``env`` ``{}``/None are the same call).
+def call_sha256(host: str, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
+                payload: str | None = None) -> str:
+    """The SHA-256 (hex) an approval is bound to: of the host alias, the exact command, the working directory,
+    the environment of the call and, when given, the SHA-256 of its payload (canonical JSON; ``cwd`` ``""``/None and
+    ``env`` ``{}``/None are the same call; a call without a payload has the digest it had before payloads existed).
 
     :param host: host alias. :param command: the command line. :param cwd: working directory on the host, or None.
     :param env: extra environment variables, or None.
+    :param payload: the data the call writes besides its command (``write_file``'s content; ``edit_file``'s old and
+        new text as canonical JSON), or None.
     """
-    canonical = json.dumps({"host": host, "command": command, "cwd": cwd or None, "env": dict(env or {})},
-                           sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    call: dict[str, object] = {"host": host, "command": command, "cwd": cwd or None, "env": dict(env or {})}
+    if payload is not None:
+        call["payload"] = hashlib.sha256(payload.encode("utf-8", "surrogateescape")).hexdigest()
+    canonical = json.dumps(call, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(canonical.encode("ascii")).hexdigest()
 
 
-def call_digest(host: str, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> str:
+def call_digest(host: str, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
+                payload: str | None = None) -> str:
     """The short digest a person compares when approving a call: the first 12 hex digits (48 bits) of
     :func:`call_sha256`. The approval itself is bound to the full SHA-256."""
-    return call_sha256(host, command, cwd=cwd, env=env)[:12]
+    return call_sha256(host, command, cwd=cwd, env=env, payload=payload)[:12]
 
 
 class Approval(BaseModel):
@@ -113,6 +122,9 @@ class Approval(BaseModel):
                                             "is bound to")
     binding: str | None = Field(_BINDING, description="`call`; None for an approval of an older version (bound to "
                                                       "the command text alone)")
+    payload: str | None = Field(None, description="what the call writes besides its command, as a person reads it "
+                                                  "(write_file's content, edit_file's replacement as a diff), secrets "
+                                                  "redacted; its exact text is bound by command_sha256")
     rule_id: str
     created_at: float
     expires_at: float
@@ -166,7 +178,7 @@ class ApprovalStore:
         """Bring a store of an older version up to date: add ``command_sha256`` (from the raw command it kept)
         and replace each stored command by its redacted form."""
         columns = {row["name"] for row in self._db.execute("PRAGMA table_info(approvals)")}
-        for column in ("command_sha256", "cwd", "env", "binding"):
+        for column in ("command_sha256", "cwd", "env", "binding", "payload"):
             if column not in columns:
                 self._db.execute(f"ALTER TABLE approvals ADD COLUMN {column} TEXT")
         rows = self._db.execute("SELECT id, host, command FROM approvals WHERE command_sha256 IS NULL").fetchall()
@@ -181,21 +193,29 @@ class ApprovalStore:
         self._db.close()
 
     def request(self, host: str, command: str, rule_id: str, *, cwd: str | None = None,
-                env: Mapping[str, str] | None = None, ttl_s: float | None = None) -> Approval:
-        """Create a pending approval for ``command`` on ``host`` in ``cwd`` with ``env``, asked by ``rule_id``;
-        expires after ``ttl_s`` seconds."""
+                env: Mapping[str, str] | None = None, ttl_s: float | None = None, payload: str | None = None,
+                shown_payload: str | None = None) -> Approval:
+        """Create a pending approval for ``command`` on ``host`` in ``cwd`` with ``env`` (and ``payload``: see
+        :func:`call_sha256`), asked by ``rule_id``; expires after ``ttl_s`` seconds.
+
+        :param shown_payload: the payload as a person reads it (a diff for an edit; default: ``payload``); stored
+            redacted, for display.
+        """
         now = self._clock()
+        shown = shown_payload if shown_payload is not None else payload
         approval = Approval(
             id="a_" + secrets.token_urlsafe(16), host=host, command=redact(command),
             cwd=redact(cwd) if cwd else None, env=redact_obj(dict(env)) if env else None,
-            command_sha256=call_sha256(host, command, cwd=cwd, env=env), rule_id=rule_id, created_at=now,
-            expires_at=now + (self._ttl_s if ttl_s is None else ttl_s), status="pending",
+            command_sha256=call_sha256(host, command, cwd=cwd, env=env, payload=payload), rule_id=rule_id,
+            created_at=now, expires_at=now + (self._ttl_s if ttl_s is None else ttl_s), status="pending",
+            payload=redact(shown) if shown is not None else None,
         )  # fmt: skip
         self._db.execute(
             "INSERT INTO approvals (id, host, command, cwd, env, command_sha256, binding, rule_id, created_at,"
-            " expires_at, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " expires_at, status, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (approval.id, host, approval.command, approval.cwd, json.dumps(approval.env) if approval.env else None,
-             approval.command_sha256, _BINDING, rule_id, approval.created_at, approval.expires_at, approval.status),
+             approval.command_sha256, _BINDING, rule_id, approval.created_at, approval.expires_at, approval.status,
+             approval.payload),
         )
         log.info("approval.requested", approval_id=approval.id, host=host, rule_id=rule_id)
         return approval
@@ -264,9 +284,9 @@ class ApprovalStore:
 
     def consume(
         self, host: str, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
-        approval_id: str | None = None, rule_id: str | None = None,
+        approval_id: str | None = None, rule_id: str | None = None, payload: str | None = None,
     ) -> Approval:
-        """Use an approval for exactly ``command`` on ``host`` in ``cwd`` with ``env`` (compared by
+        """Use an approval for exactly ``command`` on ``host`` in ``cwd`` with ``env`` and ``payload`` (compared by
         :func:`call_sha256`), once: of several callers presenting the same approval at once, exactly one gets it.
 
         :param approval_id: the approval to use; None: the newest approved, unexpired, unused one for this call.
@@ -275,8 +295,8 @@ class ApprovalStore:
             command, cwd, env or rule), ``not_approved`` (still pending), ``expired``, ``used``, ``rejected``,
             ``unknown``.
         """
-        digest = call_sha256(host, command, cwd=cwd, env=env)
-        legacy = command_sha256(command) if not cwd and not env else None
+        digest = call_sha256(host, command, cwd=cwd, env=env, payload=payload)
+        legacy = command_sha256(command) if not cwd and not env and payload is None else None
         if approval_id is None:
             rows = self._db.execute(
                 "SELECT id FROM approvals WHERE host = ? AND (command_sha256 = ? AND binding IS NOT NULL"
@@ -298,8 +318,8 @@ class ApprovalStore:
         approval = self._usable(approval_id)
         expected = digest if approval.binding is not None else legacy
         if approval.host != host or approval.command_sha256 != expected:
-            raise ApprovalRefused("mismatch", f"approval {approval_id} is for another call (host, command, cwd or "
-                                              "env)", approval_id)
+            raise ApprovalRefused("mismatch", f"approval {approval_id} is for another call (host, command, cwd, "
+                                              "env or what it writes)", approval_id)
         if rule_id is not None and approval.rule_id != rule_id:
             raise ApprovalRefused(
                 "mismatch", f"approval {approval_id} was asked by rule {approval.rule_id!r}, not {rule_id!r}",

@@ -595,11 +595,37 @@ async def write_file(tk: Toolkit, host: str, path: str, content: str, backup: bo
     """Write ``content`` to ``path`` atomically (temp file + rename), keeping a backup; returns the diff."""
     _check_path(path)
     h = tk.hosts.get(host)
-    decision = tk.check_policy(host, f"tee {shlex.quote(path)}", approval_id)
+    decision = await tk.gate(host, f"tee {shlex.quote(path)}", approval_id, payload=content,
+                             shown_payload=_shown_content(path, content), same_args="host, path, content")
     if decision is not None:
         return decision
     old = await _read_all(h, path)
     return await _replace(tk, host, path, old, content.encode(), backup)
+
+
+#: characters of a write's content shown to the person approving it (head and tail; the digest binds all of it)
+_SHOWN_CONTENT_CHARS = 65536
+
+
+def _shown_content(path: str, content: str) -> str:
+    """What a person approving ``write_file`` reads: the whole new content of ``path`` (head and tail past
+    :data:`_SHOWN_CONTENT_CHARS`, the cut said)."""
+    size = len(content.encode("utf-8", "surrogateescape"))
+    head = f"write_file replaces the whole content of {path} with these {size} bytes:\n"
+    if len(content) <= _SHOWN_CONTENT_CHARS:
+        return head + content
+    half = _SHOWN_CONTENT_CHARS // 2
+    return (head + content[:half] + f"\n… [{len(content) - 2 * half} characters not shown here; the digest binds "
+            "them too] …\n" + content[-half:])
+
+
+def _edit_payload(path: str, old: str, new: str) -> tuple[str, str]:
+    """What an ``edit_file`` approval binds (the exact old and new text, canonical JSON) and shows (a diff of
+    them)."""
+    bound = json.dumps({"path": path, "old": old, "new": new}, ensure_ascii=False, separators=(",", ":"))
+    lines = "\n".join(difflib.unified_diff(old.split("\n"), new.split("\n"), fromfile="old", tofile="new",
+                                           lineterm=""))
+    return bound, f"edit_file replaces the one occurrence of old with new in {path}:\n{lines}\n"
 
 
 async def edit_file(tk: Toolkit, host: str, path: str, old: str, new: str, backup: bool = True,
@@ -615,7 +641,9 @@ async def edit_file(tk: Toolkit, host: str, path: str, old: str, new: str, backu
     """
     _check_path(path)
     h = tk.hosts.get(host)
-    decision = tk.check_policy(host, f"tee {shlex.quote(path)}", approval_id)
+    bound, shown = _edit_payload(path, old, new)
+    decision = await tk.gate(host, f"tee {shlex.quote(path)}", approval_id, payload=bound, shown_payload=shown,
+                             same_args="host, path, old, new")
     if decision is not None:
         return decision
     try:

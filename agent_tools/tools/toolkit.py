@@ -268,10 +268,18 @@ class Toolkit:
 
     def check_policy(self, host: str, command: str, approval_id: str | None,
                      decision: Decision | None = None, *, cwd: str | None = None,
-                     env: dict[str, str] | None = None) -> Denied | NeedsApproval | None:
+                     env: dict[str, str] | None = None, payload: str | None = None,
+                     shown_payload: str | None = None,
+                     same_args: str = "host, command, cwd, env") -> Denied | NeedsApproval | None:
         """Apply the policy: a ``denied`` or ``needs_approval`` outcome when the command may not run now,
-        else None (allowed, or asked and approved — the approval, bound to host, command, cwd and env, is used
-        up)."""
+        else None (allowed, or asked and approved — the approval, bound to host, command, cwd, env and ``payload``,
+        is used up).
+
+        :param payload: what the call writes besides its command (write_file's content, edit_file's old and new
+            text), bound by the approval (:func:`agent_tools.policy.approvals.call_sha256`): an approval of one
+            content never covers another. :param shown_payload: the payload as the approver is shown it (a diff).
+        :param same_args: the arguments the agent must repeat with ``approval_id`` (named in ``next``).
+        """
         if self.policy is None:
             return None
         decision = decision or self.policy.decide(host, command, cwd=cwd, env=env)
@@ -284,13 +292,14 @@ class Toolkit:
             assert self.approvals is not None
             if approval_id is not None:
                 try:
-                    self.approvals.consume(host, command, cwd=cwd, env=env, approval_id=approval_id)
+                    self.approvals.consume(host, command, cwd=cwd, env=env, approval_id=approval_id, payload=payload)
                     return None
                 except ApprovalRefused as exc:
                     refused = f" (approval {approval_id} not usable: {exc})"
             else:
                 refused = ""
-            appr = self.approvals.request(host, command, decision.rule_id, cwd=cwd, env=env)
+            appr = self.approvals.request(host, command, decision.rule_id, cwd=cwd, env=env, payload=payload,
+                                          shown_payload=shown_payload)
             outcome = NeedsApproval(host=host, command=shown, cwd=cwd, env=dict(env) if env else None,
                                     approval_id=appr.id,
                                     command_digest=appr.command_sha256[:12], rule_id=decision.rule_id,
@@ -298,9 +307,24 @@ class Toolkit:
                                     expires_s=round(appr.expires_at - appr.created_at, 1),
                                     next=f"ask the operator to approve {appr.id} (`agent-tools approvals approve "
                                          f"{appr.id}`, or the client's approval prompt); then call again with the same "
-                                         f"arguments (host, command, cwd, env) and approval_id='{appr.id}'")
+                                         f"arguments ({same_args}) and approval_id='{appr.id}'")
             return outcome
         return None
+
+    async def gate(self, host: str, command: str, approval_id: str | None, decision: Decision | None = None, *,
+                   cwd: str | None = None, env: dict[str, str] | None = None, payload: str | None = None,
+                   shown_payload: str | None = None,
+                   same_args: str = "host, command, cwd, env") -> Denied | NeedsApproval | None:
+        """:meth:`check_policy`, and when it asks and an ``approver`` callback is set, the callback's yes approves
+        the request and the call goes on (None), its no leaves the ``needs_approval`` outcome."""
+        blocked = self.check_policy(host, command, approval_id, decision, cwd=cwd, env=env, payload=payload,
+                                    shown_payload=shown_payload, same_args=same_args)
+        if isinstance(blocked, NeedsApproval) and self.approver is not None and await self.approver(blocked):
+            assert self.approvals is not None
+            self.approvals.approve(blocked.approval_id, by="approver")
+            blocked = self.check_policy(host, command, blocked.approval_id, decision, cwd=cwd, env=env,
+                                        payload=payload, shown_payload=shown_payload, same_args=same_args)
+        return blocked
 
     # ---------------------------------------------------------------- registry
     def register(self, spec: ToolSpec, handler: Callable[..., Awaitable[BaseModel]]) -> None:
@@ -419,11 +443,7 @@ class Toolkit:
         try:
             h = self.hosts.get(host)
             decision = self.decide(host, command, cwd=cwd, env=env)
-            blocked = self.check_policy(host, command, approval_id, decision, cwd=cwd, env=env)
-            if isinstance(blocked, NeedsApproval) and self.approver is not None and await self.approver(blocked):
-                assert self.approvals is not None
-                self.approvals.approve(blocked.approval_id, by="approver")
-                blocked = self.check_policy(host, command, blocked.approval_id, decision, cwd=cwd, env=env)
+            blocked = await self.gate(host, command, approval_id, decision, cwd=cwd, env=env)
             if blocked is not None:
                 return blocked
             probes = list(_probes or [])
