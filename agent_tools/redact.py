@@ -16,8 +16,9 @@ USER PW``, ``smbclient -U user%pw``, ``vault login TOKEN``, ``ssh-keygen -N/-P x
 AWS access key ids (``AKIA``/``ASIA``), GitHub (``ghp_``, ``gho_``, ``ghu_``, ``ghs_``, ``ghr_``, ``github_pat_``),
 GitLab (``glpat-``), OpenAI/Anthropic style ``sk-...``, Slack ``xox[abprs]-`` and webhook URLs, Hugging Face
 ``hf_``, Google ``AIza...`` and OAuth ``ya29.``, Stripe ``sk_live_``/``rk_live_``/``whsec_``, npm ``npm_``, PyPI
-``pypi-``, Docker Hub ``dckr_pat_``, DigitalOcean ``dop_v1_``, HashiCorp Vault ``hvs.``, Databricks ``dapi`` and
-JSON Web Tokens. Shapes are public prefixes documented by each provider (e.g. GitHub "About authentication"; AWS IAM
+``pypi-``, Docker Hub ``dckr_pat_``, DigitalOcean ``dop_v1_``, HashiCorp Vault ``hvs.``, Databricks ``dapi``,
+JSON Web Tokens, and crypt(5) password hashes as shadow(5) keeps them (``$6$salt$...``, ``$y$j9T$salt$...``,
+``$5$``, ``$1$``, bcrypt ``$2b$``, scrypt ``$7$``, ``$gy$``, Argon2). Shapes are public prefixes documented by each provider (e.g. GitHub "About authentication"; AWS IAM
 identifiers; GitLab "Personal access tokens"; a registry's ``"auth"`` in a Docker or Podman config file, base64 of
 ``user:password``: containers-auth.json(5)).
 
@@ -180,6 +181,12 @@ _SHAPES: tuple[str, ...] = (
     r"\bdapi[0-9a-f]{32}\b",
     r"\bAGE-SECRET-KEY-1[0-9A-Z]{50,}",
     r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+    # crypt(5) password hashes (shadow(5)): MD5, SHA-256/512 (rounds=N), bcrypt, yescrypt, gost-yescrypt, scrypt,
+    # Argon2 (libxcrypt's prefixes)
+    r"\$(?:1|5|6)\$(?:rounds=\d+\$)?[./A-Za-z0-9]{1,16}\$[./A-Za-z0-9]{22,86}",
+    r"\$2[abxy]\$\d\d\$[./A-Za-z0-9]{53,}",
+    r"\$(?:y|gy|7)\$[./A-Za-z0-9]+\$[./A-Za-z0-9]{1,64}\$[./A-Za-z0-9]{20,}",
+    r"\$argon2(?:id|i|d)\$v=\d+\$m=\d+,t=\d+,p=\d+\$[A-Za-z0-9+/]+\$[A-Za-z0-9+/]{16,}",
 )
 _SHAPES_RE = re.compile("|".join(f"(?:{p})" for p in _SHAPES))
 _SECRET_HINT_RE = re.compile(r"(?:token|secret|passw(?:or)?d|pass|_pwd|_pat|key|credentials?)[\"']?\s*[=:]")

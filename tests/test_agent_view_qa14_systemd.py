@@ -146,3 +146,34 @@ async def test_cancelling_a_restart_says_systemd_goes_on_and_restarts_by_other_w
             await model.read("job_cancel", {"job_id": out["job_id"], "grace_s": 1})
     finally:
         remove_unit(systemd_hosts, unit)
+
+
+# ---------------------------------------------------------------------------------------------- 20
+async def test_password_hashes_ask_first_under_the_default_policy_and_are_redacted(systemd_hosts: HostPool,
+                                                                                  tmp_path: Path) -> None:
+    from agent_tools.tools.factory import load_policies
+
+    from .test_agent_view import REPO
+
+    user = "at-shadow"
+    systemd_hosts.run(HOST, f"userdel {user} 2>/dev/null; useradd -M {user} && echo '{user}:Qa14-pass-word' | "
+                            "chpasswd", check=True)
+    try:
+        policy = load_policies([REPO / "policies" / "default.yaml"])
+        async with model_on(systemd_hosts, tmp_path, policy=policy) as (_, model):
+            text, out = await model.read("read_file", {"host": HOST, "path": "/etc/shadow"})
+            assert out["outcome"] == "needs_approval" and out["rule_id"] == "secret-files", text
+            assert "same arguments (host, path)" in out["next"], text
+            for command in (f"grep {user} /etc/shadow", f"grep {user} < /etc/shadow", "cd /etc && cat gshadow"):
+                text, out = await model.read("run_command", {"host": HOST, "command": command})
+                assert out["outcome"] == "needs_approval", text
+            text, out = await model.read("read_file", {"host": HOST, "path": "/etc/passwd"})
+            assert user in out["text"], text  # an ordinary file reads as before
+        async with model_on(systemd_hosts, tmp_path / "open") as (_, model):  # no policy: read, hash hidden
+            text, out = await model.read("read_file", {"host": HOST, "path": "/etc/shadow"})
+            line = next(ln for ln in out["text"].splitlines() if ln.startswith(f"{user}:"))
+            assert line.startswith(f"{user}:[REDACTED]:") and "$" not in line, text
+            text, out = await model.read("run_command", {"host": HOST, "command": f"grep {user} /etc/shadow"})
+            assert out["stdout"]["text"].startswith(f"{user}:[REDACTED]:"), text
+    finally:
+        systemd_hosts.run(HOST, f"userdel {user}")

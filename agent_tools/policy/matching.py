@@ -197,8 +197,11 @@ class CompiledRule:
 
     def _resolved(self, command: SimpleCommand) -> list[tuple[str, ...]]:
         """Per word of ``argv``: the forms it has resolved against the directories that count for this rule."""
-        # the login directory is where a command line starts anyway: only a directory it moved to (a cwd, a cd) adds
-        dirs = [d for d in command.cwds if d is not None] if self.rule.decision == "deny" else (
+        # the login directory is where a command line starts anyway: only a directory it moved to (a cwd, a cd) adds;
+        # a rule that asks or denies sees every directory the command may run in (its match only makes the decision
+        # stricter: `cd /etc && cat shadow` names /etc/shadow), an allow rule only the one it surely runs in
+        strict = self.rule.decision != "allow"
+        dirs = [d for d in command.cwds if d is not None] if strict else (
             [command.cwd] if command.cwd is not None else [])
         dirs = [d for d in dirs if d != "~"]
         # a deny rule also sees where `..` lead once they climb above the login (or an unknown) directory:
@@ -212,6 +215,21 @@ class CompiledRule:
             forms = [] if word.startswith("~") else [r for d in dirs if (r := join_dir(d, word)) is not None]
             forms += [r for d in above if (r := climbed(d, word)) is not None]
             out.append(tuple(dict.fromkeys(forms)))
+        return out
+
+    def _read(self, command: SimpleCommand) -> list[tuple[str, tuple[str, ...]]]:
+        """For a rule that asks or denies: the files ``command`` reads through input redirections (``< FILE``,
+        ``<> FILE``, bash's ``$(< FILE)``), with a relative one also resolved in the directory it runs in; they
+        count as arguments for ``match_any_arg`` (``grep x < /etc/shadow`` reads /etc/shadow as ``grep x
+        /etc/shadow`` does). An ``allow`` rule sees none of them (its match would only widen)."""
+        if self.rule.decision == "allow":
+            return []
+        out = []
+        for r in command.redirects:
+            if r.op in ("<", "<>") and r.static:
+                forms = () if r.target.startswith(("/", "~")) or command.cwd in (None, "~") else tuple(
+                    f for f in [join_dir(str(command.cwd), r.target)] if f is not None)
+                out.append((r.target, forms))
         return out
 
     def match(self, command: SimpleCommand, *, check_cwd: bool = True) -> dict[str, str] | None:
@@ -228,8 +246,13 @@ class CompiledRule:
         for token in self.args_contain:
             if not any(token.matches_text(arg, also, abbreviations=strict, clusters=clusters) for arg, also in args):
                 return None
+        globs = command.globs[1:] if len(command.globs) == len(argv) else [False] * len(args)
         if self.match_any_arg and not any(t.matches_text(arg, also, abbreviations=strict, clusters=clusters)
-                                          for t in self.match_any_arg for arg, also in args):
+                                          or (strict and glob and t.may_match_glob(arg))
+                                          for t in self.match_any_arg
+                                          for (arg, also), glob in zip(args + self._read(command),
+                                                                       [*globs, *[False] * len(command.redirects)],
+                                                                       strict=False)):
             return None
         if self.redirect_to is not None:
             redirect_to = self.redirect_to

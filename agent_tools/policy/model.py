@@ -27,8 +27,8 @@ options :mod:`agent_tools.policy.options` does not know, an ``allow`` rule does 
 requires the word to match. ``match`` is a prefix
 pattern: words after the pattern are allowed unless ``exact: true``. Arguments are compared both as written and
 lexically normalised (``//`` and ``/.`` are ``/``), and a relative one also as resolved in a directory the
-command line moved to (a call's ``cwd``, a ``cd``; for a ``deny`` rule every directory it may run in, so ``cd / &&
-rm -rf *`` is ``rm -rf /*``);
+command line moved to (a call's ``cwd``, a ``cd``; for an ``ask`` or ``deny`` rule every directory it may run in, so
+``cd / && rm -rf *`` is ``rm -rf /*`` and ``cd /etc && cat shadow`` names ``/etc/shadow``);
 a word holding an expansion is compared by its source text (``$HOME``).
 """
 
@@ -105,7 +105,9 @@ class Rule(_Strict):
         default_factory=list, description="Each token must match some argument (AND; `a|b` within a token)."
     )
     match_any_arg: list[str] = Field(
-        default_factory=list, description="At least one argument must match one of these tokens (OR)."
+        default_factory=list, description="At least one argument must match one of these tokens (OR). For a rule "
+        "that asks or denies, a file read through an input redirection (< FILE) counts as an argument, and so "
+        "does a glob that may name a matching word (/etc/sha*)."
     )
     only_args: list[str] | None = Field(
         None, description="Every word after the matched prefix must match one of these tokens."

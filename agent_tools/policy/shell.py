@@ -182,7 +182,8 @@ class SimpleCommand(BaseModel):
 
     ``argv[0]`` is the normalised program name (``/usr/bin/rm`` and ``\\rm`` become ``rm``;
     ``program_path`` keeps what was written). ``dynamic[i]`` says whether ``argv[i]`` holds an expansion and so
-    is only its source text. ``wrappers`` lists what was unwrapped, outermost first (``["sudo", "bash -c"]``).
+    is only its source text; ``globs[i]`` whether it holds an unquoted ``*``, ``?`` or ``[`` (a pattern bash expands
+to file names). ``wrappers`` lists what was unwrapped, outermost first (``["sudo", "bash -c"]``).
     ``writes`` are the files this command writes through redirections, ``dd of=`` or ``tee`` (``/dev/null``,
     the standard streams and descriptor duplications are left out). ``target_host`` is set when the command
     runs on another host through ``ssh``. ``args_from_stdin`` is set for commands run by ``xargs``, whose
@@ -200,6 +201,7 @@ class SimpleCommand(BaseModel):
 
     argv: list[str]
     dynamic: list[bool] = Field(default_factory=list)
+    globs: list[bool] = Field(default_factory=list)
     program_path: str = ""
     wrappers: list[str] = Field(default_factory=list)
     assignments: list[str] = Field(default_factory=list)
@@ -1645,6 +1647,7 @@ def _emit(words: list[_Word], ctx: _Ctx, reason: str | None, defines: tuple[str,
     return SimpleCommand(
         argv=argv,
         dynamic=[not w.static for w in words],
+        globs=[w.has_unquoted(_GLOB_CHARS) for w in words],
         program_path=program_path,
         wrappers=list(ctx.wrappers),
         assignments=list(ctx.assignments),

@@ -93,6 +93,7 @@ class ReadFileArgs(_Args):
     path: str = Field(description="absolute path on the host")
     offset: int = Field(default=0, ge=0, description="byte offset to start at")
     limit: int = Field(default=65536, ge=1, le=1048576, description="bytes at most")
+    approval_id: str | None = Field(default=None, description=APPROVAL)
 
 
 class WriteFileArgs(_Args):
@@ -116,6 +117,7 @@ class RestoreFileArgs(_Args):
     host: str = Field(description=HOST)
     path: str = Field(description="the file to restore")
     backup_id: str = Field(description="backup id from write_file/edit_file (b_...)")
+    approval_id: str | None = Field(default=None, description=APPROVAL)
 
 
 class HostArgs(_Args):

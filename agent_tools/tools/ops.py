@@ -516,11 +516,16 @@ async def _unit_and_cursor(h: Host, host: str, unit: str) -> tuple[dict[str, str
     return parse_systemctl_show(shown), cursors[0], cursors[1]
 
 
-async def read_file(tk: Toolkit, host: str, path: str, offset: int = 0, limit: int = 65536) -> FileContent:
-    """Bytes ``[offset, offset+limit)`` of a file on the host, decoded for reading."""
+async def read_file(tk: Toolkit, host: str, path: str, offset: int = 0, limit: int = 65536,
+                    approval_id: str | None = None) -> FileContent | Denied | NeedsApproval:
+    """Bytes ``[offset, offset+limit)`` of a file on the host, decoded for reading. With a policy, the read is
+    decided as ``cat PATH`` (a file of password hashes or private keys asks first in the shipped policies)."""
     _check_path(path)
     h = tk.hosts.get(host)
     q = shlex.quote(path)
+    decision = await tk.gate(host, f"cat {q}", approval_id, same_args="host, path")
+    if decision is not None:
+        return decision
     res = await run_on(h, f"wc -c < {q} && tail -c +{offset + 1} -- {q} | head -c {limit}")
     if res.exit_status != 0:
         raise file_error(host, path, "read", res.stderr)
@@ -676,13 +681,20 @@ def _no_single_match(path: str, text: str, old: str, count: int) -> str:
     return f"old does not occur in {path}{hint}; read_file shows the exact text"
 
 
-async def restore_file(tk: Toolkit, host: str, path: str, backup_id: str) -> FileRestored:
+async def restore_file(tk: Toolkit, host: str, path: str, backup_id: str,
+                       approval_id: str | None = None) -> FileRestored | Denied | NeedsApproval:
     """Put a backup made by write_file/edit_file back in place (atomically); returns the diff current →
-    restored."""
+    restored. With a policy, decided as ``tee PATH`` (a write), the approval bound to the backup id."""
     _check_path(path)
     if not backup_id.startswith("b_") or not backup_id[2:].isalnum():
         raise BadArguments(f"{backup_id!r} is not a backup id (b_...)")
     h = tk.hosts.get(host)
+    decision = await tk.gate(host, f"tee {shlex.quote(path)}", approval_id, payload=f"restore {backup_id}",
+                             shown_payload=f"restore_file puts backup {backup_id} back over {path} (the content it "
+                                           "had before the write that made the backup)",
+                             same_args="host, path, backup_id")
+    if decision is not None:
+        return decision
     current = await _read_all(h, path)
     q = shlex.quote(path)
     script = (f'set -e; bd="{BACKUP_DIR}"; p="$(cat "$bd/{backup_id}.path")"; [ "$p" = {q} ] || '
