@@ -318,14 +318,19 @@ class FleetActivities:
     @activity.defn(name="fleet.restore")
     @_beating
     async def restore(self, req: dict[str, Any]) -> dict[str, Any]:
-        """``{"host", "path", "backup_id"?, "text"}`` → ``restore_file``'s result (``write_file`` of ``text``, the
-        unit as the pre-check read it, when there is no backup id)."""
+        """``{"host", "path", "backup_id"?, "text", "approved_by"?}`` → ``restore_file``'s result (``write_file`` of
+        ``text``, the unit as the pre-check read it, when there is no backup id). A write the worker's policy asks
+        about is approved in the name of the person who approved the host's edit (``approved_by``: the restore
+        undoes that change)."""
         host, path = str(req["host"]), str(req["path"])
-        if req.get("backup_id"):
-            out = await self.tk.restore_file(host=host, path=path, backup_id=str(req["backup_id"]))
-        else:
-            out = await self.tk.write_file(host=host, path=path, content=str(req["text"]))
-        return self._checked(self._view(out, host), "restore")
+
+        async def call(approval_id: str | None) -> BaseModel:
+            if req.get("backup_id"):
+                return await self.tk.restore_file(host=host, path=path, backup_id=str(req["backup_id"]),
+                                                  approval_id=approval_id)
+            return await self.tk.write_file(host=host, path=path, content=str(req["text"]), approval_id=approval_id)
+
+        return self._checked(await self._approved(host, call, req.get("approved_by")), "restore")
 
     @activity.defn(name="fleet.service_state")
     @_beating

@@ -246,7 +246,7 @@ class FleetRollout:
         self._set(host, "rolling_back", f"cancelled during {during}: restoring the unit")
         try:
             await self._act("fleet.restore", {"host": host, "path": ctx["path"], "backup_id": backup,
-                                              "text": ctx["text"]})
+                                              "text": ctx["text"], "approved_by": self._approver(host)})
         except ActivityError as exc:
             service = await self._service_state(spec, host)
             self._set(host, "cancelled", f"cancelled during {during}; LEFT with the unit {ctx['path']} edited "
@@ -320,7 +320,7 @@ class FleetRollout:
             why = _not_verified(v)
         self._set(host, "rolling_back", why)
         await self._act("fleet.restore", {"host": host, "path": pre["path"], "backup_id": backup,
-                                          "text": pre["text"]})
+                                          "text": pre["text"], "approved_by": self._approver(host)})
         back, why2 = await self._restart(spec, host, key + "/rollback", probes[:1], "rolling_back")
         if back:
             self._set(host, "rolled_back", f"{why}; restored the unit and it serves again")
