@@ -147,7 +147,7 @@ def _render(d: dict[str, Any]) -> None:
         for key in ("new_stdout", "new_stderr"):
             text = (d.get(key) or {}).get("text")
             if text:
-                _block(text)
+                _block(_cli_markers(text, d.get("job_id")))
         if d.get("next"):
             _say(("next: ", "dim"), _shown(cli_hint(d["next"]), "dim"))
         return
@@ -172,9 +172,23 @@ def _render(d: dict[str, Any]) -> None:
     for key in ("stdout", "stderr"):
         text = (d.get(key) or {}).get("text")
         if text:
-            _block(text)
+            _block(_cli_markers(text, d.get("job_id")))
     if d.get("next"):
         _say(("next: ", "dim"), _shown(cli_hint(d["next"]), "dim"))
+
+
+#: the marker an output view puts where it left bytes out (agent_tools.output), with the call that reads on
+_VIEW_MARKER_RE = re.compile(r"(… \[\d+ bytes omitted; )job_output\(offset=(\d+)(?:, stream='(stdout|stderr)')?\)"
+                             r"( reads on from there\] …)")
+
+
+def _cli_markers(text: str, job_id: Any) -> str:
+    """An output view's text with its markers naming this CLI's command (``agent-tools output JOB --offset N``)
+    instead of the agent's ``job_output(offset=N)``."""
+    if not isinstance(job_id, str):
+        return text
+    return _VIEW_MARKER_RE.sub(lambda m: f"{m.group(1)}agent-tools output {shlex.quote(job_id)} --offset {m.group(2)}"
+                               + (f" --stream {m.group(3)}" if m.group(3) else "") + m.group(4), text)
 
 
 #: the fields of a result whose text may name tools (translated by :func:`cli_hint` before it is shown)
@@ -188,7 +202,7 @@ _BARE_RE = re.compile(r"\b(job_status|job_output|job_cancel|list_jobs|list_hosts
 _BARE_CLI = {"job_status": "agent-tools status", "job_output": "agent-tools output", "job_cancel": "agent-tools cancel",
              "list_jobs": "agent-tools jobs", "list_hosts": "agent-tools hosts"}
 _KWARG_RE = re.compile(r"(\w+)=(?:'([^']*)'|([\w.\-]+))")
-_APPROVAL_RE = re.compile(r"call again with the same arguments and approval_id='([\w-]+)'")
+_APPROVAL_RE = re.compile(r"call again with the same arguments(?: \([^()]*\))? and approval_id='([\w-]+)'")
 
 
 def _cli_next(tk: Toolkit, d: dict[str, Any]) -> dict[str, Any]:

@@ -200,3 +200,22 @@ async def test_an_approved_write_covers_only_the_content_it_showed(tmp_path: Pat
                                                                  "old": "8081", "new": "8082"})
         assert "diff" in edited and target.read_text() == "PORT=8082\n", text
         assert len(asked_texts) == 1 and "-8081" in asked_texts[0] and "+8082" in asked_texts[0], asked_texts
+
+
+# ---------------------------------------------------------------------------------------------- 6
+def test_cli_markers_and_approval_hints_are_cli_commands(tmp_path: Path) -> None:
+    import re
+
+    from .test_agent_view import REPO, cli
+
+    res = cli("run", "local", "--", "seq 1 100000", tmp_path=tmp_path)
+    job = re.search(r"\(job (j_\w+)\)", res.stdout)
+    assert res.returncode == 0 and job, res.stdout + res.stderr
+    assert "job_output(" not in res.stdout, res.stdout
+    assert re.search(rf"bytes omitted; agent-tools output {job.group(1)} --offset \d+ reads on from there",
+                     res.stdout), res.stdout
+    res = cli("run", "local", "--policy", str(REPO / "policies" / "default.yaml"), "--",
+              "systemctl restart hello.service", tmp_path=tmp_path)
+    asked = re.search(r"(a_[\w-]+)", res.stdout)
+    assert asked and f"run the same command again with --approve {asked.group(1)}" in res.stdout, res.stdout
+    assert "approval_id=" not in res.stdout and "(host, command, cwd, env)" not in res.stdout, res.stdout
