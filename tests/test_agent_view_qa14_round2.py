@@ -219,3 +219,17 @@ def test_cli_markers_and_approval_hints_are_cli_commands(tmp_path: Path) -> None
     asked = re.search(r"(a_[\w-]+)", res.stdout)
     assert asked and f"run the same command again with --approve {asked.group(1)}" in res.stdout, res.stdout
     assert "approval_id=" not in res.stdout and "(host, command, cwd, env)" not in res.stdout, res.stdout
+
+
+# ---------------------------------------------------------------------------------------------- 10
+async def test_edit_files_closest_line_shows_the_whitespace_it_blames(state_dir: Path, tmp_path: Path) -> None:
+    conf = tmp_path / "crlf.conf"
+    conf.write_bytes(b"key=1\r\nname=x\r\n\tindented=2\r\n")
+    tk = Toolkit()
+    async with tk, model_for(tk) as model:
+        text, err = await model.read("edit_file", {"host": "local", "path": str(conf), "old": "key=1\n", "new": "k"})
+        assert err["kind"] == "bad_arguments", text
+        assert "the closest line is 1: 'key=1\\r'" in err["message"] and "CRLF" in err["message"], text
+        text, err = await model.read("edit_file", {"host": "local", "path": str(conf), "old": "    indented=2",
+                                                   "new": "x"})
+        assert "the closest line is 3: '\\tindented=2\\r'" in err["message"] and "tab" in err["message"], text

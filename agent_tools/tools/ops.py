@@ -673,11 +673,19 @@ def _no_single_match(path: str, text: str, old: str, count: int) -> str:
         return (f"old occurs {count} times in {path} (lines {', '.join(map(str, at))}): include more of the "
                 "surrounding text so it occurs once")
     want = (old.strip().splitlines() or [old])[0].strip()
-    close = difflib.get_close_matches(want, [line.strip() for line in lines], n=1, cutoff=0.5)
+    raw_lines = text.split("\n")  # (not splitlines: the line as it is, a CR at its end and tabs kept)
+    close = difflib.get_close_matches(want, [line.strip() for line in raw_lines], n=1, cutoff=0.5)
     hint = ""
     if close:
-        number = next(i + 1 for i, line in enumerate(lines) if line.strip() == close[0])
-        hint = f"; the closest line is {number}: {close[0][:200]!r} (whitespace and line ends must match exactly)"
+        number, line = next((i + 1, line) for i, line in enumerate(raw_lines) if line.strip() == close[0])
+        # the line quoted with its whitespace escaped (a tab is \t, a CR \r), and what differs said in words
+        ws = []
+        if line.endswith("\r") and "\r" not in old:
+            ws.append("the file has CRLF line ends (\\r\\n)")
+        if "\t" in line and "\t" not in old:
+            ws.append("the line is indented with a tab (\\t)")
+        hint = (f"; the closest line is {number}: {line[:200]!r} ("
+                + ("; ".join(ws) + ": " if ws else "") + "whitespace and line ends must match exactly)")
     return f"old does not occur in {path}{hint}; read_file shows the exact text"
 
 
