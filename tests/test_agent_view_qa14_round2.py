@@ -233,3 +233,19 @@ async def test_edit_files_closest_line_shows_the_whitespace_it_blames(state_dir:
         text, err = await model.read("edit_file", {"host": "local", "path": str(conf), "old": "    indented=2",
                                                    "new": "x"})
         assert "the closest line is 3: '\\tindented=2\\r'" in err["message"] and "tab" in err["message"], text
+
+
+# ---------------------------------------------------------------------------------------------- 11
+async def test_file_errors_say_what_is_wrong_in_the_tools_words(state_dir: Path, tmp_path: Path) -> None:
+    tk = Toolkit()
+    async with tk, model_for(tk) as model:
+        text, err = await model.read("write_file", {"host": "local", "path": f"{tmp_path}/opt/hello/server.py",
+                                                    "content": "x\n"})
+        assert err["kind"] == "not_found" and f"the directory {tmp_path}/opt/hello does not exist" in err["message"]
+        assert "at-tmp" not in err["message"] and "mkdir -p" in err["message"], text
+        text, err = await model.read("read_file", {"host": "local", "path": str(tmp_path)})
+        assert err["kind"] == "bad_arguments" and "is a directory" in err["message"], text
+        assert "standard input" not in err["message"], text
+        true = shutil.which("true") or "/bin/true"
+        text, err = await model.read("read_file", {"host": "local", "path": true})
+        assert err["kind"] == "bad_arguments" and "binary file" in err["message"] and len(text) < 500, text

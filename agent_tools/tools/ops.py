@@ -526,12 +526,20 @@ async def read_file(tk: Toolkit, host: str, path: str, offset: int = 0, limit: i
     decision = await tk.gate(host, f"cat {q}", approval_id, same_args="host, path")
     if decision is not None:
         return decision
-    res = await run_on(h, f"wc -c < {q} && tail -c +{offset + 1} -- {q} | head -c {limit}")
+    res = await run_on(h, f"if [ -d {q} ]; then exit 6; fi; wc -c < {q} && tail -c +{offset + 1} -- {q} | "
+                          f"head -c {limit}")
+    if res.exit_status == 6:
+        raise BadArguments(f"{path} is a directory on {host}: read_file reads files (run_command 'ls -la {q}' lists "
+                           "it)")
     if res.exit_status != 0:
         raise file_error(host, path, "read", res.stderr)
     first, _, data = res.stdout.partition(b"\n")
     total = int(first.strip() or 0)
     end = offset + len(data)
+    if b"\0" in data[:8000]:
+        # a NUL in the first bytes: a binary file (grep(1) and git decide so), not text to read
+        raise BadArguments(f"{path} on {host} is a binary file ({total} bytes, it holds NUL bytes): read_file shows "
+                           f"text; run_command 'file {q}' says what it is, 'od -A d -c {q} | head' shows its bytes")
     return FileContent(host=host, path=path, offset=offset, total_bytes=total,
                        text=data.decode("utf-8", "replace"), next_offset=end if end < total else None)
 
@@ -561,7 +569,8 @@ async def _replace(tk: Toolkit, host: str, path: str, old: bytes | None, data: b
     h = tk.hosts.get(host)
     backup_id = None
     q = shlex.quote(path)
-    script = "set -e; umask 077\n"
+    parent = path.rsplit("/", 1)[0] or "/"
+    script = f"[ -d {shlex.quote(parent)} ] || exit 5\nset -e; umask 077\n"
     if old is not None:
         digest = hashlib.sha256(old).hexdigest()
         script += (f'[ "$(sha256sum < {q} | cut -d" " -f1)" = {digest} ] || '
@@ -573,8 +582,14 @@ async def _replace(tk: Toolkit, host: str, path: str, old: bytes | None, data: b
     script += (f"t={q}.at-tmp.$$; umask 022; if [ -e {q} ]; then cp -p -- {q} \"$t\"; fi; cat > \"$t\"; "
                f"mv -f -- \"$t\" {q}")
     res = await run_on(h, script, stdin=data)
+    if res.exit_status == 5:
+        raise NotFound(f"cannot write {path} on {host}: the directory {parent} does not exist (run_command 'mkdir -p "
+                       f"{shlex.quote(parent)}' makes it)")
     if res.exit_status != 0:
-        raise file_error(host, path, "write", res.stderr)
+        # the shell's words about the temp file are about the path (`bash: line 2: P.at-tmp.93: Permission denied`)
+        err = re.sub(r"^(?:\S*sh: (?:line \d+: )?)?" + re.escape(path) + r"\.at-tmp\.\d+", path,
+                     res.stderr.decode("utf-8", "replace"), flags=re.MULTILINE)
+        raise file_error(host, path, "write", err)
     return FileWritten(host=host, path=path, bytes_written=len(data), backup_id=backup_id,
                        diff=_diff(old or b"", data, path), next=_after_write_hint(host, path, backup_id))
 
