@@ -144,6 +144,7 @@ def _render(d: dict[str, Any]) -> None:
              f" exit {d['exit_status']}" if d.get("exit_status") is not None else "",
              Text.assemble(" readiness ", _shown(d["readiness"])) if d.get("readiness") not in (None, "none") else "",
              f" ({float(d.get('elapsed_s') or 0):.1f}s) — ", _shown(d.get("why", "")))
+        _probes(d)
         for key in ("new_stdout", "new_stderr"):
             text = (d.get(key) or {}).get("text")
             if text:
@@ -169,12 +170,21 @@ def _render(d: dict[str, Any]) -> None:
     elif kind in ("error", "denied", "needs_approval", "needs_input"):
         parts += [" — ", _shown(d.get("message") or d.get("reason") or d.get("prompt") or "")]
     _say(*parts)
+    _probes(d)
     for key in ("stdout", "stderr"):
         text = (d.get(key) or {}).get("text")
         if text:
             _block(_cli_markers(text, d.get("job_id")))
     if d.get("next"):
         _say(("next: ", "dim"), _shown(cli_hint(d["next"]), "dim"))
+
+
+def _probes(d: dict[str, Any]) -> None:
+    """One line per probe of a job's result: kind, target, state and evidence (the evidence is said there only)."""
+    for p in d.get("probes") or []:
+        if isinstance(p, dict):
+            _say("  probe ", _shown(p.get("kind"), "bold"), " ", _shown(p.get("target", "")), ": ",
+                 _shown(p.get("state")), (" — " if p.get("evidence") else ""), _shown(p.get("evidence", "")))
 
 
 #: the marker an output view puts where it left bytes out (agent_tools.output), with the call that reads on
@@ -722,8 +732,8 @@ def approvals_approve(
                       ] = None,
 ) -> None:
     """Approve an agent's request: it is shown (host, cwd, env, rule, digest, the command and what it writes, as
-    stored, secrets redacted) and asked about on a terminal; without one, ``--digest`` must be the request's digest. The agent's
-    call with ``approval_id=ID`` then runs it, once, before the approval expires."""
+    stored, secrets redacted) and asked about on a terminal; without one, ``--digest`` must be the request's
+    digest. The agent's call with ``approval_id=ID`` then runs it, once, before the approval expires."""
     from .policy import ApprovalRefused
 
     store = _approval_store()

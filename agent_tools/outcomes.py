@@ -135,10 +135,12 @@ class Detached(ResultModel):
     command: str
     job_id: str
     elapsed_s: float
-    budget_s: float
+    budget_s: float | None = Field(default=None, description="the budget it outlived, in seconds (left out when it "
+                                                             "detached at once: a restart, a rule's detach)")
     deadline_s: float | None = Field(default=None, description="seconds from start after which the job "
                                                                "counts as past its deadline")
-    hard_deadline_s: float | None = Field(default=None, description="the host kills it this many seconds after start")
+    hard_deadline_s: float | None = Field(default=None, description="the host kills it this many seconds after start "
+                                                                    "(shown while it runs)")
     readiness: Literal["none", "pending", "ready", "failed", "deadline_exceeded", "superseded"] = Field(
         default="none", description="with probes: the readiness at the first look (as job_status)")
     why: str
@@ -241,7 +243,8 @@ class JobStatus(ResultModel):
                                          "run time) or at the readiness verdict: the same on every later look; 0 "
                                          "when nothing ran (not_started, unconfirmed)")
     deadline_s: float | None = None
-    hard_deadline_s: float | None = None
+    hard_deadline_s: float | None = Field(default=None, description="the host kills it this many seconds after "
+                                                                    "start (shown while it runs, and when it did)")
     why: str = ""
     probes: list[ProbeReport] = Field(default_factory=list)
     new_stdout: OutputView = Field(default_factory=OutputView)

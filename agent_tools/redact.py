@@ -18,9 +18,9 @@ GitLab (``glpat-``), OpenAI/Anthropic style ``sk-...``, Slack ``xox[abprs]-`` an
 ``hf_``, Google ``AIza...`` and OAuth ``ya29.``, Stripe ``sk_live_``/``rk_live_``/``whsec_``, npm ``npm_``, PyPI
 ``pypi-``, Docker Hub ``dckr_pat_``, DigitalOcean ``dop_v1_``, HashiCorp Vault ``hvs.``, Databricks ``dapi``,
 JSON Web Tokens, and crypt(5) password hashes as shadow(5) keeps them (``$6$salt$...``, ``$y$j9T$salt$...``,
-``$5$``, ``$1$``, bcrypt ``$2b$``, scrypt ``$7$``, ``$gy$``, Argon2). Shapes are public prefixes documented by each provider (e.g. GitHub "About authentication"; AWS IAM
-identifiers; GitLab "Personal access tokens"; a registry's ``"auth"`` in a Docker or Podman config file, base64 of
-``user:password``: containers-auth.json(5)).
+``$5$``, ``$1$``, bcrypt ``$2b$``, scrypt ``$7$``, ``$gy$``, Argon2). Shapes are public prefixes documented by
+each provider (e.g. GitHub "About authentication"; AWS IAM identifiers; GitLab "Personal access tokens"; a
+registry's ``"auth"`` in a Docker or Podman config file, base64 of ``user:password``: containers-auth.json(5)).
 
 A value that is shell code rather than a literal (it starts with ``$`` or a backquote: ``TOKEN=$(vault read
 ...)``, ``--password "$PW"``) is left as it is, and unquoted values end at shell operators (``; | & < > (

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import anyio
 import pytest
 
 from agent_tools.tools.toolkit import Toolkit
@@ -86,8 +87,8 @@ async def test_http_get_on_a_port_bound_to_another_address_says_which_and_a_sile
     from agent_tools.testing import free_port
 
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)],
-                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = await anyio.open_process([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)],
+                                      cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(1)  # takes connections into its backlog, never accepts, never answers
@@ -106,7 +107,7 @@ async def test_http_get_on_a_port_bound_to_another_address_says_which_and_a_sile
             assert err["kind"] == "timeout" and "refuses" not in err["message"], text
     finally:
         server.terminate()
-        server.wait()
+        await server.wait()
         silent.close()
 
 
@@ -172,12 +173,13 @@ async def test_an_approved_write_covers_only_the_content_it_showed(tmp_path: Pat
         assert "same arguments (host, path, old, new)" in edit["next"], edit
 
         # the operator sees what will be written, then approves that
-        res = subprocess.run([sys.executable, "-m", "agent_tools.cli", "approvals", "approve", asked["approval_id"],
-                              "--digest", asked["command_digest"]], capture_output=True, text=True, timeout=60,
-                             env={**os.environ, "AGENT_TOOLS_STATE_DIR": str(state), "COLUMNS": "200"},
-                             stdin=subprocess.DEVNULL, check=False)
-        assert res.returncode == 0, res.stdout + res.stderr
-        assert "PORT=8081" in res.stdout and "it writes" in res.stdout, res.stdout
+        res = await anyio.run_process([sys.executable, "-m", "agent_tools.cli", "approvals", "approve",
+                                       asked["approval_id"], "--digest", asked["command_digest"]], check=False,
+                                      env={**os.environ, "AGENT_TOOLS_STATE_DIR": str(state), "COLUMNS": "200"},
+                                      stdin=subprocess.DEVNULL)
+        shown = res.stdout.decode()
+        assert res.returncode == 0, shown + res.stderr.decode()
+        assert "PORT=8081" in shown and "it writes" in shown, shown
         # another content with that approval: refused, nothing written
         text, again = await model.read("write_file", {"host": "local", "path": str(target),
                                                       "content": "PORT=9999\nEVIL=1\n",
@@ -249,3 +251,31 @@ async def test_file_errors_say_what_is_wrong_in_the_tools_words(state_dir: Path,
         true = shutil.which("true") or "/bin/true"
         text, err = await model.read("read_file", {"host": "local", "path": true})
         assert err["kind"] == "bad_arguments" and "binary file" in err["message"] and len(text) < 500, text
+
+
+# ---------------------------------------------------------------------------------------------- 12
+async def test_a_pending_restart_says_each_fact_once(tmp_path: Path) -> None:
+    import re
+
+    from .test_agent_view import UNIT, follow, node_model
+
+    async with node_model(tmp_path, load_s=6) as (node, model):
+        _, status = await model.read("service_status", {"host": node.alias, "unit": UNIT, "journal_lines": 0})
+        unit_text = (await model.read("read_file", {"host": node.alias, "path": status["unit_file"]}))[1]["text"]
+        port = int(re.search(r"--port (\d+)", unit_text).group(1))  # type: ignore[union-attr]
+        text, restart = await model.read("restart_service", {"host": node.alias, "unit": UNIT, "probes": [
+            {"kind": "http", "url": f"http://127.0.0.1:{port}/health"},
+            {"kind": "log", "unit": UNIT, "pattern": "ready to roll"}]})
+        # it detached at once: no budget it outlived; systemctl has exited: no kill deadline to speak of
+        assert "budget_s" not in restart and "hard_deadline_s" not in restart and restart["deadline_s"], text
+        text, st = await model.read("job_status", {"job_id": restart["job_id"], "wait_s": 2})
+        assert st["readiness"] == "pending", text
+        assert "hard_deadline_s" not in st, text
+        for probe in st["probes"]:  # each probe's evidence is said once, in the probe
+            assert not probe.get("evidence") or probe["evidence"] not in st["why"], text
+        assert (await follow(model, restart["job_id"]))["readiness"] == "ready"
+    tk = Toolkit()
+    async with tk, model_for(tk) as model:
+        text, out = await model.read("run_command", {"host": "local", "command": "sleep 30", "budget_s": 1})
+        assert out["budget_s"] == 1 and "1 s" not in out["why"], text  # the budget once
+        await model.read("job_cancel", {"job_id": out["job_id"], "grace_s": 1})

@@ -208,7 +208,10 @@ async def test_unit_deadline_kills_a_queued_restart(systemd_hosts: HostPool, tmp
         res = await on_host(pool, host, "systemctl start --no-block dl-slow.service")
         assert res.returncode == 0, res.stderr
         armed = dump(await tk.restart_service(host=host, unit="dl-late.service", daemon_reload=False))
-        assert armed["hard_deadline_s"] == 32, armed  # 2 s + 30 s, read from the unit
+        # 2 s + 30 s, read from the unit; the kill deadline is armed with the job (its result shows it only while the
+        # command runs: this `systemctl restart --no-block` has exited)
+        assert armed["deadline_s"] == 32, armed
+        assert tk.journal.get(armed["job_id"]).meta["hard_deadline_s"] == 32, armed
         out = dump(await tk.run_command(host=host, command="systemctl restart dl-late.service"))
         assert out["outcome"] == "detached" and out["hard_deadline_s"] == 32, out
         assert "the unit's TimeoutStartSec + 30 s" in out["why"], out["why"]

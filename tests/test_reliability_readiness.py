@@ -303,7 +303,7 @@ async def test_next_follows_readiness_while_the_restart_loads(systemd_hosts: Hos
         assert (st["state"], st["exit_status"], st["readiness"]) == ("exited", 0, "pending"), st
         assert st["next"].startswith(f"job_status(job_id='{out['job_id']}', wait_s="), st["next"]
         assert "done" not in st["next"] and "pending" in st["next"], st["next"]
-        assert "activating" in st["why"], st["why"]
+        assert "activating" in st["probes"][0]["evidence"], st  # (said once: in the probe, not again in why)
         row = next(r for r in dump(await tk.list_jobs(host=host))["jobs"] if r["job_id"] == out["job_id"])
         assert (row["state"], row["exit_status"], row["readiness"]) == ("exited", 0, "pending"), row
         st = await follow(rel, tk, out["job_id"], until=settled, limit_s=60)
@@ -465,14 +465,15 @@ async def test_old_server_that_survives_or_ignores_the_stop(systemd_hosts: HostP
                                  f"{st['why']}")
                 if settled(st) or anyio.current_time() > end:
                     break
-                if name == "rr-survivor.service" and not killed and "of the old invocation" in st["why"]:
+                if name == "rr-survivor.service" and not killed and any(
+                        "of the old invocation" in p["evidence"] for p in st["probes"]):
                     assert now_serving == old, (now_serving, old)  # the fault holds: the old child answers
                     await on_host(pool, host, f"kill {old.split()[1]}")
                     killed = True
             if st["readiness"] != "ready":
                 wrong.append(f"{name}: readiness {st['readiness']}, want ready once the new process serves: {st}")
             if name == "rr-survivor.service" and not killed:
-                wrong.append(f"{name}: the old child's answer was never named as the old process's: {st['why']}")
+                wrong.append(f"{name}: the old child's answer was never named as the old process's: {st['probes']}")
 
         async with anyio.create_task_group() as tg:
             for name, (port, _mode, _service, kind) in cases.items():

@@ -3,8 +3,8 @@
 Every result about a job (``run_command``'s ``detached``, ``job_status``, ``list_jobs`` rows,
 ``restart_service``) takes its ``next``, ``why`` and summary from :func:`guide`, so they can never disagree
 with each other or with the state they describe. The input is the job's *state* (``running`` | ``exited`` |
-``killed`` | ``lost`` | ``not_started`` | ``unconfirmed``), its *readiness* (``none`` | ``pending`` | ``ready`` | ``failed`` |
-``deadline_exceeded``) and its *exit status class* (:func:`exit_class`: ``none`` | ``zero`` | ``nonzero``);
+``killed`` | ``lost`` | ``not_started`` | ``unconfirmed``), its *readiness* (``none`` | ``pending`` | ``ready`` |
+``failed`` | ``deadline_exceeded``) and its *exit status class* (:func:`exit_class`: ``none`` | ``zero`` | ``nonzero``);
 the rules, in order:
 
 0. an ``unconfirmed`` start (its request went out unanswered; nothing ran so far) is followed with

@@ -506,7 +506,7 @@ class JobRunner:
 
         if detach_immediately and started:
             return self._detached(rec, elapsed, None, why="the rule says detach at once; the job runs on "
-                                                          "the host")
+                                                          "the host", at_once=True)
 
         # Budget ran out.
         if on_timeout == "kill":
@@ -527,7 +527,7 @@ class JobRunner:
             return self._unconfirmed(rec, f"{host.name}: no answer from the host within the {budget_s:g} s budget "
                                           "to a launch request written to a ready session (hung, overloaded, or "
                                           "the connection stopped answering)")
-        why = f"still running when its {budget_s:g} s budget ran out; the job keeps running on the host"
+        why = "still running when its budget ran out; the job keeps running on the host"
         if not started:
             why += " (the start was not confirmed before the budget ran out)"
         return self._detached(rec, anyio.current_time() - t0, st, why=why)
@@ -614,7 +614,8 @@ class JobRunner:
                       stderr=err.view(budget=self.view_bytes))
 
     def _detached(self, rec: JobRecord, elapsed: float, st: HostJobState | None, *, why: str,
-                  next_hint: str | None = None) -> Detached:
+                  next_hint: str | None = None, at_once: bool = False) -> Detached:
+        """``at_once``: it detached without waiting for its budget (no ``budget_s`` then)."""
         ov = ev = OutputView()
         if st is not None:
             if "stdout" in st.views:
@@ -625,7 +626,8 @@ class JobRunner:
         hint = next_hint or guide(facts_of(rec, state="running")).next_text()
         log.debug("job.detached", host=rec.host, job_id=rec.job_id, elapsed_s=round(elapsed, 3))
         return Detached(host=rec.host, command=rec.command, job_id=rec.job_id, elapsed_s=round(elapsed, 3),
-                        budget_s=rec.budget_s or 0.0, deadline_s=rec.deadline_s, why=why + _kill_words(rec),
+                        budget_s=None if at_once else rec.budget_s or 0.0, deadline_s=rec.deadline_s,
+                        why=why + _kill_words(rec),
                         hard_deadline_s=_hard_deadline(rec), readiness=rec.readiness if rec.probes else "none",
                         stdout=ov, stderr=ev, next=hint)
 
@@ -951,9 +953,12 @@ class JobRunner:
                 if state == "exited" and code not in (None, 0) else None)
         g = guide(facts_of(rec, state=state, detail=why, readiness_detail=ready_why, output_cut=cut,
                            needs=need.next if need is not None else ""))
+        # the kill deadline matters while the command runs, and once it killed it
+        kill_s = _hard_deadline(rec) if state == "running" or killed_by(rec, state) == "deadline" else None
         return JobStatus(job_id=job_id, host=rec.host, command=rec.command, state=state,
                          exit_status=code, signal=sig, readiness=rec.readiness, by=killed_by(rec, state),
-                         elapsed_s=elapsed_of(rec), deadline_s=rec.deadline_s, hard_deadline_s=_hard_deadline(rec),
+                         elapsed_s=elapsed_of(rec), deadline_s=rec.deadline_s,
+                         hard_deadline_s=kill_s,
                          why=g.why, probes=reports,
                          new_stdout=new_out, new_stderr=new_err, next=g.next_text())
 

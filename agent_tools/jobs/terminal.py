@@ -202,13 +202,13 @@ def terminal_need(command: str, stderr: str, stdout: str = "") -> str | None:
 def _prompt(command: str, stderr: str, stdout: str) -> str | None:
     """A password/confirmation prompt or refusal: in stderr's tail, or on the last line of stdout."""
     progs = [p.lower() for p in programs(command)]
-    found = [m.strip() for m in _PROMPT_RE.findall(stderr[-4000:])]
+    found = [str(m).strip() for m in _PROMPT_RE.findall(stderr[-4000:])]
     found = [f for f in found if _own(f, progs) or f.startswith("sudo:")]
     if found:
         return found[-1]
     last = stdout.rstrip("\n").rsplit("\n", 1)[-1]
     m = _PROMPT_RE.search(last[-400:])
-    return m.group(0).strip() if m else None
+    return str(m.group(0)).strip() if m else None
 
 
 def interactive_need(command: str, stderr: str, stdout: str = "") -> InteractiveNeed | None:

@@ -147,4 +147,7 @@ async def judge(host: Host, specs: list[dict[str, Any]], *, readiness: str, stat
                        f"not ready {elapsed_s:.0f} s after start (deadline {deadline_s:g} s): "
                        + "; ".join(f"{r.kind} {r.target}: {r.evidence}" for r in results if r.state != "passed"),
                        _decided(reports), new_specs, "", results)
-    return Verdict("pending", "waiting for readiness: " + _brief(results), reports, new_specs, "", results)
+    # (each probe's evidence is in its report: the verdict names the probes it waits for, not their evidence again)
+    waiting = ", ".join(f"{r.kind} {r.target}".strip() for r in results if r.state != "passed")
+    return Verdict("pending", f"waiting for readiness: not passed yet: {waiting} (see probes)", reports, new_specs,
+                   "", results)

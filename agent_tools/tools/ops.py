@@ -472,7 +472,7 @@ async def restart_service(tk: Toolkit, host: str, unit: str, daemon_reload: bool
     # failed at once, or was ready already) the verdict and its evidence (the unit's journal) are the news
     why = (f"restart of {unit} enqueued; the probes judge readiness (the unit allows {allows} to start)"
            if status.readiness == "pending" else status.why)
-    return Detached(host=host, command=cmd, job_id=out.job_id, elapsed_s=out.duration_s, budget_s=30.0,
+    return Detached(host=host, command=cmd, job_id=out.job_id, elapsed_s=out.duration_s,
                     deadline_s=deadline_s, hard_deadline_s=status.hard_deadline_s, readiness=status.readiness,
                     why=why, probes=status.probes, stdout=out.stdout, stderr=out.stderr, next=status.next)
 
@@ -526,9 +526,8 @@ async def read_file(tk: Toolkit, host: str, path: str, offset: int = 0, limit: i
     decision = await tk.gate(host, f"cat {q}", approval_id, same_args="host, path")
     if decision is not None:
         return decision
-    res = await run_on(h, f"if [ -d {q} ]; then exit 6; fi; wc -c < {q} && tail -c +{offset + 1} -- {q} | "
-                          f"head -c {limit}")
-    if res.exit_status == 6:
+    res = await run_on(h, f"wc -c < {q} && tail -c +{offset + 1} -- {q} | head -c {limit}")
+    if res.exit_status != 0 and b"Is a directory" in res.stderr:  # wc: 'standard input': Is a directory (EISDIR)
         raise BadArguments(f"{path} is a directory on {host}: read_file reads files (run_command 'ls -la {q}' lists "
                            "it)")
     if res.exit_status != 0:
@@ -570,7 +569,7 @@ async def _replace(tk: Toolkit, host: str, path: str, old: bytes | None, data: b
     backup_id = None
     q = shlex.quote(path)
     parent = path.rsplit("/", 1)[0] or "/"
-    script = f"[ -d {shlex.quote(parent)} ] || exit 5\nset -e; umask 077\n"
+    script = "set -e; umask 077\n"
     if old is not None:
         digest = hashlib.sha256(old).hexdigest()
         script += (f'[ "$(sha256sum < {q} | cut -d" " -f1)" = {digest} ] || '
@@ -582,13 +581,14 @@ async def _replace(tk: Toolkit, host: str, path: str, old: bytes | None, data: b
     script += (f"t={q}.at-tmp.$$; umask 022; if [ -e {q} ]; then cp -p -- {q} \"$t\"; fi; cat > \"$t\"; "
                f"mv -f -- \"$t\" {q}")
     res = await run_on(h, script, stdin=data)
-    if res.exit_status == 5:
+    if res.exit_status != 0 and any(m.encode() in res.stderr for m in _ENOENT) and \
+            (await run_on(h, f"[ -d {shlex.quote(parent)} ]")).exit_status != 0:
         raise NotFound(f"cannot write {path} on {host}: the directory {parent} does not exist (run_command 'mkdir -p "
                        f"{shlex.quote(parent)}' makes it)")
     if res.exit_status != 0:
         # the shell's words about the temp file are about the path (`bash: line 2: P.at-tmp.93: Permission denied`)
-        err = re.sub(r"^(?:\S*sh: (?:line \d+: )?)?" + re.escape(path) + r"\.at-tmp\.\d+", path,
-                     res.stderr.decode("utf-8", "replace"), flags=re.MULTILINE)
+        temp = r"^(?:\S*sh: (?:line \d+: |\d+: )?(?:cannot create )?)?" + re.escape(path) + r"\.at-tmp\.\d+"
+        err = re.sub(temp, path, res.stderr.decode("utf-8", "replace"), flags=re.MULTILINE)
         raise file_error(host, path, "write", err)
     return FileWritten(host=host, path=path, bytes_written=len(data), backup_id=backup_id,
                        diff=_diff(old or b"", data, path), next=_after_write_hint(host, path, backup_id))

@@ -243,11 +243,10 @@ class Toolkit:
             units = _started_units(out.command)
             if units:
                 # systemctl --no-block only enqueued the start: the unit may be loading, failing or up
-                unit = units[0]
                 return out.model_copy(update={"next": (
-                    f"--no-block only enqueued the start of {unit}: nothing is known yet about whether it is up; "
-                    f"service_status(host='{out.host}', unit='{unit}') shows its state now; restart_service(host="
-                    f"'{out.host}', unit='{unit}') restarts it and judges readiness with probes")})
+                    f"--no-block only enqueued the start of {units[0]}: nothing is known yet about whether it is up; "
+                    f"service_status(host='{out.host}', unit='{units[0]}') shows its state now; restart_service(host="
+                    f"'{out.host}', unit='{units[0]}') restarts it and judges readiness with probes")})
         if isinstance(out, Detached) and "restart_service" not in out.next:
             unit = _restarted_unit(out.command)
             if unit is not None:
