@@ -253,15 +253,18 @@ class JobStatus(ResultModel):
 
 
 class JobOutput(ResultModel):
-    """A page of a job's raw output, by byte offsets."""
+    """A page of a job's raw output, by byte offsets (with ``grep``: its matching lines)."""
 
     job_id: str
     stream: Literal["stdout", "stderr"]
     offset: int
-    next_offset: int
+    next_offset: int = Field(description="offset=next_offset reads on (with grep: searches on)")
     total_bytes: int
+    grep: str | None = Field(default=None, description="the regex the lines of text match; each line is OFFSET:line")
+    matches: int | None = Field(default=None, description="with grep: lines from offset on that match")
     text: str
-    eof: bool = Field(description="true when next_offset reached the stream's current end")
+    eof: bool = Field(description="true when next_offset reached the stream's current end (with grep: every match "
+                                  "was shown)")
 
 
 class JobCancelResult(ResultModel):

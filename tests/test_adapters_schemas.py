@@ -185,7 +185,7 @@ def test_large_output_views_are_shortened_and_say_so() -> None:
     assert "job_output" in data["shortened"]
     stdout = data["stdout"]
     assert stdout["text"].startswith("line 0\n") and stdout["text"].endswith("line 2999\n")  # head and tail kept
-    assert "chars shortened by the adapter" in stdout["text"]
+    assert "chars cut to fit the result size" in stdout["text"]
     assert stdout["omitted_bytes"] > 0 and stdout["total_bytes"] == len(out.encode())
     assert len(data["stderr"]["text"]) > 1000  # the shorter stream keeps its share (cuts are balanced)
     assert result["stdout"]["text"] == out  # the input is not modified

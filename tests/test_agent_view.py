@@ -429,8 +429,8 @@ async def test_a_large_output_says_at_which_offset_to_read_on(state_dir: Path) -
         for stream, extra in (("stdout", ""), ("stderr", ", stream='stderr'")):
             shown = out[stream]["text"]
             # (the view's own marker was cut out with the middle: the adapter's says the whole gap in bytes)
-            m = re.search(rf"… \[(?:\d+ chars shortened by the adapter|\d+ bytes omitted \(\d+ of them by the "
-                          rf"adapter\)); job_output\(offset=(\d+){extra}\) reads on "
+            m = re.search(rf"… \[(?:\d+ chars cut to fit the result size|\d+ bytes omitted \(\d+ of them to fit "
+                          rf"the result size\)); job_output\(offset=(\d+){extra}\) reads on "
                           r"from there\] …\n", shown)
             assert m, shown[:1500]
             kept = shown[:m.start()]

@@ -322,14 +322,18 @@ async def test_a_log_line_from_before_the_restart_never_passes_the_probe(tmp_pat
 
 
 async def test_a_log_probe_needs_a_unit_or_a_path(tmp_path: Path) -> None:
+    # (restart_service's log probe without unit follows the restarted unit: test_agent_view_qa14_round2)
     async with node_model(tmp_path, load_s=1) as (node, model):
-        for probe in ({"kind": "log", "pattern": "ready"},
-                      {"kind": "log", "pattern": "ready", "unit": UNIT, "path": "/var/log/x.log"}):
-            for name, args in (("restart_service", {"host": node.alias, "unit": UNIT, "probes": [probe]}),
-                               ("wait_for", {"host": node.alias, "probes": [probe], "deadline_s": 1})):
-                text, err = await model.read(name, args)
-                assert (err["outcome"], err["kind"], err["retryable"]) == ("error", "bad_arguments", False), text
-                assert "give unit (its journal) or path (a log file)" in err["message"], text
+        both = {"kind": "log", "pattern": "ready", "unit": UNIT, "path": "/var/log/x.log"}
+        for name, args in (("restart_service", {"host": node.alias, "unit": UNIT, "probes": [both]}),
+                           ("wait_for", {"host": node.alias, "probes": [both], "deadline_s": 1})):
+            text, err = await model.read(name, args)
+            assert (err["outcome"], err["kind"], err["retryable"]) == ("error", "bad_arguments", False), text
+            assert "give unit (its journal) or path (a log file), not both" in err["message"], text
+        text, err = await model.read("wait_for", {"host": node.alias, "probes": [{"kind": "log", "pattern": "ready"}],
+                                                  "deadline_s": 1})
+        assert (err["outcome"], err["kind"], err["retryable"]) == ("error", "bad_arguments", False), text
+        assert "needs unit" in err["message"] and "or path" in err["message"], text
         _, jobs = await model.read("list_jobs", {})
         assert not [j for j in jobs["jobs"] if "restart" in j["command"]], jobs  # nothing was restarted
 

@@ -89,7 +89,7 @@ async def test_a_failed_restart_keeps_its_cause_and_a_whole_next(tmp_path: Path,
 
 def assert_markers_count_exactly(shown: str, full: str) -> None:
     """``shown`` is ``full`` with pieces cut out, each marker giving the exact count of characters it stands for."""
-    *pieces, last = re.split(r"… \[(\d+) chars shortened by the adapter\] …\n", shown)
+    *pieces, last = re.split(r"… \[(\d+) chars cut to fit the result size\] …\n", shown)
     assert pieces, shown
     pos = 0
     for piece, n in zip(pieces[::2], pieces[1::2], strict=True):

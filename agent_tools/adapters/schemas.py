@@ -320,7 +320,8 @@ def _dumps(data: Any) -> str:
 
 
 _MIN_TEXT_CHARS = 160
-_MARKER = "\n… [{n} chars shortened by the adapter] …\n"
+#: what stands where a result's text was cut to fit the result size (the words a model reads)
+_MARKER = "\n… [{n} chars cut to fit the result size] …\n"
 _VIEW_MARKER_RE = re.compile(r"bytes omitted; job_output\(offset=(\d+)")
 
 
@@ -454,8 +455,9 @@ def _shrink_text_slot(item: tuple[dict[str, Any], tuple[str | int, ...]], keep: 
     if isinstance(omitted, int):
         slot["omitted_bytes"] = omitted + cut_bytes
         if own:
-            new = re.sub(r"\[\d+ chars shortened by the adapter;",
-                         f"[{omitted + cut_bytes} bytes omitted ({cut_bytes} of them by the adapter);", new, count=1)
+            new = re.sub(r"\[\d+ chars cut to fit the result size;",
+                         f"[{omitted + cut_bytes} bytes omitted ({cut_bytes} of them to fit the result size);", new,
+                         count=1)
     slot["text"] = new
     return True
 
@@ -515,7 +517,7 @@ def bound_result(result: dict[str, Any], *, max_chars: int = DEFAULT_MAX_RESULT_
         return len(text) <= max_chars and estimate_tokens(text) <= max_tokens
 
     if _is_page(result):
-        return _fit_page(result, fits)
+        return _fit_page(result, fits, _PAGE_NOTE.format(tokens=max_tokens, chars=max_chars))
     if fits(result):
         return result
     # the largest character bound whose shortened result fits (binary search: each try is one _bound_chars)
@@ -533,7 +535,8 @@ def bound_result(result: dict[str, Any], *, max_chars: int = DEFAULT_MAX_RESULT_
     return bounded
 
 
-_PAGE_NOTE = "text cut to fit the result size; the same call with offset=next_offset reads on"
+_PAGE_NOTE = ("text cut to fit the result size ({tokens} tokens, {chars} characters: it bounds a page besides limit); "
+              "the same call with offset=next_offset reads on")
 
 
 def _is_page(result: dict[str, Any]) -> bool:
@@ -542,19 +545,33 @@ def _is_page(result: dict[str, Any]) -> bool:
             and isinstance(result.get("total_bytes"), int))
 
 
-def _fit_page(result: dict[str, Any], fits: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-    """The page with the longest head of its text that fits together with the note (binary search)."""
+def _fit_page(result: dict[str, Any], fits: Callable[[dict[str, Any]], bool], note: str) -> dict[str, Any]:
+    """The page with the longest head of its text that fits together with ``note`` (binary search; a byte page is
+    cut where the bound falls, so a larger ``limit`` never shows less, and ``next_offset`` reads on from the first
+    byte left out). A ``grep`` page (lines ``OFFSET:line``) keeps whole lines only, and its ``next_offset`` is the
+    offset of the first line left out, where the search goes on."""
     text: str = result["text"]
+    grep = isinstance(result.get("grep"), str)
+
+    def head(n: int) -> str:
+        kept = text[:n]
+        if grep and n < len(text):
+            kept = kept[:kept.rfind("\n") + 1]
+        return kept
 
     def cut(n: int) -> dict[str, Any]:
-        kept = text[:n]
+        kept = head(n)
         page = {**result, "text": kept}
-        end = int(result["offset"]) + _raw_bytes_at_most(kept)
+        if grep:
+            first_left = text[len(kept):].split(":", 1)[0]
+            end = int(first_left) if first_left.isdigit() else int(result["next_offset"])
+        else:
+            end = int(result["offset"]) + _raw_bytes_at_most(kept)
         page["next_offset"] = min(int(result["next_offset"]), end) if isinstance(result.get("next_offset"), int) \
             else end
         if "eof" in page:
-            page["eof"] = page["next_offset"] >= int(result.get("total_bytes") or 0)
-        page["shortened"] = _PAGE_NOTE
+            page["eof"] = page["next_offset"] >= int(result.get("total_bytes") or 0) and (not grep or kept == text)
+        page["shortened"] = note
         return page
 
     lo, hi = 0, len(text)

@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import re
 import secrets
+import shlex
 import signal as _signal
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, Literal
@@ -33,7 +34,7 @@ from ..errors import (
     JobNotFound,
     UnknownHost,
 )
-from ..hosts.base import ConnectProgress, Host, HostProcess
+from ..hosts.base import ConnectProgress, Host, HostProcess, run_on
 from ..outcomes import (
     Detached,
     ErrorOutcome,
@@ -46,7 +47,7 @@ from ..outcomes import (
     NeedsInput,
     ProbeReport,
 )
-from ..output import VIEW_CONTEXT_BYTES, OutputView, clean_window, view_request
+from ..output import VIEW_CONTEXT_BYTES, OutputView, clean_text, clean_window, view_request
 from ..probes.readiness import judge
 from ..redact import redact
 from .discover import discover_script, parse_discovery, split_env_line
@@ -1041,11 +1042,19 @@ class JobRunner:
 
     # ------------------------------------------------------------------ output
     async def job_output(self, host: Host, job_id: str, *, stream: Literal["stdout", "stderr"] = "stdout",
-                         offset: int = 0, limit: int = 16384) -> JobOutput:
+                         offset: int = 0, limit: int = 16384, tail_lines: int | None = None,
+                         grep: str | None = None) -> JobOutput:
         """A page of raw output: bytes ``[offset, offset + limit)`` of ``stream``, cleaned for reading.
 
         :param offset: byte offset into the stream (int >= 0).
         :param limit: bytes to return at most (int, 1..1048576).
+        :param tail_lines: the page starts ``tail_lines`` lines before the end of the stream instead of at
+            ``offset`` (tail(1) ``-n``; one more round trip finds where); with ``grep``, the last so many matching
+            lines.
+        :param grep: only the lines matching this extended regex, case-insensitive (grep(1) ``-a -i -E``), from
+            ``offset`` on, each written ``OFFSET:line`` with the byte offset where it starts in the stream;
+            ``matches`` counts the matching lines from ``offset`` on, and ``next_offset`` is where the search goes on
+            (after the last line shown). See :meth:`_grep_output`.
         :raises JobNotFound, BadArguments, HostError: (``HostError`` also when the host did not answer within
             ``answer_timeout_s``)
         """
@@ -1054,7 +1063,13 @@ class JobRunner:
             raise BadArguments("stream must be 'stdout' or 'stderr'")
         if offset < 0 or not 0 < limit <= 1 << 20:
             raise BadArguments("offset must be >= 0 and limit between 1 and 1048576 bytes")
+        if tail_lines is not None and tail_lines < 1:
+            raise BadArguments("tail_lines must be >= 1")
         rec = self.journal.get(job_id)
+        if grep is not None:
+            return await self._grep_output(host, rec, stream, offset, limit, grep, tail_lines)
+        if tail_lines is not None:
+            offset = await self._tail_offset(host, rec, stream, tail_lines)
         # bytes [offset - C, offset + limit + C): the page plus context on both sides, so that a secret the page's
         # edges cut is found and hidden (redaction only; the page itself is [offset, offset + limit))
         start = max(0, offset - VIEW_CONTEXT_BYTES)
@@ -1073,6 +1088,79 @@ class JobRunner:
         nxt = offset + len(data)
         return JobOutput(job_id=job_id, stream=stream, offset=offset, next_offset=nxt, total_bytes=total,
                          text=clean_window(window, lead, lead + len(data)), eof=nxt >= total)
+
+    def _stream_file(self, job_id: str, stream: str) -> str:
+        """The shell word of a job's output file on the host (the jobs dir expanded there, inside double quotes)."""
+        return f'"{self.jobs_dir}/{job_id}/{stream}"'
+
+    async def _tail_offset(self, host: Host, rec: JobRecord, stream: str, lines: int) -> int:
+        """The byte offset of the ``lines``-th line from the end of a job's stream (tail(1) ``-n``), one round trip.
+
+        :raises JobNotFound: its directory is gone from the host.
+        """
+        f = self._stream_file(rec.job_id, stream)
+        script = (f'[ -d "$(dirname {f})" ] || {{ echo missing; exit 0; }}; [ -f {f} ] || {{ echo 0 0; exit 0; }}; '
+                  f"echo $(wc -c < {f}) $(tail -n {int(lines)} {f} | wc -c)")
+        with _answer_within(host, self.answer_timeout_s, "job_output"):
+            res = await run_on(host, script)
+        words = res.stdout.decode("ascii", "replace").split()
+        if words[:1] == ["missing"]:
+            raise JobNotFound(rec.job_id, f"job {rec.job_id}: its directory is gone from {rec.host}")
+        if len(words) != 2 or not all(w.isdigit() for w in words):
+            raise ConnectionLost(host.name, f"{host.name}: no answer about the size of job {rec.job_id}'s {stream}")
+        return max(0, int(words[0]) - int(words[1]))
+
+    async def _grep_output(self, host: Host, rec: JobRecord, stream: Literal["stdout", "stderr"], offset: int,
+                           limit: int, pattern: str, tail_lines: int | None) -> JobOutput:
+        """The lines of a job's stream from ``offset`` on that match ``pattern`` (grep(1) ``-a -b -i -E``: the
+        pattern is an ERE, case-insensitive; ``-b`` gives each line's byte offset, made absolute here), at most
+        ``limit`` bytes of them (whole lines; ``tail_lines``: the last so many), each line cleaned for reading
+        (:func:`agent_tools.output.clean_text`: escapes shown, secrets hidden) and cut to 1,000 characters, in one
+        round trip with their count.
+
+        :raises BadArguments: grep says the pattern is not a valid regex. :raises JobNotFound: no job directory.
+        """
+        if "\n" in pattern or not pattern:
+            raise BadArguments("grep must be one line of regex (grep -iE), not empty")
+        f = self._stream_file(rec.job_id, stream)
+        q = shlex.quote(pattern)
+        select = f"| tail -n {int(tail_lines)} " if tail_lines is not None else ""
+        script = (f'[ -d "$(dirname {f})" ] || {{ echo missing; exit 0; }}; s=0; [ -f {f} ] && s=$(wc -c < {f}); '
+                  f"n=$(tail -c +{offset + 1} {f} 2>/dev/null | grep -a -c -i -E -e {q}); rc=$?; "
+                  f'[ "$rc" -gt 1 ] && {{ echo bad; tail -c +{offset + 1} {f} | grep -a -i -E -e {q} 2>&1 >/dev/null '
+                  f"| head -c 300; exit 0; }}; echo $s ${{n:-0}}; tail -c +{offset + 1} {f} 2>/dev/null | "
+                  f"grep -a -b -i -E -e {q} {select}| head -c {limit + 4096}")
+        with _answer_within(host, self.answer_timeout_s, "job_output"):
+            res = await run_on(host, script)
+        head, _, body = res.stdout.partition(b"\n")
+        words = head.decode("ascii", "replace").split()
+        if words[:1] == ["missing"]:
+            raise JobNotFound(rec.job_id, f"job {rec.job_id}: its directory is gone from {rec.host}")
+        if words[:1] == ["bad"]:
+            raise BadArguments(f"grep {pattern!r}: {body.decode('utf-8', 'replace').strip()[:300]} (an extended "
+                               "regex, as grep -iE reads it)")
+        if len(words) != 2 or not all(w.isdigit() for w in words):
+            raise ConnectionLost(host.name, f"{host.name}: no answer about job {rec.job_id}'s {stream}")
+        total, count = int(words[0]), int(words[1])
+        shown: list[str] = []
+        used = 0
+        nxt = offset
+        for raw in body.split(b"\n"):
+            at, sep, line = raw.partition(b":")
+            if not sep or not at.isdigit():
+                continue  # the last, partial line (head -c) or an empty one
+            start = offset + int(at)
+            if used + len(raw) + 1 > limit and shown:
+                break
+            text = clean_text(line)[:1000]
+            shown.append(f"{start}:{text}")
+            used += len(raw) + 1
+            nxt = start + len(line) + 1
+        # every line asked for was shown (all matches, or the last tail_lines of them): the search is at the end
+        complete = len(shown) == (min(count, tail_lines) if tail_lines is not None else count)
+        return JobOutput(job_id=rec.job_id, stream=stream, offset=offset,
+                         next_offset=max(total, offset) if complete else nxt, total_bytes=total,
+                         text="".join(s + "\n" for s in shown), grep=pattern, matches=count, eof=complete)
 
     # ------------------------------------------------------------------ cancel
     async def cancel(self, host: Host, job_id: str, *, grace_s: float = 5.0, reason: str = "cancelled on request",

@@ -16,7 +16,7 @@ from pydantic.json_schema import SkipJsonSchema
 from ..errors import BadArguments
 
 __all__ = ["GpuMemoryProbe", "HostMemoryProbe", "HttpProbe", "LogProbe", "PortProbe", "ProbeSpec",
-           "SystemdUnitProbe", "probe_from_dict"]
+           "SystemdUnitProbe", "probe_from_dict", "with_log_units"]
 
 
 def _kind_required(schema: dict[str, Any]) -> None:
@@ -70,13 +70,12 @@ class SystemdUnitProbe(_Spec):
     model_config = _variant("unit active (in a new invocation)")
 
     kind: Literal["systemd_unit"] = "systemd_unit"
-    unit: str = Field(description="unit name, e.g. sglang.service")
+    unit: str = Field(description="unit name")
     not_invocation: SkipJsonSchema[str | None] = Field(
         default=None, description="InvocationID before the restart: the unit must be in a different invocation "
                                   "to pass (set by the tools)")
-    settle_s: float | None = Field(default=None, ge=0, le=3600,
-                                   description="seconds active before it passes (default 3; 0 for Type=notify, "
-                                               "dbus)")
+    settle_s: float | None = Field(default=None, description="seconds active before it passes (default 3; 0 for "
+                                                             "Type=notify, dbus)")
     before_condition_us: SkipJsonSchema[int | None] = Field(
         default=None, ge=0, description="ConditionTimestampMonotonic (microseconds) before the restart (set by the "
                                         "tools): a start attempt after it that made no new invocation fails the "
@@ -87,6 +86,15 @@ class SystemdUnitProbe(_Spec):
     old_main_pid: SkipJsonSchema[int | None] = Field(
         default=None, ge=0, description="MainPID before the restart (set by the tools): an http or port probe "
                                         "answered from a port this process (or a child) still holds does not pass")
+
+    @field_validator("settle_s")
+    @classmethod
+    def _settle(cls, value: float | None) -> float | None:
+        # (bounds checked here, not in the schema every tools/list carries: a model passes a sane value, and one
+        # out of bounds is refused all the same, by name)
+        if value is not None and not 0 <= value <= 3600:
+            raise ValueError("settle_s must be 0..3600 seconds")
+        return value
 
 
 class HttpProbe(_Spec):
@@ -99,10 +107,24 @@ class HttpProbe(_Spec):
     model_config = _variant("a GET from the host answers expect_status")
 
     kind: Literal["http"] = "http"
-    url: str = Field(description="http://HOST:PORT/PATH as seen from the host")
-    expect_status: int = Field(default=200, ge=100, le=599, description="HTTP status that passes")
+    url: str = Field(description="http:// URL as seen from the host")
+    expect_status: int = Field(default=200, description="HTTP status that passes")
     body_regex: str | None = Field(default=None, description="regex the body must match")
-    timeout_s: float = Field(default=5.0, gt=0, description="seconds per request")
+    timeout_s: float = Field(default=5.0, description="seconds per request")
+
+    @field_validator("expect_status")
+    @classmethod
+    def _status(cls, value: int) -> int:
+        if not 100 <= value <= 599:
+            raise ValueError("expect_status must be an HTTP status, 100..599")
+        return value
+
+    @field_validator("timeout_s")
+    @classmethod
+    def _timeout(cls, value: float) -> float:
+        if not value > 0:
+            raise ValueError("timeout_s must be > 0 seconds")
+        return value
 
 
 class LogProbe(_Spec):
@@ -112,7 +134,7 @@ class LogProbe(_Spec):
     model_config = _variant("a new line of the unit's journal (or a file) matches")
 
     kind: Literal["log"] = "log"
-    unit: str | None = Field(default=None, description="unit whose journal to follow")
+    unit: str | None = Field(default=None, description="unit whose journal to follow (restart_service: its unit)")
     path: str | None = Field(default=None, description="or a log file to follow")
     pattern: str = Field(description="regex of the ready line")
     fail_pattern: str | None = Field(default=None, description="regex of a line that means failure")
@@ -130,9 +152,9 @@ class LogProbe(_Spec):
 
     @model_validator(mode="after")
     def _one_source(self) -> LogProbe:
-        if (self.unit is None) == (self.path is None):
-            raise ValueError("a log probe follows one source: give unit (its journal) or path (a log file), not "
-                             + ("both" if self.unit else "neither"))
+        # neither: the journal of the unit the job follows, filled in by restart_service (see with_log_units)
+        if self.unit is not None and self.path is not None:
+            raise ValueError("a log probe follows one source: give unit (its journal) or path (a log file), not both")
         return self
 
 
@@ -142,8 +164,15 @@ class PortProbe(_Spec):
     model_config = _variant("the TCP port accepts connections")
 
     kind: Literal["port"] = "port"
-    port: int = Field(ge=1, le=65535, description="TCP port")
+    port: int = Field(description="TCP port")
     address: str = Field(default="127.0.0.1", description="address as seen from the host")
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, value: int) -> int:
+        if not 1 <= value <= 65535:
+            raise ValueError("port must be 1..65535")
+        return value
 
 
 class GpuMemoryProbe(_Spec):
@@ -185,3 +214,20 @@ def probe_from_dict(data: dict[str, Any] | BaseModel) -> SystemdUnitProbe | Http
         return _ADAPTER.validate_python(data)  # type: ignore[no-any-return]
     except Exception as exc:  # pydantic.ValidationError
         raise BadArguments(f"invalid probe {data!r}: {exc}") from exc
+
+
+def with_log_units(probes: list[dict[str, Any]], unit: str | None) -> list[dict[str, Any]]:
+    """``probes`` with each log probe that names neither ``unit`` nor ``path`` following ``unit``'s journal (the
+    unit a restart follows).
+
+    :raises BadArguments: such a probe and no ``unit`` to follow (``wait_for``, a job without a unit probe).
+    """
+    out = []
+    for p in probes:
+        if p.get("kind") == "log" and not p.get("unit") and not p.get("path"):
+            if unit is None:
+                raise BadArguments("a log probe needs unit (the unit whose journal to follow) or path (a log file) "
+                                   "here: only restart_service has a unit of its own to follow")
+            p = {**p, "unit": unit}
+        out.append(p)
+    return out

@@ -17,7 +17,10 @@ __all__ = ["EditFileArgs", "HostArgs", "HttpGetArgs", "JobCancelArgs", "JobOutpu
            "ServiceStatusArgs", "WaitForArgs", "WriteFileArgs"]
 
 HOST = "host alias"
-APPROVAL = "id from a needs_approval outcome, once approved"
+#: what bounds a page: ``limit``, and the result size (600 tokens by default: a page is cut to fit, next_offset says
+#: where it ends)
+PAGE_LIMIT = "bytes at most (a result stops near 2 KB: next_offset reads on)"
+APPROVAL = "approved needs_approval id"
 
 
 class _Args(BaseModel):
@@ -28,10 +31,9 @@ class RunCommandArgs(_Args):
     host: str = Field(description=HOST)
     command: str = Field(description="shell command line; stdin is /dev/null, no terminal, pagers off")
     budget_s: float | None = Field(default=None, gt=0, le=3600,
-                                   description="seconds before it becomes a detached job (default: the policy's, "
-                                               "else 15)")
+                                   description="seconds before it detaches (default: the policy's, else 15)")
     on_timeout: Literal["detach", "kill"] | None = Field(
-        default=None, description="when the budget runs out (default detach: it keeps running as a job)")
+        default=None, description="at the budget: detach (default: it runs on as a job) or kill")
     deadline_s: float | None = Field(default=None, gt=0, description="host kills it this many s after start")
     cwd: str | None = Field(default=None, description="working directory on the host")
     env: dict[str, str] | None = Field(default=None, description="extra environment variables")
@@ -49,7 +51,9 @@ class JobOutputArgs(_Args):
     job_id: str = Field(description="job id (j_...)")
     stream: Literal["stdout", "stderr"] = Field(default="stdout", description="which stream")
     offset: int = Field(default=0, ge=0, description="byte offset to start at")
-    limit: int = Field(default=16384, ge=1, le=1048576, description="bytes at most")
+    limit: int = Field(default=16384, description=PAGE_LIMIT)  # 1..1 MiB: checked by the runner (BadArguments)
+    tail_lines: int | None = Field(default=None, description="start N lines before the end")
+    grep: str | None = Field(default=None, description="only lines matching this regex (grep -iE), as OFFSET:line")
 
 
 class JobCancelArgs(_Args):
@@ -73,8 +77,8 @@ class RestartServiceArgs(_Args):
     unit: str = Field(description="systemd unit, e.g. sglang.service")
     daemon_reload: bool = Field(default=True, description="daemon-reload first")
     probes: list[ProbeSpec] = Field(default_factory=list,
-                                    description="probes of the new process besides the unit's state (e.g. "
-                                                "health URL, ready line); systemd_unit of the unit: its settle_s")
+                                    description="more probes of the new process (health URL, ready line); a "
+                                                "systemd_unit of the unit sets its settle_s")
     deadline_s: float | None = Field(default=None, gt=0, description="seconds until it counts as failed "
                                                                       "(default: TimeoutStartSec + 30)")
     approval_id: str | None = Field(default=None, description=APPROVAL)
@@ -92,7 +96,7 @@ class ReadFileArgs(_Args):
     host: str = Field(description=HOST)
     path: str = Field(description="absolute path on the host")
     offset: int = Field(default=0, ge=0, description="byte offset to start at")
-    limit: int = Field(default=65536, ge=1, le=1048576, description="bytes at most")
+    limit: int = Field(default=65536, description=PAGE_LIMIT)  # 1..1 MiB: checked by read_file (BadArguments)
     approval_id: str | None = Field(default=None, description=APPROVAL)
 
 
@@ -132,6 +136,6 @@ class WaitForArgs(_Args):
 
 class HttpGetArgs(_Args):
     host: str = Field(description=HOST)
-    url: str = Field(description="http://HOST:PORT/PATH as seen from the host")
+    url: str = Field(description="http:// URL as seen from the host")
     fields: list[str] | None = Field(default=None, description="JSON body: only these top-level keys")
     timeout_s: float = Field(default=10.0, gt=0, le=300, description="seconds the request may take")

@@ -38,7 +38,7 @@ from ..hosts.base import Host, run_on
 from ..outcomes import Denied, Detached, Finished, NeedsApproval, ProbeReport, ResultModel
 from ..probes.checks import UNIT_PROPS, advance, check_probes, port_holder
 from ..probes.parse import parse_free, parse_nvidia_smi, parse_systemctl_show, parse_timespan_s
-from ..probes.specs import probe_from_dict
+from ..probes.specs import probe_from_dict, with_log_units
 
 if TYPE_CHECKING:
     from ..jobs.journal import JobRecord
@@ -397,7 +397,7 @@ async def plan_restart(tk: Toolkit, host: str, unit: str, daemon_reload: bool = 
     :raises HostError: the host cannot be reached.
     """
     unit = check_unit(unit)
-    extra = [probe_from_dict(p).model_dump(exclude_none=True) for p in (probes or [])]
+    extra = with_log_units([probe_from_dict(p).model_dump(exclude_none=True) for p in (probes or [])], unit)
     own = next((p for p in extra if p.get("kind") == "systemd_unit" and check_unit(str(p["unit"])) == unit), {})
     extra = [p for p in extra if p is not own]
     h = tk.hosts.get(host)
@@ -521,6 +521,8 @@ async def read_file(tk: Toolkit, host: str, path: str, offset: int = 0, limit: i
     """Bytes ``[offset, offset+limit)`` of a file on the host, decoded for reading. With a policy, the read is
     decided as ``cat PATH`` (a file of password hashes or private keys asks first in the shipped policies)."""
     _check_path(path)
+    if offset < 0 or not 0 < limit <= 1 << 20:
+        raise BadArguments("offset must be >= 0 and limit between 1 and 1048576 bytes")
     h = tk.hosts.get(host)
     q = shlex.quote(path)
     decision = await tk.gate(host, f"cat {q}", approval_id, same_args="host, path")
@@ -767,7 +769,7 @@ async def wait_for(tk: Toolkit, host: str, probes: list[dict[str, Any]], deadlin
     As for a job (:func:`agent_tools.probes.checks.check_probes`): ``systemd_unit`` probes are checked first
     and must see their unit up for its settle window; the other probes count only while every unit is active.
     """
-    specs = [probe_from_dict(p).model_dump() for p in probes]
+    specs = with_log_units([probe_from_dict(p).model_dump() for p in probes], None)
     h = tk.hosts.get(host)
     t0 = anyio.current_time()
     delay = 0.2

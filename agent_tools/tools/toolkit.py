@@ -106,21 +106,21 @@ class ToolSpec:
 
 
 RUN_COMMAND_DESC = (
-    "Run a shell command on a host within a time budget. Outcomes: finished (exit status, output head+tail), "
-    "detached (still running at the budget: a job to follow with job_status), killed, needs_input (wanted a "
-    "password or a terminal), needs_approval, denied, error (start_unconfirmed: it may be running; follow its "
-    "job_id, do not rerun). Restart units with restart_service.")
+    "Run a shell command on a host within budget_s. Outcomes: finished (exit status, output head+tail), detached "
+    "(still running: a job to follow with job_status), killed, needs_input (wanted a password or terminal), "
+    "needs_approval, denied, error (start_unconfirmed: it may run; follow job_id, do not rerun). Restart units with "
+    "restart_service.")
 JOB_STATUS_DESC = "A job's state, readiness (with probes) and new output; wait_s long-polls for a change."
-JOB_OUTPUT_DESC = "Page a job's output by byte offset; every byte is kept on the host."
-JOB_CANCEL_DESC = "Stop a job: TERM to its whole process tree, KILL after grace_s, then check nothing is left."
+JOB_OUTPUT_DESC = "A job's output kept on the host: a page by byte offset, its last lines, or lines matching grep."
+JOB_CANCEL_DESC = "Stop a job's whole process tree (TERM, KILL after grace_s) and check nothing is left."
 LIST_JOBS_DESC = "Known jobs, newest first, a page at a time; with host, their states refreshed there."
 LIST_HOSTS_DESC = ("Hosts to use: 'local' and the SSH config and policy aliases, with running jobs; check=true "
                    "tries each.")
 RESTART_SERVICE_DESC = (
-    "Restart a systemd unit without blocking: a detached job whose probes judge readiness (the unit active in a "
-    "new invocation, plus yours) by the unit's TimeoutStartSec + 30 s. Follow with job_status(job_id, wait_s).")
+    "Restart a systemd unit without blocking: a detached job whose probes (the unit active in a new invocation, "
+    "plus yours) judge readiness by TimeoutStartSec + 30 s; follow it with job_status.")
 SERVICE_STATUS_DESC = "A systemd unit's state, unit file and newest journal lines (grep filters them)."
-READ_FILE_DESC = "Read a file on a host (bounded; next_offset to read on)."
+READ_FILE_DESC = "Read a file on a host, a page at a time."
 WRITE_FILE_DESC = "Replace a file's whole content atomically (mode kept), with a backup; returns diff and backup_id."
 EDIT_FILE_DESC = ("Replace the one occurrence of old in a file with new, atomically, with a backup; returns diff "
                   "and backup_id.")
@@ -502,14 +502,15 @@ class Toolkit:
         except AgentToolsError as exc:
             return _noted(_error(exc, None, None), notes[0] if notes else None)
 
-    async def job_output(self, job_id: str, stream: str = "stdout", offset: int = 0,
-                         limit: int = 16384) -> JobOutput | ErrorOutcome:
-        """A page of a job's output by byte offset."""
+    async def job_output(self, job_id: str, stream: str = "stdout", offset: int = 0, limit: int = 16384,
+                         tail_lines: int | None = None, grep: str | None = None) -> JobOutput | ErrorOutcome:
+        """A page of a job's output by byte offset, its last ``tail_lines`` lines, or its lines matching ``grep``
+        (:meth:`JobRunner.job_output`)."""
         notes: list[str] = []
         try:
             host = await self._job_host(job_id, notes)
             return await self.runner.job_output(host, job_id, stream=stream,  # type: ignore[arg-type]
-                                                offset=offset, limit=limit)
+                                                offset=offset, limit=limit, tail_lines=tail_lines, grep=grep)
         except AgentToolsError as exc:
             return _noted(_error(exc, None, None), notes[0] if notes else None)
 
@@ -757,8 +758,11 @@ def _policy_hosts(policy: PolicySet | None) -> list[str]:
 async def _prepare_probes(host: Any, probes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Pin systemd_unit probes to a *new* invocation (the one before the command runs must not count; a start
     attempt after this moment that made none fails the probe)."""
+    from ..probes.specs import with_log_units
+
+    units = [str(p["unit"]) for p in probes if p.get("kind") == "systemd_unit" and p.get("unit")]
     out = []
-    for p in probes:
+    for p in with_log_units(probes, units[0] if units else None):
         p = dict(p)
         if p.get("kind") == "systemd_unit" and "not_invocation" not in p:
             props = await ops.unit_props(host, str(p["unit"]), "InvocationID,ConditionTimestampMonotonic")
