@@ -107,7 +107,7 @@ async def test_list_hosts_names_config_and_policy_aliases_with_jobs_and_reachabi
         assert set(hosts) == {"local", "gpu-node-7", real_sshd.alias, real_sshd.badkey_alias, real_sshd.dead_alias,
                               "train-box"}, text  # no pattern (*.example.net, gpu-*, !gpu-node-8) is an alias
         assert hosts[real_sshd.alias] == {"host": real_sshd.alias, "source": "ssh_config", "hostname": "127.0.0.1",
-                                          "jobs_running": 1}
+                                          "user": real_sshd.user, "jobs_running": 1}
         assert hosts["train-box"] == {"host": "train-box", "source": "policy"}
         assert hosts["local"] == {"host": "local", "source": "local"}
         _, checked = await model.read("list_hosts", {"check": True})

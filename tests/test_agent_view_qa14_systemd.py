@@ -177,3 +177,22 @@ async def test_password_hashes_ask_first_under_the_default_policy_and_are_redact
             assert out["stdout"]["text"].startswith(f"{user}:[REDACTED]:"), text
     finally:
         systemd_hosts.run(HOST, f"userdel {user}")
+
+
+# ---------------------------------------------------------------------------------------------- 16
+async def test_host_names_that_are_not_the_alias_say_which_alias_to_use(systemd_hosts: HostPool,
+                                                                        tmp_path: Path) -> None:
+    address = systemd_hosts.hosts[HOST].address
+    async with model_on(systemd_hosts, tmp_path) as (_, model):
+        text, listing = await model.read("list_hosts")
+        users = {h["host"]: h.get("user") for h in listing["hosts"]}
+        assert (users[HOST], users[f"{HOST}-agent"]) == ("root", "agent"), text  # the login user tells them apart
+        text, err = await model.read("run_command", {"host": "AT-H1", "command": "true"})
+        assert err["kind"] == "unknown_host" and f"did you mean '{HOST}'" in err["message"], text
+        text, err = await model.read("run_command", {"host": f"{HOST} ", "command": "true"})
+        assert err["kind"] == "bad_arguments" and f"did you mean '{HOST}'?" in err["message"], text
+        text, err = await model.read("run_command", {"host": address, "command": "true", "budget_s": 10})
+        assert err["outcome"] == "error", text
+        assert f"{address} is the HostName of '{HOST}' (user root) or '{HOST}-agent' (user agent)" in err["message"]
+        text, err = await model.read("host_memory", {"host": "localhost"})
+        assert err["outcome"] == "error" and "this machine is host='local'" in err["message"], text

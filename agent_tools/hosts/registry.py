@@ -60,6 +60,10 @@ class HostRegistry:
         :raises BadArguments: the alias is empty or malformed.
         """
         if not alias or any(c.isspace() for c in alias) or alias.startswith("-"):
+            stripped = alias.strip()
+            if stripped and stripped != alias and not any(c.isspace() for c in stripped):
+                raise BadArguments(f"host {alias!r} is not a host alias: it has blanks around it; did you mean "
+                                   f"{stripped!r}?")
             raise BadArguments(f"host {alias!r} is not a host alias (e.g. 'local' or a name from ~/.ssh/config)")
         host = self._hosts.get(alias)
         if host is not None:

@@ -29,11 +29,13 @@ _MAX_INCLUDE_DEPTH = 16  # ssh(1) gives up at 16 nested Includes too (READCONF_M
 
 @dataclass(frozen=True)
 class ConfigHost:
-    """One alias of a ``Host`` line: its ``HostName`` (None when the block sets none) and the file it is in."""
+    """One alias of a ``Host`` line: its ``HostName`` and ``User`` (None when the block sets none; a ``Host *``
+    block's are not looked at) and the file it is in."""
 
     alias: str
     hostname: str | None
     path: str
+    user: str | None = None
 
 
 _LINE_RE = re.compile(r"^\s*([A-Za-z]+)\s*(?:=|\s)\s*(.*)$")
@@ -53,7 +55,7 @@ def _words(line: str) -> tuple[str, list[str]] | None:
     return m.group(1).lower(), args
 
 
-def _read(path: Path, depth: int, out: list[tuple[list[str], str | None, str]]) -> None:
+def _read(path: Path, depth: int, out: list[tuple[list[str], str | None, str, str | None]]) -> None:
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
@@ -61,10 +63,11 @@ def _read(path: Path, depth: int, out: list[tuple[list[str], str | None, str]]) 
         return
     current: list[str] | None = None  # patterns of the Host block we are in (None: top or a Match block)
     hostname: str | None = None
+    user: str | None = None
 
     def close() -> None:
         if current is not None:
-            out.append((current, hostname, str(path)))
+            out.append((current, hostname, str(path), user))
 
     for raw in text.splitlines():
         parsed = _words(raw)
@@ -73,12 +76,14 @@ def _read(path: Path, depth: int, out: list[tuple[list[str], str | None, str]]) 
         key, args = parsed
         if key == "host":
             close()
-            current, hostname = args, None
+            current, hostname, user = args, None, None
         elif key == "match":
             close()
-            current, hostname = None, None
+            current, hostname, user = None, None, None
         elif key == "hostname" and args and current is not None and hostname is None:
             hostname = args[0]
+        elif key == "user" and args and current is not None and user is None:
+            user = args[0]  # (ssh_config(5): the first value obtained is used)
         elif key == "include" and depth < _MAX_INCLUDE_DEPTH:
             for pattern in args:
                 expanded = os.path.expanduser(pattern)
@@ -89,8 +94,8 @@ def _read(path: Path, depth: int, out: list[tuple[list[str], str | None, str]]) 
     close()
 
 
-def _blocks(paths: Sequence[str | os.PathLike[str]]) -> list[tuple[list[str], str | None, str]]:
-    out: list[tuple[list[str], str | None, str]] = []
+def _blocks(paths: Sequence[str | os.PathLike[str]]) -> list[tuple[list[str], str | None, str, str | None]]:
+    out: list[tuple[list[str], str | None, str, str | None]] = []
     for p in paths:
         _read(Path(p), 0, out)
     return out
@@ -102,18 +107,18 @@ def config_hosts(paths: Sequence[str | os.PathLike[str]]) -> list[ConfigHost]:
     :param paths: OpenSSH client config files (a missing or unreadable file names no alias).
     """
     seen: dict[str, ConfigHost] = {}
-    for patterns, hostname, path in _blocks(paths):
+    for patterns, hostname, path, user in _blocks(paths):
         for pattern in patterns:
             if any(c in pattern for c in "*?!") or pattern in seen:
                 continue
-            seen[pattern] = ConfigHost(pattern, hostname, path)
+            seen[pattern] = ConfigHost(pattern, hostname, path, user)
     return list(seen.values())
 
 
 def config_matches(alias: str, paths: Sequence[str | os.PathLike[str]]) -> bool:
     """True when some ``Host`` line of ``paths`` other than a bare ``*`` applies to ``alias`` (ssh_config(5)
     pattern rules: ``*``/``?`` globs, a ``!pattern`` that matches excludes the line)."""
-    for patterns, _, _ in _blocks(paths):
+    for patterns, _, _, _ in _blocks(paths):
         if patterns == ["*"]:
             continue
         negated = any(p.startswith("!") and fnmatch.fnmatchcase(alias, p[1:]) for p in patterns)

@@ -70,6 +70,7 @@ class HostInfo(ResultModel):
     source: Literal["local", "registered", "ssh_config", "policy", "journal"] = Field(
         description="where the alias comes from (journal: only jobs of it are known)")
     hostname: str = Field(default="", description="HostName of the SSH config block, when it differs")
+    user: str = Field(default="", description="User of the SSH config block (the login user), when it sets one")
     jobs_running: int = Field(default=0, description="jobs running on it now (the host was asked; when it did "
                                                      "not answer, as last seen: the note says so)")
     reachable: bool | None = Field(default=None, description="check=true: whether it answered a command now")
@@ -236,8 +237,13 @@ async def list_hosts(tk: Toolkit, check: bool = False) -> HostList:
             running[rec.host] = running.get(rec.host, 0) + 1
     for alias in running:
         known.setdefault(alias, "journal")
-    names = {e.alias: e.hostname for e in _config_entries(tk) if e.hostname and e.hostname != e.alias}
-    hosts = [HostInfo(host=alias, source=source, hostname=names.get(alias, "")) for alias, source in known.items()]
+    entries = {e.alias: e for e in _config_entries(tk)}
+    hosts = []
+    for alias, source in known.items():
+        entry = entries.get(alias)
+        name = entry.hostname if entry is not None and entry.hostname and entry.hostname != alias else ""
+        hosts.append(HostInfo(host=alias, source=source, hostname=name or "",
+                              user=(entry.user or "") if entry is not None else ""))
     stale: list[str] = []
 
     async def count_running(info: HostInfo) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -228,11 +229,35 @@ class Toolkit:
         known = self.known_hosts()
         if alias in known or self.hosts.in_ssh_config(alias):
             return "; it is in the SSH config: check its HostName"
-        close = difflib.get_close_matches(alias, list(known), n=3, cutoff=0.6)
+        # (compared in lower case: `AT-H1` is 'at-h1'; host names are case-insensitive, aliases are not)
+        lower = {k.lower(): k for k in known}
+        close = [lower[c] for c in difflib.get_close_matches(alias.lower(), list(lower), n=3, cutoff=0.6)]
         said = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
         return f"; {alias!r} is in no SSH config or policy file{said} (list_hosts lists the known hosts)"
 
+    def other_name_hint(self, name: str) -> str:
+        """Words for an error about a host given by another name than its alias: the machine's own names
+        (``localhost``, ``127.0.0.1``, its host name: ``local`` needs no SSH), or the ``HostName`` of SSH config
+        aliases (the alias brings the config's user, key and known_hosts); ``""`` otherwise."""
+        if name in self.known_hosts():
+            return ""
+        if name.lower() in ("localhost", "127.0.0.1", "::1", socket.gethostname().lower()):
+            return "; this machine is host='local' (no SSH needed)"
+        from ..hosts.sshconfig import config_hosts
+
+        aliases = [e for e in config_hosts(self.hosts.config_paths)
+                   if e.hostname and e.hostname.lower() == name.lower()]
+        if not aliases:
+            return ""
+        named = " or ".join(f"{e.alias!r}" + (f" (user {e.user})" if e.user else "") for e in aliases[:3])
+        return (f"; {name} is the HostName of {named} in the SSH config: use that alias as host (it brings the "
+                "config's user, key and known_hosts)")
+
     def _explained(self, out: _M) -> _M:
+        if isinstance(out, ErrorOutcome) and out.host and out.kind in _HOST_KINDS:
+            other = self.other_name_hint(out.host)
+            if other and other not in out.message:
+                out = out.model_copy(update={"message": out.message + other})
         if isinstance(out, ErrorOutcome) and out.kind == "unknown_host" and out.host:
             hint = self.unknown_host_hint(out.host)
             # a result passes here once per layer (the tool's wrapper, dispatch): the hint is added once
@@ -668,6 +693,9 @@ def _noted(error: ErrorOutcome, note: str | None) -> ErrorOutcome:
         error.message = f"{error.message} ({note})"
     return error
 
+
+#: error kinds about reaching a host (an alias's other name may be the cause: see Toolkit.other_name_hint)
+_HOST_KINDS = frozenset({"unknown_host", "unreachable", "connecting", "auth", "host_key", "ssh_config"})
 
 _SYSTEMCTL_START_RE = re.compile(r"\bsystemctl\s+(?:--?[\w-]+(?:=\S+)?\s+)*(?:restart|start|try-restart|"
                                  r"reload-or-restart|try-reload-or-restart)\s+(?:--?[\w-]+(?:=\S+)?\s+)*"
