@@ -604,7 +604,7 @@ def policy_schema() -> None:
 
 @policy_app.command("check")
 def policy_check(files: Annotated[list[str], typer.Argument(help="policy files")]) -> None:
-    """Load each file (schema + inline examples); report the first problem with file, line and key."""
+    """Load each file (schema + inline examples); report its problems, the first with file, line and key."""
     from .errors import PolicyError
     from .policy import PolicySet
 
@@ -667,9 +667,9 @@ def _deadline_words(d: Any) -> str:
         words = "deadline: the unit's TimeoutStartSec + 30 s" + (
             f" (else {d.deadline_s:g} s)" if d.deadline_s is not None else "")
     elif d.deadline_s is not None:
-        words = f"deadline {d.deadline_s:g} s"
+        words = f"readiness deadline {d.deadline_s:g} s"
     else:
-        words = "no deadline"
+        words = "no readiness deadline"
     if getattr(d, "hard_deadline_s", None) is not None:
         source = getattr(d, "hard_deadline_from", "")
         words += (f"; killed on the host {d.hard_deadline_s:g} s after it starts, detached or not (hard deadline"

@@ -353,3 +353,21 @@ async def test_restart_services_log_probe_follows_the_restarted_unit_by_default(
         assert [(p["kind"], p["target"]) for p in restart["probes"]] == [("systemd_unit", UNIT), ("log", UNIT)], text
         st = await follow(model, restart["job_id"])
         assert st["readiness"] == "ready" and "ready to roll" in st["probes"][1]["evidence"], st
+
+
+# ---------------------------------------------------------------------------------------------- 17
+def test_policy_check_names_every_misspelt_key_and_explain_does_not_contradict_itself(tmp_path: Path) -> None:
+    from .test_agent_view import cli
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nhosts: ['*']\ndefaults:\n  decison: ask\n  budgt_s: 3\nrules:\n  - id: x\n"
+                   "    match: [ls]\n    decision: allow\n    probs: []\n")
+    res = cli("policy", "check", str(bad), tmp_path=tmp_path)
+    out = " ".join(res.stdout.split())  # (the terminal wraps long lines)
+    assert res.returncode == 1, out
+    assert f"{bad}:4: defaults.decison: unknown key 'decison'; did you mean 'decision'?" in out, out
+    assert "defaults.budgt_s (line 5): unknown key 'budgt_s'; did you mean 'budget_s'?" in out, out
+    assert "rules.0.probs (line 10): unknown key 'probs'; did you mean 'probes'?" in out, out
+    res = cli("policy", "explain", "x", "--", "ls /tmp", tmp_path=tmp_path)
+    out = " ".join(res.stdout.split())
+    assert "no readiness deadline; killed on the host" in out and "no deadline" not in out, out

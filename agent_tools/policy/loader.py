@@ -9,13 +9,14 @@ written (so ``[init, 0]``, ``[kill, -9, -1]`` and ``[~]`` are words, not numbers
 from __future__ import annotations
 
 import difflib
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import structlog
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from agent_tools.policy.errors import PolicyFileError
 from agent_tools.policy.model import Policy
@@ -131,28 +132,60 @@ def load_policy_file(path: str | Path) -> PolicyDocument:
     return load_policy_text(text, name)
 
 
+def _keys_at(loc: Loc) -> list[str]:
+    """The keys the policy schema allows in the mapping at ``loc`` (its model's field names; [] when unknown)."""
+    model: Any = Policy
+    for part in loc:
+        if isinstance(part, int):
+            continue  # an item of a list: the list's model stays
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        annotation = field.annotation
+        model = next((a for a in (annotation, *typing.get_args(annotation),
+                                  *(b for a in typing.get_args(annotation) for b in typing.get_args(a)))
+                      if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if model is None:
+            return []
+    return list(getattr(model, "model_fields", {}))
+
+
 def _from_validation(exc: ValidationError, path: str, lines: dict[Loc, int]) -> PolicyFileError:
-    """The first problem, worded for the file: a misspelt key (``decison:``) is reported as that unknown key,
-    with the required key it most likely meant, not as the missing required key alone (pydantic reports the
-    missing key first, and the one the author typed would never be named)."""
+    """Every problem, worded for the file, the first one leading (its line and key are the error's): a misspelt
+    key (``decison:``) is reported as that unknown key with the key it most likely meant (a missing required key
+    first, else any key allowed there), not as the missing required key alone (pydantic reports the missing key
+    first, and the one the author typed would never be named); each further problem follows with its key and
+    line."""
     errors = exc.errors(include_url=False)
     unknown = [e for e in errors if e["type"] == "extra_forbidden"]
-    first = unknown[0] if unknown else errors[0]
-    loc: Loc = tuple(first["loc"])
-    message = first["msg"]
-    shown = 1
-    if first["type"] == "extra_forbidden":
-        message = f"unknown key {loc[-1]!r}"
-        missing = [str(e["loc"][-1]) for e in errors if e["type"] == "missing" and tuple(e["loc"][:-1]) == loc[:-1]]
-        close = difflib.get_close_matches(str(loc[-1]), missing, n=1, cutoff=0.6)
-        if close:
-            message += f"; did you mean {close[0]!r} (a required key that is missing)?"
-            shown = 2
-    elif first["type"] == "missing":
-        message = f"missing required key {loc[-1]!r}"
-    if len(errors) > shown:
-        more = len(errors) - shown
-        message += f" (and {more} more problem{'s' if more > 1 else ''})"
+    ordered = unknown + [e for e in errors if e["type"] != "extra_forbidden"]
+    said: list[tuple[Loc, str]] = []
+    covered: set[Loc] = set()  # missing keys named as what a misspelt key meant
+    for e in ordered:
+        loc: Loc = tuple(e["loc"])
+        if loc in covered:
+            continue
+        message = e["msg"]
+        if e["type"] == "extra_forbidden":
+            message = f"unknown key {loc[-1]!r}"
+            missing = [str(m["loc"][-1]) for m in errors if m["type"] == "missing"
+                       and tuple(m["loc"][:-1]) == loc[:-1] and tuple(m["loc"]) not in covered]
+            close = difflib.get_close_matches(str(loc[-1]), missing, n=1, cutoff=0.6)
+            if close:
+                message += f"; did you mean {close[0]!r} (a required key that is missing)?"
+                covered.add((*loc[:-1], close[0]))
+            else:
+                close = difflib.get_close_matches(str(loc[-1]), _keys_at(loc[:-1]), n=1, cutoff=0.6)
+                if close:
+                    message += f"; did you mean {close[0]!r}?"
+        elif e["type"] == "missing":
+            message = f"missing required key {loc[-1]!r}"
+        said.append((loc, message))
+    loc, message = said[0]
+    if len(said) > 1:
+        message += "; also: " + "; ".join(
+            f"{_dotted(other) or '(top)'}" + (f" (line {line})" if (line := _line_of(lines, other)) else "")
+            + f": {text}" for other, text in said[1:])
     return PolicyFileError(path, _line_of(lines, loc), _dotted(loc) or None, message)
 
 
