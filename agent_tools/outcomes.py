@@ -30,9 +30,10 @@ appear; a left-out field means "nothing to say" (a default), never "unknown".
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from .errors import ErrorKind
 from .output import OutputView
@@ -292,7 +293,13 @@ class JobInfo(ResultModel):
     readiness: str = "none"
     exit_status: int | None = None
     by: str | None = Field(default=None, description="who killed a killed job: budget | deadline | cancel")
-    created_at: float = Field(description="unix time the job was started")
+    created_at: float = Field(description="when the job was started, UTC (ISO 8601 in JSON; unix seconds in "
+                                          "Python)")
+
+    @field_serializer("created_at", when_used="json")
+    def _utc(self, value: float) -> str:
+        """The start time a reader can read: UTC, to the second (a unix float such as 1796669304.8565435 is not)."""
+        return datetime.fromtimestamp(value, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class JobList(ResultModel):

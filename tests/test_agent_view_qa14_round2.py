@@ -301,7 +301,8 @@ async def test_a_jobs_output_can_be_tailed_and_searched_and_a_page_says_what_bou
         text, found = await model.read("job_output", {"job_id": job, "grep": "^4242[0-9]?$"})
         assert found["matches"] == 11 and found["eof"] is True, text
         lines = found["text"].splitlines()
-        assert len(lines) == 11 and all(full[int(o):].startswith(v + "\n") for o, v in (ln.split(":", 1) for ln in lines))
+        pairs = [ln.split(":", 1) for ln in lines]
+        assert len(lines) == 11 and all(full[int(o):].startswith(v + "\n") for o, v in pairs), text
         # many matches: whole lines that fit, and next_offset where the search goes on
         text, many = await model.read("job_output", {"job_id": job, "grep": "7$"})
         assert many["matches"] == 10000 and many["eof"] is False and "shortened" in many, text
@@ -328,7 +329,8 @@ def test_without_a_tokenizer_the_benchmark_estimates_high_and_does_not_judge(tmp
 
     tiktoken = pytest.importorskip("tiktoken")
     (tmp_path / "tiktoken.py").write_text("raise ImportError('tiktoken hidden by the test')\n")
-    code = ("import json; from agent_tools.adapters import tool_schemas; from agent_tools.tools.toolkit import Toolkit; "
+    code = ("import json; from agent_tools.adapters import tool_schemas; "
+            "from agent_tools.tools.toolkit import Toolkit; "
             "from benchmarks.agent_view import token_counter; count, how = token_counter(); "
             "t = json.dumps([{k: s[k] for k in ('name', 'description', 'inputSchema')} "
             "for s in tool_schemas(Toolkit(), 'mcp')], separators=(',', ':'), ensure_ascii=False); "
@@ -371,3 +373,24 @@ def test_policy_check_names_every_misspelt_key_and_explain_does_not_contradict_i
     res = cli("policy", "explain", "x", "--", "ls /tmp", tmp_path=tmp_path)
     out = " ".join(res.stdout.split())
     assert "no readiness deadline; killed on the host" in out and "no deadline" not in out, out
+
+
+async def test_small_gaps_a_restore_that_changes_nothing_a_wait_past_its_deadline_and_job_times(
+        state_dir: Path, tmp_path: Path) -> None:
+    import re
+
+    conf = tmp_path / "app.conf"
+    conf.write_text("level=info\n")
+    tk = Toolkit()
+    async with tk, model_for(tk) as model:
+        _, edited = await model.read("edit_file", {"host": "local", "path": str(conf), "old": "info", "new": "debug"})
+        args = {"host": "local", "path": str(conf), "backup_id": edited["backup_id"]}
+        _, first = await model.read("restore_file", args)
+        assert first["diff"] and conf.read_text() == "level=info\n", first
+        text, again = await model.read("restore_file", args)
+        assert "diff" not in again and again["next"].startswith("nothing changed"), text
+        text, waited = await model.read("wait_for", {"host": "local", "deadline_s": 0.5, "probes": [
+            {"kind": "port", "port": 1}]})
+        assert waited["outcome"] == "deadline_exceeded" and "larger deadline_s" in waited["next"], text
+        text, jobs = await model.read("list_jobs", {})
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", jobs["jobs"][0]["created_at"]), text

@@ -196,3 +196,16 @@ async def test_host_names_that_are_not_the_alias_say_which_alias_to_use(systemd_
         assert f"{address} is the HostName of '{HOST}' (user root) or '{HOST}-agent' (user agent)" in err["message"]
         text, err = await model.read("host_memory", {"host": "localhost"})
         assert err["outcome"] == "error" and "this machine is host='local'" in err["message"], text
+
+
+# ---------------------------------------------------------------------------------------------- 18
+async def test_a_misspelt_unit_is_told_with_the_closest_units(systemd_hosts: HostPool, tmp_path: Path) -> None:
+    install_unit(systemd_hosts, "at-hello.service", "[Service]\nExecStart=/bin/sleep infinity\n")
+    try:
+        async with model_on(systemd_hosts, tmp_path) as (_, model):
+            text, st = await model.read("service_status", {"host": HOST, "unit": "at-helo.service"})
+            assert st["state"] == "not-found" and "did you mean 'at-hello.service'?" in st["note"], text
+            text, err = await model.read("restart_service", {"host": HOST, "unit": "at-helo"})
+            assert err["kind"] == "not_found" and "did you mean 'at-hello.service'?" in err["message"], text
+    finally:
+        remove_unit(systemd_hosts, "at-hello.service")

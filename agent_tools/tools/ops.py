@@ -124,7 +124,7 @@ class FileRestored(ResultModel):
     host: str
     path: str
     backup_id: str
-    diff: str = Field(description="unified diff current → restored")
+    diff: str = Field(default="", description="unified diff current → restored (left out: nothing changed)")
     next: str = ""
 
 
@@ -157,6 +157,7 @@ class WaitResult(ResultModel):
     elapsed_s: float
     probes: list[ProbeReport]
     why: str
+    next: str = ""
 
 
 class HttpResponse(ResultModel):
@@ -348,7 +349,8 @@ async def service_status(tk: Toolkit, host: str, unit: str, journal_lines: int =
     props = parse_systemctl_show(show)
     load = props.get("LoadState", "")
     if load in ("not-found", "bad-setting", "error", "masked"):
-        notes = {"not-found": f"{unit} does not exist on {host} (LoadState=not-found): check the name",
+        notes = {"not-found": f"{unit} does not exist on {host} (LoadState=not-found): check the name"
+                              + (await _close_units(h, unit) if load == "not-found" else ""),
                  "masked": f"{unit} is masked on {host}: it cannot be started until unmasked",
                  "bad-setting": f"{unit} has an invalid setting: systemd refuses to load it (journalctl -u)",
                  "error": f"{unit} failed to load (LoadState=error)"}
@@ -367,6 +369,24 @@ async def service_status(tk: Toolkit, host: str, unit: str, journal_lines: int =
         main_pid=_int(props.get("MainPID")), unit_file=props.get("FragmentPath", ""),
         drop_ins=props.get("DropInPaths", "").split(), need_daemon_reload=props.get("NeedDaemonReload") == "yes",
         timeout_start_s=parse_timespan_s(props.get("TimeoutStartUSec", "")), journal=journal[-4000:])
+
+
+async def _close_units(h: Host, unit: str) -> str:
+    """"; did you mean 'X'?" with the unit names of the host closest to ``unit`` (difflib; the unit files and the
+    units loaded, systemctl(1) list-unit-files / list-units --all), or "" (none close, or the host cannot list)."""
+    try:
+        with anyio.move_on_after(10):
+            res = await run_on(h, "{ systemctl list-unit-files --no-legend --no-pager; systemctl list-units --all "
+                                  "--no-legend --no-pager --plain; } 2>/dev/null | awk '{print $1}'")
+            names = sorted({n for n in res.stdout.decode("utf-8", "replace").split() if "." in n and n != unit})
+            scored = sorted(((difflib.SequenceMatcher(None, unit, n).ratio(), n) for n in names), reverse=True)
+            # the best, and those nearly as close (a typo has one answer; at-helo is at-hello, not at-slow too)
+            close = [n for r, n in scored[:3] if r >= 0.75 and r >= scored[0][0] - 0.08]
+            if close:
+                return f"; did you mean {' or '.join(repr(c) for c in close)}?"
+    except AgentToolsError:
+        pass
+    return ""
 
 
 def _int(text: str | None) -> int:
@@ -410,7 +430,8 @@ async def plan_restart(tk: Toolkit, host: str, unit: str, daemon_reload: bool = 
     props, cursor, unit_cursor = await _unit_and_cursor(h, host, unit)
     if props.get("LoadState") == "not-found":
         raise NotFound(f"unit {unit} does not exist on {host} (LoadState=not-found): check the name "
-                       f"(service_status(host='{host}', unit=...) or run_command 'systemctl list-units')")
+                       f"(service_status(host='{host}', unit=...) or run_command 'systemctl list-units')"
+                       + await _close_units(h, unit))
     timeout_s = parse_timespan_s(props.get("TimeoutStartUSec", ""))
     if deadline_s is None:
         deadline_s = (timeout_s + 30.0) if timeout_s is not None else 900.0
@@ -739,6 +760,9 @@ async def restore_file(tk: Toolkit, host: str, path: str, backup_id: str,
         if f"{backup_id}.path" in err or f"/{backup_id}:" in err or f"'{backup_id}'" in err:
             raise NotFound(f"no backup {backup_id} on {host} (backups are kept per host under {BACKUP_DIR})")
         raise file_error(host, path, "restore", err)
+    if current == res.stdout:
+        return FileRestored(host=host, path=path, backup_id=backup_id,
+                            next=f"nothing changed: {path} already held backup {backup_id}'s content")
     return FileRestored(host=host, path=path, backup_id=backup_id, diff=_diff(current or b"", res.stdout, path),
                         next=_after_restore_hint(host, path))
 
@@ -779,6 +803,8 @@ async def wait_for(tk: Toolkit, host: str, probes: list[dict[str, Any]], deadlin
     h = tk.hosts.get(host)
     t0 = anyio.current_time()
     delay = 0.2
+    units = [str(s["unit"]) for s in specs if s.get("kind") == "systemd_unit"]
+    look = f"service_status(host={host!r}, unit={units[0]!r}) shows the unit and its journal" if units else ""
     while True:
         results = await check_probes(h, specs)
         specs = advance(specs, results)
@@ -787,14 +813,18 @@ async def wait_for(tk: Toolkit, host: str, probes: list[dict[str, Any]], deadlin
         if any(r.state == "failed" for r in results):
             return WaitResult(host=host, outcome="failed", elapsed_s=elapsed, probes=reports,
                               why="failed: " + ", ".join(f"{r.kind} {r.target}" for r in results
-                                                         if r.state == "failed"))
+                                                         if r.state == "failed"),
+                              next=(look + "; " if look else "") + "the failed probe's evidence says why: fix the "
+                                                                   "cause before waiting again")
         if all(r.state == "passed" for r in results):
             return WaitResult(host=host, outcome="ready", elapsed_s=elapsed, probes=reports, why="all probes passed")
         remaining = deadline_s - (anyio.current_time() - t0)
         if remaining <= 0:
             return WaitResult(host=host, outcome="deadline_exceeded", elapsed_s=elapsed, probes=reports,
                               why=f"not passed within {deadline_s:g} s: " + ", ".join(
-                                  f"{r.kind} {r.target}" for r in results if r.state != "passed"))
+                                  f"{r.kind} {r.target}" for r in results if r.state != "passed"),
+                              next="wait_for again with a larger deadline_s if it is still coming up"
+                                   + (f"; {look}" if look else "; the probes' evidence says where they stand"))
         await anyio.sleep(min(delay, remaining))
         delay = min(delay * 1.6, 2.0)
 
