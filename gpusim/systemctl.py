@@ -28,6 +28,13 @@ it sends SIGTERM to the service's process group, SIGKILL after TimeoutStopSec, a
 blocking ``start``/``restart`` waits for that job's end like systemctl does (exit 1 and systemd's "Job for
 ... failed" message on failure); ``--no-block`` returns at once. The service's stdout/stderr lines and
 systemd-style manager messages go to the journal, one JSON object per line with journald's field names.
+
+The manager's lifetime: systemd stops every service when it exits, and so does the simulation when it has an
+owner. A process that runs the simulated host (the embedded node) writes ``run/sim-systemd/owner`` (``PID
+START_TICKS`` from ``/proc/PID/stat``, and ``remove-root`` when the root is a temporary directory of its own);
+each supervisor checks every half second that this process still lives, and when it is gone (killed with
+SIGKILL: it could not stop its services) stops its unit as ``stop`` would and exits; the last one out removes
+the root when the owner asked for that. Without an owner file supervisors run until stopped, as daemons do.
 """
 
 from __future__ import annotations
@@ -958,8 +965,28 @@ class Supervisor:
         self.log(f"Stopped {self.desc}.")
         return "stopped"
 
+    def watch_owner(self) -> None:
+        """Stop the unit when the simulated host's owner process is gone (see the module docstring)."""
+        while not self.stop_requested.wait(0.5):
+            gone, remove = owner_gone()
+            if gone:
+                self.orphaned, self.remove_root = True, remove
+                self.stop_requested.set()
+                return
+
     # -- main
     def run(self) -> int:
+        self.orphaned = self.remove_root = False
+        threading.Thread(target=self.watch_owner, daemon=True).start()
+        try:
+            return self._run()
+        finally:
+            if self.orphaned:
+                update_state(self.name, supervisor_pid=0)
+                if self.remove_root:
+                    remove_orphaned_root()
+
+    def _run(self) -> int:
         signal.signal(signal.SIGTERM, lambda *_: self.stop_requested.set())
         signal.signal(signal.SIGINT, lambda *_: self.stop_requested.set())
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -1061,6 +1088,48 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rfind(")") + 2 :].split()[0] not in ("Z", "X")
+
+
+def owner_file() -> Path:
+    """Where the process that owns the simulated host says who it is (see the module docstring)."""
+    return root() / "run/sim-systemd/owner"
+
+
+def start_ticks(pid: int) -> str:
+    """The start time of process ``pid`` (proc(5) /proc/PID/stat field 22, clock ticks since boot), "" if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[19] if len(fields) > 19 and fields[0] not in ("Z", "X") else ""
+
+
+def owner_gone() -> tuple[bool, bool]:
+    """``(gone, remove_root)``: whether the owner named in :func:`owner_file` no longer runs (False without an
+    owner file: no owner, nothing to outlive), and whether it asked for the root to be removed."""
+    try:
+        words = owner_file().read_text().split()
+    except OSError:
+        return False, False
+    if len(words) < 2 or not words[0].isdigit():
+        return False, False
+    return start_ticks(int(words[0])) != words[1], "remove-root" in words[2:]
+
+
+def remove_orphaned_root() -> None:
+    """Remove the simulated host's root once no supervisor of it runs any more (the owner asked for it)."""
+    import shutil
+
+    d = state_dir() / "units"
+    for f in d.glob("*.json"):
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(json.loads(f.read_text()).get("supervisor_pid") or 0)
+            if pid and pid != os.getpid() and pid_alive(pid):
+                return  # another supervisor still runs: the last one out removes it
+    r = root()
+    if r != Path("/") and (r / "run/sim-systemd").is_dir():
+        shutil.rmtree(r, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -394,3 +394,48 @@ async def test_small_gaps_a_restore_that_changes_nothing_a_wait_past_its_deadlin
         assert waited["outcome"] == "deadline_exceeded" and "larger deadline_s" in waited["next"], text
         text, jobs = await model.read("list_jobs", {})
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", jobs["jobs"][0]["created_at"]), text
+
+
+# ---------------------------------------------------------------------------------------------- 19
+async def test_a_demo_node_killed_with_sigkill_leaves_nothing_running(tmp_path: Path) -> None:
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from agent_tools.testing import wait_until
+
+    from .test_agent_view import REPO
+
+    proc = await anyio.open_process([sys.executable, "-m", "agent_tools.cli", "demo", "node", "--alias",
+                                     "qa14-kill", "--load-s", "1", "--json"], stderr=subprocess.DEVNULL,
+                                    stdin=subprocess.DEVNULL, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert proc.stdout is not None
+        line = b""
+        with anyio.fail_after(120):
+            while not line.endswith(b"\n"):
+                line += await proc.stdout.receive(1)
+        root = Path(json.loads(line)["state_dir"]).parent
+
+        def processes() -> list[int]:
+            found = []
+            for d in Path("/proc").iterdir():
+                try:
+                    if d.name.isdigit() and str(root).encode() in (d / "environ").read_bytes():
+                        found.append(int(d.name))
+                except OSError:
+                    continue
+            return [p for p in found if p != proc.pid]
+
+        await wait_until(lambda: len(processes()) >= 2, "the node's supervisor and server", timeout_s=60)
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+        # the simulated service manager notices its owner is gone: it stops the service and removes the node's dir
+        await wait_until(lambda: not processes() and not root.exists(), "the node's processes and directory to go",
+                         timeout_s=30)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

@@ -10,6 +10,7 @@ start it with :func:`run_node` (or :func:`embedded_node`).
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import sys
@@ -94,6 +95,7 @@ async def run_node(profile: str = "default", *, load_s: float = 8.0, workdir: Pa
         root = Path(workdir or tmp)
         port = free_port()
         sim_install.install(root, profile, load_s, True, _python(), port, hostname=alias)
+        _own(root, remove_root=workdir is None)
         env = {
             "PATH": f"{root}/usr/local/bin:/usr/local/bin:/usr/bin:/bin",
             "SIM_SYSTEMD_ROOT": str(root),
@@ -130,6 +132,17 @@ async def embedded_node(profile: str = "default", *, load_s: float = 8.0,
     of its own (``Toolkit(registry, journal=Journal(path))``; :func:`run_node` offers the node's)."""
     async with run_node(profile, load_s=load_s, workdir=workdir) as node:
         yield node.alias, node.registry
+
+
+def _own(root: Path, *, remove_root: bool) -> None:
+    """Make this process the simulated host's owner (gpusim.systemctl's ``run/sim-systemd/owner``): should it die
+    without stopping the node (SIGKILL), the simulated service manager stops its services, and removes the node's
+    directory when it is a temporary one of this process (``remove_root``)."""
+    stat = Path(f"/proc/{os.getpid()}/stat").read_text()
+    ticks = stat[stat.rfind(")") + 2:].split()[19]
+    owner = root / "run/sim-systemd/owner"
+    owner.parent.mkdir(parents=True, exist_ok=True)
+    owner.write_text(f"{os.getpid()} {ticks}" + (" remove-root" if remove_root else "") + "\n")
 
 
 def _python() -> str:
