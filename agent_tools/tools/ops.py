@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 import anyio
 import h11
+import structlog
 from pydantic import Field
 
 from ..errors import (
@@ -34,6 +35,7 @@ from ..errors import (
     Unsupported,
 )
 from ..hosts.base import Host, run_on
+from ..jobs.hints import NextCall, render
 from ..outcomes import Denied, Detached, Finished, NeedsApproval, ProbeReport, ResultModel
 from ..probes.checks import UNIT_PROPS, advance, check_probes, port_holder
 from ..probes.parse import parse_free, parse_nvidia_smi, parse_systemctl_show, parse_timespan_s
@@ -42,6 +44,8 @@ from ..probes.specs import probe_from_dict
 if TYPE_CHECKING:
     from ..jobs.journal import JobRecord
     from .toolkit import RunCommandResult, Toolkit
+
+log = structlog.get_logger(__name__)
 
 __all__ = ["FileContent", "FileRestored", "FileWritten", "GpuMemory", "HostInfo", "HostList", "HostMemory",
            "HttpResponse", "RestartPlan", "ServiceStatus", "WaitResult", "plan_restart", "unit_of_path"]
@@ -454,8 +458,20 @@ async def restart_service(tk: Toolkit, host: str, unit: str, daemon_reload: bool
                                deadline_s=deadline_s, _probes=spec, _deadline_s=deadline_s)
     if not isinstance(out, Finished) or out.exit_status != 0:
         return out  # detached (systemctl hung: the job follows it), or the enqueue failed, or denied/asked
-    # the enqueue finished within its budget: the job now follows readiness through its probes
-    status = await tk.runner.job_status(h, out.job_id, wait_s=0)
+    # the enqueue finished within its budget: the job now follows readiness through its probes. The restart has
+    # run: whatever the first look meets, the answer carries the job id (never "failed, try again")
+    try:
+        status = await tk.runner.job_status(h, out.job_id, wait_s=0)
+    except Exception as exc:
+        if not isinstance(exc, AgentToolsError):
+            log.exception("restart_service.first_look_failed", host=host, job_id=out.job_id)
+        why = exc.message if isinstance(exc, AgentToolsError) else f"{type(exc).__name__}: {exc}"
+        return Detached(host=host, command=cmd, job_id=out.job_id, elapsed_s=out.duration_s, budget_s=30.0,
+                        deadline_s=deadline_s,
+                        why=f"restart of {unit} enqueued; its first readiness look failed ({why})",
+                        stdout=out.stdout, stderr=out.stderr,
+                        next=render([NextCall("job_status", {"job_id": out.job_id, "wait_s": 30},
+                                              "to follow the restart (do not restart again)")]))
     allows = f"{timeout_s:g} s" if timeout_s is not None else "unlimited time"
     return Detached(host=host, command=cmd, job_id=out.job_id, elapsed_s=out.duration_s, budget_s=30.0,
                     deadline_s=deadline_s, hard_deadline_s=status.hard_deadline_s,
