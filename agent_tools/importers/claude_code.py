@@ -48,8 +48,10 @@ structure only — never by searching the command's output, which may quote any 
   counts only as the first line of a successful result of a call that asked for ``run_in_background``, or (no
   sidecar object at all) as the "moved to the background" answer. Its end shows in a later ``BashOutput {bash_id}`` /
   ``TaskOutput {task_id}`` result (``<status>completed</status>``, ``<exit_code>N</exit_code>``,
-  ``<stdout>``/``<output>``), a ``KillShell {shell_id}`` / ``TaskStop {task_id}``, or a
-  ``<task-notification>`` user message (``<tool-use-id>``, ``<task-id>``, ``<status>``, "... (exit code N)");
+  ``<stdout>``/``<output>``), or a ``<task-notification>`` user message (``<tool-use-id>``, ``<task-id>``,
+  ``<status>``, "... (exit code N)"); a ``KillShell {shell_id}`` / ``TaskStop {task_id}`` that succeeded stopped
+  it on request (:attr:`~agent_tools.importers.model.ShellCall.killed_at`: replayed as ``job_cancel`` then, not
+  as the command exiting by itself), and what later entries show of it (``killed``) is that kill;
 * a resumed session repeats earlier lines: a ``tool_use`` id seen again, and a second result for a call that
   has one, are the same call (the first is kept).
 
@@ -201,7 +203,8 @@ class _Session:
         elif name in ("BashOutput", "TaskOutput"):
             self.followups[tid] = ("output", str(inp.get("bash_id") or inp.get("task_id") or ""))
         elif name in ("KillShell", "KillBash", "TaskStop"):
-            self.followups[tid] = ("kill", str(inp.get("shell_id") or inp.get("bash_id") or inp.get("task_id") or ""))
+            self.followups[tid] = (f"kill:{name}",
+                                   str(inp.get("shell_id") or inp.get("bash_id") or inp.get("task_id") or ""))
 
     def tool_result(self, block: dict[str, Any], sidecar: Any, ts: float | None, version: int | None) -> None:
         tid = str(block.get("tool_use_id"))
@@ -307,10 +310,12 @@ class _Session:
             return
         text = _content_text(block.get("content"))
         side = sidecar if isinstance(sidecar, dict) else {}
-        if kind == "kill":
-            if not block.get("is_error") and call.finished_at is None:
-                call.finished_at, call.final_exit_status = ts, 143  # killed (TERM) on request
+        if kind.startswith("kill:"):
+            if not block.get("is_error") and call.finished_at is None and call.killed_at is None:
+                call.killed_at, call.killed_by = ts, kind[5:]  # stopped on request: replayed as job_cancel then
             return
+        if call.killed_at is not None:
+            return  # what a look after the kill shows ("killed") is the kill's doing
         chunk = side.get("stdout") if isinstance(side.get("stdout"), str) else (
             _tag(text, "stdout") or _tag(text, "output") or "")
         err = side.get("stderr") if isinstance(side.get("stderr"), str) else (_tag(text, "stderr") or "")
@@ -328,8 +333,8 @@ class _Session:
             call = self.calls.get((_tag(body, "tool-use-id") or "").strip()) or self.by_background_id.get(
                 (_tag(body, "task-id") or "").strip())
             status = (_tag(body, "status") or "").strip()
-            if call is None or not call.background or call.finished_at is not None or status not in (
-                    "completed", "failed", "killed"):
+            if call is None or not call.background or call.finished_at is not None or call.killed_at is not None \
+                    or status not in ("completed", "failed", "killed"):
                 continue
             m = re.search(r"exit code (-?\d+)", _tag(body, "summary") or "")
             call.finished_at = ts

@@ -39,6 +39,8 @@ class ShellCall:
     :param finished_at: for a call the old tool left running (:attr:`left_running`): unix seconds when a later
         entry of the transcript (Claude Code ``BashOutput``/``TaskOutput``/``<task-notification>``, Codex
         ``write_stdin`` polls or ``exec_command_end``) showed the command had ended, else None.
+    :param killed_at: for a call the old tool left running: unix seconds when a later entry stopped it on
+        request (Claude Code ``KillShell``/``TaskStop``), else None; :param killed_by: that entry's name.
     :param final_exit_status: the exit status that later entry showed (None: not shown).
     :param final_output: the whole output that later entry showed, when it showed more than :attr:`output`.
     :param ran: False for calls that are not imported; :attr:`skip_reason` says why.
@@ -60,6 +62,8 @@ class ShellCall:
     interrupted: bool = False
     background: bool = False
     finished_at: float | None = None
+    killed_at: float | None = None
+    killed_by: str | None = None
     final_exit_status: int | None = None
     final_output: str | None = None
     ran: bool = True
