@@ -667,3 +667,18 @@ def test_import_name_must_be_a_plain_name(tmp_path: Path, name: str) -> None:
     assert not out.exists() and not list(tmp_path.rglob("*.jsonl"))
     with pytest.raises(ValueError, match="letters, digits and _ only"):
         import_calls(parse_claude_code(CC_PARALLEL), runtime="claude-code", source=CC_PARALLEL, out_dir=out, name=name)
+
+
+def test_claude_code_1_0_reads_no_framing_from_the_commands_output(tmp_path: Path) -> None:
+    """qa15 finding 7: in 1.0.x an error result is the command's raw output, so output that starts like the
+    tool's refusal or like 2.x's `Exit code N` line is the failed command's own text; only a whole one-line
+    refusal (a permission rule naming this very command) is the tool's."""
+    calls = _by_command(parse_claude_code(SAMPLES / "claude_code_1_0_output_like_framing.jsonl"))
+    for cmd in ("node check.js", "./check-exit.sh", "./gate.sh"):  # ran and failed; which status, not said
+        assert calls[cmd].ran and (calls[cmd].nonzero, calls[cmd].exit_status) == (True, None), calls[cmd]
+    assert calls["./check-exit.sh"].output.startswith("Exit code 3\n")  # kept as the command printed it
+    assert not calls["./deploy.sh"].ran and calls["./deploy.sh"].skip_reason.startswith("denied by a permission rule")
+    assert not calls["cd /etc && ls"].ran  # the tool's one-line path check
+    res = import_calls(list(calls.values()), runtime="claude-code", source=tmp_path / "f.jsonl", out_dir=tmp_path)
+    assert [(r["call"], r["outcome"]) for r in res.results] == [(1, "finished"), (2, "finished"), (3, "finished")]
+    assert res.test_path.read_text().count("!= 0  # the transcript says only non-zero") == 3

@@ -16,8 +16,12 @@ structure only — never by searching the command's output, which may quote any 
   code`` line (the sidecar reads ``"Error: <output>"``): such a call ran and failed and is imported as
   finished with a non-zero status whose number is unknown (``nonzero``, ``exit_status`` None): the transcript
   says only that it was non-zero, and the output is the command's own text (a number it prints may be a child's
-  status, or quoted), so no number is read from it. From 2.0 on, an ``is_error`` result without the
-  ``Exit code`` line never came from the command: the tool refused or rejected the call and nothing ran;
+  status, or quoted), so no number is read from it, not even from a first line ``Exit code N`` (the command's
+  own). Refusals look the same there (sidecar ``"Error: <text>"``), so one counts only when the whole content
+  is the tool's one-line text (a permission rule's naming this very command): output that merely starts like
+  one (``Path "/srv/data" does not exist`` and a stack trace) is the failed command's. From 2.0 on, an
+  ``is_error`` result without the ``Exit code`` line never came from the command: the tool refused or rejected
+  the call and nothing ran;
 * an ``is_error`` result is a **refusal** (nothing ran; :data:`REFUSAL_PATTERNS`, each anchored at the start of
   the content) when it starts with the user's "The user doesn't want to proceed with this tool use..." /
   "...take this action right now", ``<tool_use_error>`` (the tool rejected the call, e.g. a ``Path "..." does
@@ -153,6 +157,18 @@ def refusal_of(text: str) -> str | None:
     return None
 
 
+def _whole_message(text: str, call: ShellCall) -> bool:
+    """For 1.0.x, where a failed command's result is its raw output: whether ``text`` can only be the tool's own
+    refusal, not output that starts like one. The tool's refusals are one line, and a permission rule's names the
+    call's own command; a command that printed more lines (``Path "/srv/data" does not exist`` and a stack
+    trace) ran and failed."""
+    stripped = text.strip()
+    if "\n" in stripped:
+        return False
+    m = re.match(r"Permission to use \w+ with command (.*) has been denied\.?$", stripped, re.S)
+    return m is None or m.group(1).strip() == call.command.strip()
+
+
 def _timeout_line(text: str) -> tuple[str, float] | None:
     """``(text without it, seconds)`` when the first or last line of ``text`` is the tool's timeout notice."""
     lines = text.split("\n")
@@ -227,7 +243,9 @@ class _Session:
         stopped = side.get("interrupted") is True
         exit_status: int | None = None
         if is_error:
-            m = _EXIT_RE.match(text)
+            # ShellError's "Exit code N" first line exists from 2.0 on; in 1.0.x the content is the command's own
+            # output, which may print such a line itself
+            m = _EXIT_RE.match(text) if version is not None and version >= 2 else None
             if m:  # ShellError: the command ran; its exit status comes first
                 exit_status = int(m.group(1))
                 text = text[m.end():]
@@ -291,7 +309,7 @@ class _Session:
                       f"{_quote(text)}")
             return True
         refused = refusal_of(text)
-        if refused is not None:
+        if refused is not None and ((version is not None and version >= 2) or _whole_message(text, call)):
             call.output = text
             call.skip(refused)
             return True
