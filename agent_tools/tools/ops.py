@@ -175,6 +175,8 @@ class HttpResponse(ResultModel):
 
 _ENOENT = ("No such file or directory", "No such file", "Not a directory", "Directory nonexistent")
 _EACCES = ("Permission denied", "Operation not permitted")
+#: how a host's shell prefixes its own error lines ("bash: line 1: ", "/bin/sh: 1: ", "sh: 1: cannot open ")
+_SHELL_PREFIX = re.compile(r"^(?:[\w/.-]*/)?(?:ba|da|z|k|mk)?sh: (?:line )?\d+: (?:cannot open )?", re.MULTILINE)
 
 
 def file_error(host: str, path: str, doing: str, stderr: bytes | str) -> AgentToolsError:
@@ -185,10 +187,15 @@ def file_error(host: str, path: str, doing: str, stderr: bytes | str) -> AgentTo
     :param doing: the verb for the message ("read", "write", "restore").
     """
     text = (stderr.decode("utf-8", "replace") if isinstance(stderr, bytes) else stderr).strip()
-    message = f"cannot {doing} {path} on {host}: {text[-300:] or 'failed'}"
-    if any(m in text for m in _EACCES):
+    # a known strerror(3) text is said as it is: the shell's or the tool's own prefix ("bash: line 1: PATH:",
+    # "/bin/sh: 1: cannot open PATH:") is how that host's shell words it, not something the model can use
+    known = next((m for m in (*_EACCES, *_ENOENT) if m in text), None)
+    said = ("no such file or directory" if known in ("No such file", "Directory nonexistent") else known.lower()) \
+        if known else _SHELL_PREFIX.sub("", text)[-300:] or "failed"
+    message = f"cannot {doing} {path} on {host}: {said}"
+    if known in _EACCES:
         return PermissionDenied(message + " (the login user lacks the rights: another path, or an operator)")
-    if any(m in text for m in _ENOENT):
+    if known in _ENOENT:
         return NotFound(message)
     return BadArguments(message)
 
