@@ -682,3 +682,51 @@ def test_claude_code_1_0_reads_no_framing_from_the_commands_output(tmp_path: Pat
     res = import_calls(list(calls.values()), runtime="claude-code", source=tmp_path / "f.jsonl", out_dir=tmp_path)
     assert [(r["call"], r["outcome"]) for r in res.results] == [(1, "finished"), (2, "finished"), (3, "finished")]
     assert res.test_path.read_text().count("!= 0  # the transcript says only non-zero") == 3
+
+
+def test_subagent_transcripts_and_files_of_another_runtime_are_named(opencode_db: Path, tmp_path: Path) -> None:
+    """qa15 findings 8 and 14: the Bash calls of a session's subagents (``<id>/subagents/agent-*.jsonl``) are said
+    to be there and how to import them; a Codex rollout given to ``import claude-code`` (and the other way round)
+    names the right importer; an empty opencode session says so, not "0 line(s)"."""
+    res = CliRunner().invoke(import_app, ["claude-code", str(SAMPLES / "claude_code_2_1_with_subagent.jsonl"),
+                                          "--out-dir", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    assert ("also seen: 1 Bash call(s) of this session's subagents, in 1 transcript(s) under "
+            "claude_code_2_1_with_subagent/subagents/ (not part of this import: import each agent-*.jsonl by "
+            "itself)") in res.output
+    res = CliRunner().invoke(import_app, ["claude-code", str(CODEX_0_46), "--out-dir", str(tmp_path / "b")])
+    assert res.exit_code == 1 and "import it with: agent-tools import codex FILE" in res.output, res.output
+    res = CliRunner().invoke(import_app, ["codex", str(CC_PARALLEL), "--out-dir", str(tmp_path / "c")])
+    assert res.exit_code == 1 and "import it with: agent-tools import claude-code FILE" in res.output, res.output
+    import sqlite3
+
+    db = sqlite3.connect(opencode_db)
+    sid = db.execute("select id from session").fetchone()[0]
+    db.execute("delete from part where session_id = ?", (sid,))
+    db.execute("delete from message where session_id = ?", (sid,))
+    db.commit()
+    db.close()
+    res = CliRunner().invoke(import_app, ["opencode", str(opencode_db), "--session", sid, "--out-dir",
+                                          str(tmp_path / "d")])
+    assert res.exit_code == 1 and "the session is empty" in res.output and "line(s)" not in res.output, res.output
+
+
+def test_codex_sandbox_denied_output_is_the_commands_exit(tmp_path: Path) -> None:
+    """qa15 finding 14: codex-rs' SandboxErr::Denied text ("failed in sandbox ... exit code: 6, stdout: ...,
+    stderr: ...") is a command that ran in the sandbox and exited 6, not a result without an exit status."""
+    import json
+
+    def line(t: str, kind: str, payload: dict[str, object]) -> str:
+        return json.dumps({"timestamp": f"2026-01-05T09:00:{t}.000Z", "type": kind, "payload": payload}) + "\n"
+
+    rollout = tmp_path / "rollout-2026-01-05T09-00-00-sandbox.jsonl"
+    rollout.write_text(
+        line("00", "session_meta", {"id": "s", "cwd": "/w"})
+        + line("01", "response_item", {"type": "function_call", "name": "shell", "call_id": "c6",
+                                       "arguments": json.dumps({"command": ["bash", "-lc", "curl https://pypi.org"]})})
+        + line("02", "response_item", {"type": "function_call_output", "call_id": "c6", "output": (
+            "failed in sandbox LinuxSeccomp with execution error: sandbox denied exec error, exit code: 6, stdout: , "
+            "stderr: curl: (6) Could not resolve host: pypi.org\n")}))
+    [call] = parse_codex(rollout)
+    assert call.ran and call.skip_reason is None, call
+    assert (call.exit_status, call.output) == (6, "curl: (6) Could not resolve host: pypi.org\n")

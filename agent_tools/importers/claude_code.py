@@ -115,6 +115,10 @@ REFUSAL_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+#: line types of a Codex rollout (``{timestamp, type, payload}``), for saying that a file is one
+_CODEX_LINES = ("session_meta", "turn_context", "response_item", "event_msg", "compacted")
+
+
 def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
@@ -360,6 +364,32 @@ class _Session:
                                                                 (1 if status == "failed" else 0))
 
 
+def _subagent_bash_calls(path: Path) -> tuple[int, int] | None:
+    """``(files, Bash tool_use blocks)`` of the session's subagent transcripts (``<sessionId>/subagents/
+    agent-*.jsonl`` beside the session file: /work/shared/TRANSCRIPTS.md), or None when it has none."""
+    folder = path.with_suffix("") / "subagents"
+    files = sorted(folder.glob("agent-*.jsonl")) if folder.is_dir() else []
+    if not files:
+        return None
+    calls = 0
+    for f in files:
+        try:
+            text = f.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for raw in text.splitlines():
+            try:
+                line = json.loads(raw)
+            except json.JSONDecodeError:
+                continue
+            content = line.get("message", {}).get("content") if isinstance(line, dict) and isinstance(
+                line.get("message"), dict) else None
+            if line.get("type") == "assistant" and isinstance(content, list):
+                calls += sum(1 for b in content if isinstance(b, dict) and b.get("type") == "tool_use"
+                             and b.get("name") == "Bash")
+    return len(files), calls
+
+
 def parse_claude_code(path: str | os.PathLike[str]) -> ShellCalls:
     """The Bash calls of a Claude Code session file, in call order, including those not imported (``ran``
     False, with :attr:`~ShellCall.skip_reason`).
@@ -382,6 +412,12 @@ def parse_claude_code(path: str | os.PathLike[str]) -> ShellCalls:
             seen.note("line(s) that are not JSON")
             continue
         if not isinstance(line, dict) or not isinstance(line.get("message"), dict):
+            codex = isinstance(line, dict) and (
+                (isinstance(line.get("payload"), dict) and line.get("type") in _CODEX_LINES)
+                or str(line.get("type") or "").startswith(("thread.", "turn.", "item.")))
+            if codex:
+                seen.note("line(s) of a Codex rollout or codex exec --json stream (import it with: agent-tools "
+                          "import codex FILE)")
             continue
         content = line["message"].get("content")
         ts = parse_iso(line.get("timestamp"))
@@ -401,6 +437,12 @@ def parse_claude_code(path: str | os.PathLike[str]) -> ShellCalls:
             elif line.get("type") == "user" and block.get("type") == "text":
                 session.notification(str(block.get("text", "")), ts)
     seen.extend(session.calls[c] for c in session.order)
+    subagents = _subagent_bash_calls(Path(path))
+    if subagents:
+        files, n = subagents
+        seen.note(f"Bash call(s) of this session's subagents, in {files} transcript(s) under "
+                  f"{Path(path).with_suffix('').name}/subagents/ (not part of this import: import each "
+                  "agent-*.jsonl by itself)", n)
     if session.repeated:
         seen.note("tool_use block(s) repeated (a resumed session carries earlier lines; read once)",
                   session.repeated)

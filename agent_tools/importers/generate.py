@@ -228,7 +228,7 @@ def _nothing_to_import(calls: list[ShellCall], seen: ShellCalls | None) -> str:
         return why + (f"; also seen: {saw}" if saw else "")
     if saw:
         return f"no shell call could be read: the transcript holds {saw}"
-    lines = f" among its {seen.lines} line(s)" if seen is not None else ""
+    lines = f" among its {seen.lines} {seen.unit}" if seen is not None else ""
     return f"no shell tool call of a known shape{lines}"
 
 

@@ -127,15 +127,17 @@ def parse_iso(value: object) -> float | None:
 class ShellCalls(list[ShellCall]):
     """The shell calls an importer read (a list of :class:`ShellCall`), and what else it saw in the transcript.
 
-    :attr lines: non-empty lines (or records) read.
+    :attr lines: non-empty lines (or records) read; :attr unit: what they are, for people (``line(s)``,
+        ``message part(s)``).
     :attr seen: notable things the importer saw but could not read as shell calls, by what they are, with their
         counts (e.g. ``{"custom_tool_call 'exec' item(s) of an unknown shape": 4}``), so that a transcript whose
         calls cannot be read says what it holds instead of "no shell calls".
     """
 
-    def __init__(self, calls: list[ShellCall] | None = None) -> None:
+    def __init__(self, calls: list[ShellCall] | None = None, *, unit: str = "line(s)") -> None:
         super().__init__(calls or [])
         self.lines = 0
+        self.unit = unit
         self.seen: Counter[str] = Counter()
 
     def note(self, what: str, n: int = 1) -> None:
