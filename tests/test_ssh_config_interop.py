@@ -430,7 +430,7 @@ def test_status_after_the_alias_left_the_launch_config_says_the_config_changed(
         status = cli("status", str(started["job_id"]))
         assert status["outcome"] == "error", status
         msg = str(status["message"])
-        assert "changed since the launch, when it named gpu" in msg and "no Host line" in msg, msg
+        assert "changed since the launch; no Host line in it (or in what it includes) names gpu now" in msg, msg
         assert "renamed, or its Include removed" in msg, msg
     finally:
         cfg.write_text(f"Include {inc}\n" + _common(real_sshd))
