@@ -526,7 +526,7 @@ def jobs(
 
     d = _run(go)
     if as_json or d.get("outcome") == "error":
-        _emit(d, True)
+        _emit(d, as_json)  # an error reads as every command's error does ("error — ..."), JSON only with --json
         raise typer.Exit(1 if d.get("outcome") == "error" else 0)
     from rich.table import Table
 
@@ -562,7 +562,7 @@ def hosts(
 
     d = _run(go, None if as_json or not check else "checking hosts")
     if as_json or d.get("outcome") == "error":
-        _emit(d, True)
+        _emit(d, as_json)  # an error reads as every command's error does ("error — ..."), JSON only with --json
         raise typer.Exit(1 if d.get("outcome") == "error" else 0)
     from rich.table import Table
 

@@ -15,6 +15,7 @@ import typer
 from .cli_help import HelpGroup
 from .display import safe_text
 from .importers import ShellCall, ShellCalls, import_calls, parse_claude_code, parse_codex, parse_opencode
+from .importers.generate import NAME_RE
 from .redact import redact
 
 __all__ = ["import_app"]
@@ -25,8 +26,16 @@ import_app = typer.Typer(cls=HelpGroup, no_args_is_help=True,
 
 OutDirOpt = Annotated[Path, typer.Option("--out-dir", metavar="DIR",
                                          help="where to write test_transcript_NAME.py and cassettes/NAME.jsonl")]
-NameOpt = Annotated[str | None, typer.Option("--name", metavar="NAME",
-                                             help="NAME (default: from the transcript's file name)")]
+def _check_name(name: str | None) -> str | None:
+    if name is not None and not NAME_RE.fullmatch(name):
+        raise typer.BadParameter(f"{name!r}: use letters, digits and _ only (it names the files and the test "
+                                 "function)")
+    return name
+
+
+NameOpt = Annotated[str | None, typer.Option("--name", metavar="NAME", callback=_check_name,
+                                             help="NAME: letters, digits, _ (default: from the transcript's file "
+                                                  "name)")]
 
 
 def _short(text: str, n: int = 60) -> str:
@@ -44,9 +53,16 @@ def _run(calls: list[ShellCall], runtime: str, source: Path, out_dir: Path, name
     def w(line: str) -> None:  # names and outcomes read from the transcript: shown as text, secrets redacted
         sys.stdout.write(safe_text(redact(line)))
     skipped = [c for c in calls if not c.ran]
-    w(f"{len(calls)} shell call(s) read from {source}: {len(calls) - len(skipped)} imported, {len(skipped)} not\n")
+    by_index = {c.index: c for c in calls}
+    replaced = result.replaced
+    also = f", {len(replaced)} replaced" if replaced else ""
+    w(f"{len(calls)} shell call(s) read from {source}: {len(calls) - len(skipped) - len(replaced)} imported{also}, "
+      f"{len(skipped)} not\n")
     for c in skipped:
         w(f"  not imported: call {c.index} `{_short(c.command)}` — {c.skip_reason}\n")
+    for i, n in sorted(replaced.items()):
+        w(f"  replaced: call {i} `{_short(by_index[i].command)}` — a check of call {n}, not run: call {n}'s job is "
+          "followed with job_status instead\n")
     saw = calls.describe() if isinstance(calls, ShellCalls) else ""
     if saw:
         w(f"  also seen: {saw}\n")

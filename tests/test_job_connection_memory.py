@@ -113,3 +113,26 @@ def test_the_remembered_config_gone_falls_back_to_the_default_and_says_so(tmp_pa
     host, note = registry.for_job("gpu1", {"via": "ssh", "alias": "gpu1", "ssh_config": [gone], "digest": "x"})
     assert host is registry.get("gpu1") and note is not None and f"({gone}) is gone" in note
     assert registry.for_job("gpu1", None) == (registry.get("gpu1"), None)  # nothing remembered: as before
+
+
+def test_another_home_is_not_a_config_change(real_sshd: RealSshd, env: dict[str, str], tmp_path: Path) -> None:
+    """qa15 finding 11: the config's relative ``Include`` is read under ``$HOME/.ssh``; followed with another
+    ``$HOME``, the files did not change: it says so, and says nothing at all once $HOME is the launch's again."""
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Include agent_tools_inc/*.conf\n" + real_sshd.config_path.read_text())
+    launch_home = Path(env["HOME"])
+    (launch_home / ".ssh" / "agent_tools_inc").mkdir(parents=True)
+    (launch_home / ".ssh" / "agent_tools_inc" / "extra.conf").write_text("# nothing for this alias\n")
+    started = _cli(env, tmp_path, "run", "-F", str(cfg), "--budget", "0.5", "--json", real_sshd.alias, "--",
+                   "sleep 1; echo done")
+    job = json.loads(started.stdout)["job_id"]
+    other = tmp_path / "other-home"
+    other.mkdir()
+    status = _cli({**env, "HOME": str(other)}, tmp_path, "status", job, "--wait", "15", "--json")
+    data = json.loads(status.stdout)
+    assert data["state"] == "exited", status.stdout + status.stderr
+    assert "changed since the launch" not in data["why"], data  # was: "... changed since the launch, when it ..."
+    assert (f"the SSH config the job was started with ({cfg}) did not change, but its relative Include is read "
+            f"under another $HOME now ({other}, not {launch_home} as at the launch)") in data["why"], data
+    same = json.loads(_cli(env, tmp_path, "status", job, "--json").stdout)
+    assert "SSH config" not in same["why"], same

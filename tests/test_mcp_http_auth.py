@@ -67,6 +67,27 @@ async def test_without_or_with_a_wrong_token_401_and_nothing_runs(tmp_path: Path
     assert not marker.exists()
 
 
+async def test_a_401_says_whether_the_token_was_missing_or_wrong(tmp_path: Path) -> None:
+    """qa15: the SDK's 401 read "invalid_token" / "Authentication required" for a missing and a wrong token alike,
+    and gave no hint that this server has no OAuth (MCP Inspector 2.x then says only "Interactive OAuth requires a
+    TTY"). RFC 6750 section 3: no error code without credentials, ``invalid_token`` with a wrong one."""
+    async with http_server(tmp_path) as url:
+        missing = await post_init(url)
+        assert missing.status_code == 401
+        assert missing.headers["www-authenticate"] == 'Bearer realm="agent-tools"'
+        assert "needs Authorization: Bearer TOKEN" in missing.json()["error_description"]
+        assert "mcp-http.token" in missing.json()["error_description"]
+        wrong_token = "w" * 43
+        wrong = await post_init(url, Authorization=f"Bearer {wrong_token}")
+        assert wrong.status_code == 401
+        challenge = wrong.headers["www-authenticate"]
+        assert challenge.startswith('Bearer realm="agent-tools", error="invalid_token", error_description="the bearer '
+                                    "token is not this server's token")
+        assert "does not do OAuth" in challenge and "resource_metadata" not in challenge
+        assert wrong.json()["error"] == "invalid_token" and wrong_token not in wrong.text
+        assert token_of(tmp_path) not in wrong.text + missing.text + challenge
+
+
 async def test_host_and_origin_are_checked_against_dns_rebinding(tmp_path: Path) -> None:
     async with http_server(tmp_path) as url:
         auth = f"Bearer {token_of(tmp_path)}"

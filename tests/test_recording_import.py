@@ -151,8 +151,10 @@ def test_claude_code_1_0_failed_commands_are_failures_and_refusals_are_told_apar
     assert calls["npm test"].timed_out and calls["npm test"].timeout_s == 5 and calls["npm test"].exit_status is None
     assert not calls["npm test"].nonzero  # killed by the tool's timeout: not a failure of its own
     dev = calls["npm run dev"]  # run_in_background, read with BashOutput, stopped with KillShell 20 s later
-    assert dev.background and dev.output == "" and dev.final_exit_status == 143
-    assert dev.started_at is not None and dev.finished_at is not None and round(dev.finished_at - dev.started_at) == 20
+    assert dev.background and dev.output == "" and dev.finished_at is None and dev.final_exit_status is None
+    # stopped on request, not an exit of its own (qa15 finding 5): replayed as job_cancel then
+    assert dev.started_at is not None and dev.killed_at is not None and round(dev.killed_at - dev.started_at) == 20
+    assert dev.killed_by == "KillShell"
     assert "VITE v5.4.2  ready" in (dev.final_output or "")
     assert calls["git status --short"].ran and calls["git status --short"].output == ""
 
@@ -300,7 +302,8 @@ def test_claude_code_1_0_failures_replay_as_finished_with_a_non_zero_status(tmp_
     for n in (1, 2, 5):  # ls of a missing directory, tsc errors, a failing npm run build
         assert (first_runs[n]["outcome"], first_runs[n]["exit_status"]) == ("finished", 1), first_runs[n]
     source = res.test_path.read_text()
-    assert source.count("== \"finished\" and steps[") == 5
+    # 6: `curl localhost:5173` (call 9) is replayed; it checks nothing `npm test` (call 7) did (qa15 finding 2)
+    assert source.count("== \"finished\" and steps[") == 6
     assert source.count("[\"exit_status\"] != 0  # the transcript says only non-zero") == 3  # not == 1: unknown
     assert "exit non-zero (the transcript does not say which)" in source
     assert 3 not in first_runs and 6 not in first_runs  # the refusals ran nothing, so nothing is replayed
@@ -581,3 +584,149 @@ def test_opencode_storage_parts_are_read_in_time_order_not_file_name_order(tmp_p
     calls = parse_opencode(storage, session=OC_STORAGE_SESSION)
     assert [c.command for c in calls][2:] == ["npm run serve", "echo done"]  # by time.start, as export and DB
     assert [c.index for c in calls] == [1, 2, 3, 4]
+
+
+# ------------------------------------------------------------------------------------------------ qa15
+CC_OTHER_CHECKS = SAMPLES / "claude_code_2_1_checks_of_other_things.jsonl"
+CC_PARALLEL = SAMPLES / "claude_code_2_1_parallel_calls.jsonl"
+
+
+def test_only_a_check_of_the_same_thing_ends_a_timed_out_call_and_the_replaced_checks_are_listed(
+        tmp_path: Path) -> None:
+    """qa15 findings 2-4: `systemctl status nginx` says nothing of `make test`, `curl https://api.github.com` nothing
+    of `pip install` (and https is no probe); a check of the unit a call restarted (or this host's HTTP after it)
+    does end it; every check not run is listed as replaced, and only those are named "replaced"."""
+    res = CliRunner().invoke(import_app, ["claude-code", str(CC_OTHER_CHECKS), "--out-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "10 shell call(s) read from" in res.output and ": 8 imported, 2 replaced, 0 not" in res.output
+    assert re.findall(r"replaced: call (\d+) `[^`]*` — a check of call (\d+)", res.output) == [("8", "7"), ("9", "7")]
+    source = (tmp_path / "test_transcript_claude_code_2_1_checks_of_other_things.py").read_text()
+    # make test: still running when the next call came (was: "exited", exit 0, as if it had passed)
+    assert "assert steps[1][\"state\"] == 'running' and steps[1][\"readiness\"] == None" in source
+    assert "assert steps[2][\"outcome\"] == \"finished\"" in source  # systemctl status nginx is replayed
+    assert "'probes'" not in source and "internal" not in source  # no https probe, no internal error asserted
+    assert "replaces call(s) 8, 9 (its checks)" in source and "replaces checks" not in source
+    assert source.count("replaces call(s)") == 2  # the plan's step and its comment; calls 1, 4 replace nothing
+    assert "#   call 8 `systemctl is-active web`: checks call 7" in source
+    cassette = Cassette.load(tmp_path / "cassettes" / "claude_code_2_1_checks_of_other_things.jsonl")
+    inferred = {i["call"]: i for i in cassette.header["inferred"]}
+    assert inferred[1]["ends_at_s"] is None and inferred[4]["ends_at_s"] is None and inferred[4]["probe_url"] is None
+    assert inferred[7]["evidence"].startswith("call 9 `curl -sk https://127.0.0.1:8443/health`")
+    assert inferred[7]["superseded_calls"] == [8, 9] and inferred[1]["superseded_calls"] == []
+    _run_generated(tmp_path / "test_transcript_claude_code_2_1_checks_of_other_things.py", tmp_path / "run")
+
+
+def test_an_import_whose_replay_answers_an_error_writes_nothing(tmp_path: Path) -> None:
+    """qa15 finding 3: a step that answers an error would be asserted as the expected outcome: the import fails
+    naming it, and writes no cassette and no test."""
+    from agent_tools.importers import ImportFailed
+
+    huge = "echo " + "x" * 200_000  # longer than a host's shell takes: run_command refuses it
+    calls = [ShellCall(1, "a", "echo hi", "hi\n", 0, started_at=0.0, ended_at=0.1),
+             ShellCall(2, "b", huge, "", 0, started_at=1.0, ended_at=1.1)]
+    with pytest.raises(ImportFailed, match=r"call 2: run_command -> error \(bad_arguments\)"):
+        import_calls(calls, runtime="claude-code", source=tmp_path / "t.jsonl", out_dir=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_background_command_killed_by_the_agent_replays_as_job_cancel(tmp_path: Path) -> None:
+    """qa15 finding 5: KillShell stopped `npm run dev`: it is cancelled then, not replayed as exiting 143 itself."""
+    res = import_calls(parse_claude_code(CC_1_0), runtime="claude-code", source=CC_1_0, out_dir=tmp_path, name="k")
+    steps = {(r["tool"], r["call"]): r for r in res.results}
+    assert steps[("job_cancel", 8)]["state"] == "killed", steps
+    assert ("job_status", 8) not in steps or steps[("job_status", 8)]["exit_status"] is None
+    cancel = next(s for s in res.plan if s["tool"] == "job_cancel")
+    assert cancel["cancel"] == 8 and "stopped on request (KillShell)" in cancel["was"]
+    # the cancel comes at its own time, after call 9 (made before it)
+    assert [s.get("call", s.get("cancel")) for s in res.plan if s["tool"] != "job_status"][-3:] == [9, 8, 10]
+
+
+def test_parallel_calls_keep_their_order_and_the_long_ones_end_is_still_checked(tmp_path: Path) -> None:
+    """qa15 finding 6: `git status` made alongside `npm ci` runs when npm ci's run_command returns (its budget),
+    not after npm ci's 40 s; npm ci's exit status is checked by a later follow-up at 40 s; the plan says so."""
+    res = import_calls(parse_claude_code(CC_PARALLEL), runtime="claude-code", source=CC_PARALLEL, out_dir=tmp_path)
+    status = next(s for s in res.plan if s.get("call") == 2)
+    assert status["at_s"] == 0.0 and "runs once that returns, at about 15 s" in status["note"], status
+    follow = [s for s in res.plan if s["tool"] == "job_status" and s["follow"] == 1]
+    assert [f["until_s"] for f in follow] == [0.0, 45.0] and follow[1]["at_s"] == 40.0, follow
+    events = Cassette.load(res.cassette_path).events
+    started = {e["arguments"]["command"]: e["t"] for e in events if e.get("ev") == "tool"
+               and e.get("name") == "run_command"}
+    assert started == {"npm ci": 0.0, "git status --short": 15.0, "npm test": 45.0}, started
+    last = [r for r in res.results if r["tool"] == "job_status" and r["call"] == 1][-1]
+    assert (last["state"], last["exit_status"]) == ("exited", 0), last
+    _run_generated(res.test_path, tmp_path / "run")
+
+
+@pytest.mark.parametrize("name", ["../../escape", "bad name; rm", "x/y", ""])
+def test_import_name_must_be_a_plain_name(tmp_path: Path, name: str) -> None:
+    """qa15 finding 9: --name names two files and a Python function: anything else is refused, nothing written."""
+    out = tmp_path / "out"
+    res = CliRunner().invoke(import_app, ["claude-code", str(CC_PARALLEL), "--out-dir", str(out), "--name", name])
+    assert res.exit_code == 2 and "letters, digits and _ only" in res.output, res.output
+    assert not out.exists() and not list(tmp_path.rglob("*.jsonl"))
+    with pytest.raises(ValueError, match="letters, digits and _ only"):
+        import_calls(parse_claude_code(CC_PARALLEL), runtime="claude-code", source=CC_PARALLEL, out_dir=out, name=name)
+
+
+def test_claude_code_1_0_reads_no_framing_from_the_commands_output(tmp_path: Path) -> None:
+    """qa15 finding 7: in 1.0.x an error result is the command's raw output, so output that starts like the
+    tool's refusal or like 2.x's `Exit code N` line is the failed command's own text; only a whole one-line
+    refusal (a permission rule naming this very command) is the tool's."""
+    calls = _by_command(parse_claude_code(SAMPLES / "claude_code_1_0_output_like_framing.jsonl"))
+    for cmd in ("node check.js", "./check-exit.sh", "./gate.sh"):  # ran and failed; which status, not said
+        assert calls[cmd].ran and (calls[cmd].nonzero, calls[cmd].exit_status) == (True, None), calls[cmd]
+    assert calls["./check-exit.sh"].output.startswith("Exit code 3\n")  # kept as the command printed it
+    assert not calls["./deploy.sh"].ran and calls["./deploy.sh"].skip_reason.startswith("denied by a permission rule")
+    assert not calls["cd /etc && ls"].ran  # the tool's one-line path check
+    res = import_calls(list(calls.values()), runtime="claude-code", source=tmp_path / "f.jsonl", out_dir=tmp_path)
+    assert [(r["call"], r["outcome"]) for r in res.results] == [(1, "finished"), (2, "finished"), (3, "finished")]
+    assert res.test_path.read_text().count("!= 0  # the transcript says only non-zero") == 3
+
+
+def test_subagent_transcripts_and_files_of_another_runtime_are_named(opencode_db: Path, tmp_path: Path) -> None:
+    """qa15 findings 8 and 14: the Bash calls of a session's subagents (``<id>/subagents/agent-*.jsonl``) are said
+    to be there and how to import them; a Codex rollout given to ``import claude-code`` (and the other way round)
+    names the right importer; an empty opencode session says so, not "0 line(s)"."""
+    res = CliRunner().invoke(import_app, ["claude-code", str(SAMPLES / "claude_code_2_1_with_subagent.jsonl"),
+                                          "--out-dir", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    assert ("also seen: 1 Bash call(s) of this session's subagents, in 1 transcript(s) under "
+            "claude_code_2_1_with_subagent/subagents/ (not part of this import: import each agent-*.jsonl by "
+            "itself)") in res.output
+    res = CliRunner().invoke(import_app, ["claude-code", str(CODEX_0_46), "--out-dir", str(tmp_path / "b")])
+    assert res.exit_code == 1 and "import it with: agent-tools import codex FILE" in res.output, res.output
+    res = CliRunner().invoke(import_app, ["codex", str(CC_PARALLEL), "--out-dir", str(tmp_path / "c")])
+    assert res.exit_code == 1 and "import it with: agent-tools import claude-code FILE" in res.output, res.output
+    import sqlite3
+
+    db = sqlite3.connect(opencode_db)
+    sid = db.execute("select id from session").fetchone()[0]
+    db.execute("delete from part where session_id = ?", (sid,))
+    db.execute("delete from message where session_id = ?", (sid,))
+    db.commit()
+    db.close()
+    res = CliRunner().invoke(import_app, ["opencode", str(opencode_db), "--session", sid, "--out-dir",
+                                          str(tmp_path / "d")])
+    assert res.exit_code == 1 and "the session is empty" in res.output and "line(s)" not in res.output, res.output
+
+
+def test_codex_sandbox_denied_output_is_the_commands_exit(tmp_path: Path) -> None:
+    """qa15 finding 14: codex-rs' SandboxErr::Denied text ("failed in sandbox ... exit code: 6, stdout: ...,
+    stderr: ...") is a command that ran in the sandbox and exited 6, not a result without an exit status."""
+    import json
+
+    def line(t: str, kind: str, payload: dict[str, object]) -> str:
+        return json.dumps({"timestamp": f"2026-01-05T09:00:{t}.000Z", "type": kind, "payload": payload}) + "\n"
+
+    rollout = tmp_path / "rollout-2026-01-05T09-00-00-sandbox.jsonl"
+    rollout.write_text(
+        line("00", "session_meta", {"id": "s", "cwd": "/w"})
+        + line("01", "response_item", {"type": "function_call", "name": "shell", "call_id": "c6",
+                                       "arguments": json.dumps({"command": ["bash", "-lc", "curl https://pypi.org"]})})
+        + line("02", "response_item", {"type": "function_call_output", "call_id": "c6", "output": (
+            "failed in sandbox LinuxSeccomp with execution error: sandbox denied exec error, exit code: 6, stdout: , "
+            "stderr: curl: (6) Could not resolve host: pypi.org\n")}))
+    [call] = parse_codex(rollout)
+    assert call.ran and call.skip_reason is None, call
+    assert (call.exit_status, call.output) == (6, "curl: (6) Could not resolve host: pypi.org\n")

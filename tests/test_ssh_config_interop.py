@@ -337,6 +337,53 @@ async def test_user_known_hosts_file_tokens_and_variables_as_ssh(real_sshd: Real
         await host.aclose()
 
 
+# qa15 finding 10: ssh expands ~ and %d in file options from the password database, not $HOME; a known_hosts
+# file that is missing (or `none`) holds no key, it does not turn the check off
+def _passwd_home() -> Path:
+    import pwd
+
+    return Path(pwd.getpwuid(os.getuid()).pw_dir)
+
+
+@pytest.mark.parametrize("form", ["~", "%d"])
+async def test_tilde_and_percent_d_name_the_password_database_home_as_ssh(
+        real_sshd: RealSshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runner: JobRunner, form: str) -> None:
+    from agent_tools.hosts.ssh_config import resolve
+
+    name = f"agent_tools_test_kh_{real_sshd.port}_{os.getpid()}"
+    assert not (_passwd_home() / ".ssh" / name).exists()
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / name).write_text(real_sshd.known_hosts_path.read_text())  # the host's key, but under $HOME
+    (home / ".ssh" / (name + "_id")).write_bytes(real_sshd.client_key_path.read_bytes())
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(f"Host tl\n    HostName 127.0.0.1\n    UserKnownHostsFile {form}/.ssh/{name}\n"
+                   f"    IdentityFile {form}/.ssh/{name}_id\n" + _common(real_sshd))
+    monkeypatch.setenv("HOME", str(home))
+    expected = str(_passwd_home() / ".ssh" / name)
+    assert _ssh_G(cfg, "tl")["userknownhostsfile"] == expected
+    truth = _ssh(cfg, "tl", "true")
+    assert truth.returncode == 255 and "Host key verification failed" in truth.stderr, truth.stderr
+    resolved = resolve("tl", [cfg])
+    assert resolved.config.get("UserKnownHostsFile") == [expected]
+    assert resolved.missing_files == [expected + "_id"] and resolved.identity_files == [str(real_sshd.client_key_path)]
+    out = await runner.run(_host(cfg, "tl"), "echo connected", budget_s=10)  # was: finished, "connected"
+    assert out.outcome == "error" and out.kind == "host_key", out  # type: ignore[union-attr]
+    assert expected in out.message, out.message  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("value", ["none", "/nonexistent/agent_tools_known_hosts"])
+async def test_a_known_hosts_file_that_is_none_or_missing_trusts_no_key_as_ssh(
+        real_sshd: RealSshd, tmp_path: Path, runner: JobRunner, value: str) -> None:
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(f"Host nokh\n    HostName 127.0.0.1\n    UserKnownHostsFile {value}\n" + _common(real_sshd))
+    truth = _ssh(cfg, "nokh", "true")
+    assert truth.returncode == 255 and "Host key verification failed" in truth.stderr, truth.stderr
+    out = await runner.run(_host(cfg, "nokh"), "echo connected", budget_s=10)  # none: was finished (no check)
+    assert out.outcome == "error" and out.kind == "host_key", out  # type: ignore[union-attr]
+    assert "is known for" in out.message, out.message  # type: ignore[union-attr]
+
+
 # ---------------------------------------------------------------------------------------------- HostKeyAlgorithms
 async def test_host_key_algorithms_the_host_does_not_offer_is_no_matching_host_key_type(
         real_sshd: RealSshd, tmp_path: Path, runner: JobRunner) -> None:
@@ -383,7 +430,7 @@ def test_status_after_the_alias_left_the_launch_config_says_the_config_changed(
         status = cli("status", str(started["job_id"]))
         assert status["outcome"] == "error", status
         msg = str(status["message"])
-        assert "changed since the launch, when it named gpu" in msg and "no Host line" in msg, msg
+        assert "changed since the launch; no Host line in it (or in what it includes) names gpu now" in msg, msg
         assert "renamed, or its Include removed" in msg, msg
     finally:
         cfg.write_text(f"Include {inc}\n" + _common(real_sshd))

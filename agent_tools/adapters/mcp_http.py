@@ -1,9 +1,10 @@
 """MCP over streamable HTTP, authenticated: a bearer token, Host/Origin checks, loopback by default.
 
 Every tool runs commands on every configured host as the user who started the server, so whoever can reach the
-port must prove they may: each request carries ``Authorization: Bearer TOKEN`` or is answered ``401`` (the
-official SDK's own ``RequireAuthMiddleware`` and ``BearerAuthBackend``, fed by a :class:`StaticTokenVerifier`
-that compares in constant time). The token is random (32 bytes from :mod:`secrets`, URL-safe base64) and lives in
+port must prove they may: each request carries ``Authorization: Bearer TOKEN`` or is answered ``401``
+(:class:`BearerChallenge`, saying whether the token was missing or wrong, in front of the official SDK's own
+``RequireAuthMiddleware`` and ``BearerAuthBackend``, fed by a :class:`StaticTokenVerifier`; both compare in
+constant time). The token is random (32 bytes from :mod:`secrets`, URL-safe base64) and lives in
 a file created ``0600`` in the state directory on first use (:func:`load_or_create_token`), or is given by the
 user (``$AGENT_TOOLS_MCP_TOKEN``, ``--token-file``).
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import json
 import os
 import re
 import secrets
@@ -39,8 +41,9 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import TransportSecuritySettings
 
-__all__ = ["TOKEN_ENV", "TOKEN_FILE_NAME", "InsecureListen", "StaticTokenVerifier", "WellFormedHostOrigin", "http_url",
-           "is_loopback", "load_or_create_token", "serve_http", "transport_security"]
+__all__ = ["TOKEN_ENV", "TOKEN_FILE_NAME", "BearerChallenge", "InsecureListen", "StaticTokenVerifier",
+           "WellFormedHostOrigin", "http_url", "is_loopback", "load_or_create_token", "serve_http",
+           "transport_security"]
 
 log = structlog.get_logger(__name__)
 
@@ -184,6 +187,55 @@ class WellFormedHostOrigin:
         await self.app(scope, receive, send)
 
 
+#: where a client finds the token, for the text of a 401 (no path of this machine: the client may be elsewhere)
+_TOKEN_WHERE = (f"the token is in the server's state directory ({TOKEN_FILE_NAME}), or the one given with "
+                f"--token-file or ${TOKEN_ENV}")
+
+
+class BearerChallenge:
+    """ASGI middleware: a request without ``Authorization: Bearer TOKEN`` of this server's token is answered
+    ``401`` here, saying which of the two it is, before the SDK's own check (kept behind it).
+
+    RFC 6750 section 3: the challenge is ``WWW-Authenticate: Bearer realm="agent-tools"``; a request with no
+    credentials gets no error code (3.1: the resource server "SHOULD NOT include an error code"), one with a
+    token that is not valid gets ``error="invalid_token"`` and an ``error_description``. There is no
+    ``resource_metadata`` (RFC 9728): the MCP authorization spec's OAuth discovery does not apply to a server
+    whose one token is given out of band, and pointing at metadata would send clients to an authorization
+    server that does not exist. The SDK answers both cases alike ("invalid_token", "Authentication
+    required"); an MCP client that starts OAuth on any 401 (MCP Inspector 2.x) shows the description when
+    told not to (``--stored-auth-only``).
+    """
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self._token = token.encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.lower(): v for k, v in scope.get("headers", [])}
+        given = headers.get(b"authorization", b"")
+        scheme, _, credential = given.partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(credential.strip(), self._token):
+            await self.app(scope, receive, send)
+            return
+        if scheme.lower() == b"bearer" and credential.strip():
+            error = "invalid_token"
+            said = f"the bearer token is not this server's token ({_TOKEN_WHERE}); this server does not do OAuth"
+        else:
+            error = None
+            said = (f"this server needs Authorization: Bearer TOKEN on every request ({_TOKEN_WHERE}); it does not "
+                    "do OAuth")
+        challenge = 'Bearer realm="agent-tools"' + (f', error="{error}", error_description="{said}"' if error else "")
+        body = json.dumps({"error": error or "unauthorized", "error_description": said}).encode()
+        log.warning("mcp.http_unauthorized", why=error or "no bearer token")
+        await send({"type": "http.response.start", "status": 401,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"www-authenticate", challenge.encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
 def http_url(host: str, port: int, path: str = "/mcp") -> str:
     """The URL clients use for ``host`` and ``port`` (an IPv6 address in brackets, RFC 3986: ``http://[::1]:8765/mcp``)."""
     bare = host.strip("[]")
@@ -211,7 +263,9 @@ async def serve_http(server: Server[Any], *, host: str = "127.0.0.1", port: int 
         listen = f"[{host.strip('[]')}]" if ":" in host else host
         auth = {"auth": AuthSettings(issuer_url=f"http://{listen}:{port}", resource_server_url=None),
                 "token_verifier": StaticTokenVerifier(token)}
-    app = server.streamable_http_app(streamable_http_path=path, host=host, transport_security=security, **auth)
+    app: Any = server.streamable_http_app(streamable_http_path=path, host=host, transport_security=security, **auth)
+    if token is not None:
+        app = BearerChallenge(app, token)
     config = uvicorn.Config(WellFormedHostOrigin(app), host=host.strip("[]"), port=port, log_level="warning",
                             lifespan="on")
     log.info("mcp.http_listening", url=http_url(host, port, path), auth="bearer" if token else "none",

@@ -6,11 +6,14 @@ and raises ``HostKeyNotVerifiable`` with a terse reason; this module tells the c
 HOST IDENTIFICATION HAS CHANGED"), names the files it looked in and the key the host offered, and adds an
 unknown key for ``accept-new``.
 
-Files (ssh_config(5)): ``UserKnownHostsFile`` (default ``~/.ssh/known_hosts``; ``none``: no file) and
-``GlobalKnownHostsFile`` (default ``/etc/ssh/ssh_known_hosts``); the settings' ``known_hosts`` replaces the
-user files. Entries are looked up under ``HostKeyAlias`` when set, else the host name, written
-``[host]:port`` for a port other than 22 (sshd(8), SSH_KNOWN_HOSTS FILE FORMAT). ``accept-new`` appends to the
-first user file, as ssh does.
+Files (ssh_config(5)): ``UserKnownHostsFile`` (default ``~/.ssh/known_hosts ~/.ssh/known_hosts2``; ``none``:
+no file) and ``GlobalKnownHostsFile`` (default ``/etc/ssh/ssh_known_hosts /etc/ssh/ssh_known_hosts2``), ``~``
+being the password database's home as for ssh (:func:`~agent_tools.hosts.ssh_config.expand_tilde`, not
+``$HOME``); the settings' ``known_hosts`` replaces the user files. A file that does not exist holds no key, as
+for ssh (:meth:`KnownHostsFiles.trusted`: asyncssh fails on a missing file, and takes ``none`` as "check
+nothing"). Entries are looked up under ``HostKeyAlias`` when set, else the host name, written ``[host]:port``
+for a port other than 22 (sshd(8), SSH_KNOWN_HOSTS FILE FORMAT). ``accept-new`` appends to the first user file,
+as ssh does.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import asyncssh
+
+from .ssh_config import expand_tilde
 
 __all__ = ["KnownHostsFiles", "describe_refusal", "known_hosts_files", "lookup", "remember"]
 
@@ -41,10 +46,22 @@ class KnownHostsFiles:
     def all(self) -> list[str]:
         return self.user + self.global_
 
+    def trusted(self) -> list[str] | bytes:
+        """What asyncssh's ``known_hosts`` argument gets: the files that exist (ssh reads a missing one as
+        empty), or ``b""`` (no key trusted: every host key is refused) when none does — never None or an empty
+        list, which would make asyncssh check no host key at all. Blocking (stat)."""
+        found = [f for f in self.all if os.path.isfile(f)]
+        return found or b""
+
     @property
     def pattern(self) -> str:
         """The host as a known_hosts line writes it: ``host`` on port 22, else ``[host]:port``."""
         return self.name if self.port == 22 else f"[{self.name}]:{self.port}"
+
+
+#: ssh's defaults (ssh_config(5) UserKnownHostsFile, GlobalKnownHostsFile)
+_USER_DEFAULT = ["~/.ssh/known_hosts", "~/.ssh/known_hosts2"]
+_GLOBAL_DEFAULT = ["/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2"]
 
 
 def _list(value: Any) -> list[str] | None:
@@ -61,10 +78,8 @@ def known_hosts_files(settings_file: str | None, config: Any, hostname: str, por
     user = [settings_file] if settings_file else _list(config.get("UserKnownHostsFile"))
     glob_ = _list(config.get("GlobalKnownHostsFile"))
     alias = config.get("HostKeyAlias")
-    return KnownHostsFiles(user=[os.path.expanduser(f) for f in (user if user is not None else
-                                                                 ["~/.ssh/known_hosts"])],
-                           global_=[os.path.expanduser(f) for f in (glob_ if glob_ is not None else
-                                                                    ["/etc/ssh/ssh_known_hosts"])],
+    return KnownHostsFiles(user=[expand_tilde(f) for f in (user if user is not None else _USER_DEFAULT)],
+                           global_=[expand_tilde(f) for f in (glob_ if glob_ is not None else _GLOBAL_DEFAULT)],
                            name=alias if isinstance(alias, str) and alias else hostname, port=port)
 
 
@@ -106,7 +121,7 @@ def remember(files: KnownHostsFiles, key: asyncssh.SSHKey) -> str:
 
     :raises OSError: the file cannot be written.
     """
-    path = Path(files.user[0]) if files.user else Path("~/.ssh/known_hosts").expanduser()
+    path = Path(files.user[0] if files.user else expand_tilde(_USER_DEFAULT[0]))
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     with os.fdopen(fd, "a", encoding="utf-8") as f:

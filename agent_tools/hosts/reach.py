@@ -5,12 +5,14 @@ without ``-F cfg``: the alias ``gpu1`` may exist only in ``cfg``. The job's jour
 ``meta["connection"]`` (JSON; journals written before simply lack it)::
 
     {"via": "ssh", "alias": "gpu1", "ssh_config": ["/abs/path/cfg", ...], "digest": "<sha256 hex>",
-     "host_key": "SHA256:..."}
+     "home": "/home/ops", "host_key": "SHA256:..."}
 
 ``ssh_config`` are the OpenSSH client config files the host was reached through (absolute: a later process may
 run elsewhere); ``digest`` covers their bytes and the files they ``Include`` (ssh_config(5): a relative
-``Include`` of a user config is taken under ``~/.ssh``; globs allowed), so a later change of the config is
-noticed and said (:func:`config_changed`). ``host_key`` is the fingerprint of the host key the launch's
+``Include`` of a user config is taken under ``~/.ssh``, ``~`` being ``$HOME`` there, as ssh(1) globs it; globs
+allowed), so a later change of the config is noticed and said (:func:`config_change`). ``home`` is that
+``$HOME`` at the launch: a later process with another ``$HOME`` reads a relative ``Include`` elsewhere, which
+is not a change of the files, and is said as what it is. ``host_key`` is the fingerprint of the host key the launch's
 connection authenticated (recorded once the launch reached the host; absent in journals written before): the
 machine's identity. A later process that reaches the alias and finds another host key is talking to another
 machine (the config now points elsewhere): what it sees there says nothing about the job
@@ -28,13 +30,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["check_same_machine", "config_changed", "config_digest", "connection_info", "host_identity"]
+__all__ = ["check_same_machine", "config_change", "config_digest", "connection_info", "host_identity"]
 
 _INCLUDE_RE = re.compile(r"^\s*Include\s*(?:=\s*|\s)(.+?)\s*$", re.IGNORECASE)
 _MAX_INCLUDE_DEPTH = 16  # OpenSSH's own READCONF_MAX_DEPTH
 
 
-def _included(path: Path) -> list[Path]:
+def _home() -> str:
+    """``$HOME`` as a relative ``Include`` reads it (ssh globs it with ``GLOB_TILDE``)."""
+    return os.path.expanduser("~")
+
+
+def _included(path: Path, home: str) -> list[Path]:
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
@@ -49,16 +56,20 @@ def _included(path: Path) -> list[Path]:
         except ValueError:
             continue
         for word in words:
-            pattern = os.path.expanduser(word)
+            pattern = home + word[1:] if word == "~" or word.startswith("~/") else os.path.expanduser(word)
             if not os.path.isabs(pattern):
-                pattern = str(Path("~/.ssh").expanduser() / pattern)
+                pattern = str(Path(home) / ".ssh" / pattern)
             out.extend(Path(p) for p in sorted(glob.glob(pattern)))
     return out
 
 
-def config_digest(paths: Sequence[str | os.PathLike[str]]) -> str:
+def config_digest(paths: Sequence[str | os.PathLike[str]], home: str | None = None) -> str:
     """SHA-256 (hex) over the config files ``paths`` and the files they ``Include``, in order (a missing file
-    counts as missing, so its disappearance changes the digest too)."""
+    counts as missing, so its disappearance changes the digest too).
+
+    :param home: the ``$HOME`` a relative ``Include`` is read under (default: this process's).
+    """
+    home = home or _home()
     h = hashlib.sha256()
     seen: set[Path] = set()
 
@@ -72,7 +83,7 @@ def config_digest(paths: Sequence[str | os.PathLike[str]]) -> str:
         except OSError:
             h.update(b"\0missing\0")
             return
-        for inc in _included(path):
+        for inc in _included(path, home):
             add(inc, depth + 1)
 
     for p in paths:
@@ -98,7 +109,8 @@ def connection_info(host: Any) -> dict[str, Any] | None:
     if ssh is None:
         return None
     paths = [os.path.abspath(os.path.expanduser(p)) for p in ssh.settings.config_paths]
-    info = {"via": "ssh", "alias": ssh.settings.alias, "ssh_config": paths, "digest": config_digest(paths)}
+    info = {"via": "ssh", "alias": ssh.settings.alias, "ssh_config": paths, "digest": config_digest(paths),
+            "home": _home()}
     if ssh.host_key_fingerprint is not None:
         info["host_key"] = ssh.host_key_fingerprint
     return info
@@ -129,17 +141,29 @@ async def check_same_machine(host: Any, remembered: dict[str, Any] | None, *, jo
     got = await host_identity(host)
     if got is not None and got != want:
         alias = str((remembered or {}).get("alias") or getattr(host, "name", "?"))
-        changed = " (the SSH config it was started with changed since)" if remembered and config_changed(
-            remembered) else ""
+        change = config_change(remembered) if remembered else None
+        changed = {"changed": " (the SSH config it was started with changed since)",
+                   "home": " (the SSH config's relative Include reads under another $HOME than at the launch)"
+                   }.get(change or "", "")
         raise HostChanged(alias, f"cannot tell what became of job {job_id}: {alias} now reaches another machine "
                                  f"(host key {got}, the job was started on {want}){changed}; nothing was changed. "
                                  "Reach the job's machine again (restore the config, or give the one it was "
                                  "started with: -F) and ask again", job_id=job_id)
 
 
-def config_changed(remembered: dict[str, Any]) -> bool:
-    """True when the config files remembered in ``remembered`` (or a file they include) changed since."""
+def config_change(remembered: dict[str, Any]) -> str | None:
+    """How the config remembered in ``remembered`` reads now against the launch: ``"changed"`` when its files (or a
+    file they include, read as at the launch) changed; ``"home"`` when they did not, but a relative ``Include``
+    reads other files now (another ``$HOME`` than the launch's); None when nothing differs (or nothing was
+    remembered)."""
     paths, digest = remembered.get("ssh_config"), remembered.get("digest")
     if not isinstance(paths, list) or not isinstance(digest, str):
-        return False
-    return config_digest([str(p) for p in paths]) != digest
+        return None
+    files = [str(p) for p in paths]
+    then = remembered.get("home") if isinstance(remembered.get("home"), str) else None
+    if config_digest(files, then) != digest:
+        return "changed"
+    if then is not None and then != _home() and config_digest(files) != digest:
+        return "home"
+    return None
+

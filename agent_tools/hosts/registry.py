@@ -84,11 +84,12 @@ class HostRegistry:
         A host registered under ``alias`` (a fake, an embedded host) and SSH config files given to this registry
         explicitly win. Otherwise the config files the job was started with are used when they differ from the
         default ones — so a job started with ``-F cfg`` is followed without ``-F cfg``. The note says when those
-        files changed since the job started (or are gone, or differ from the files given now); else it is None.
+        files changed since the job started (or are gone, or differ from the files given now), or did not change
+        but a relative ``Include`` of theirs reads other files under another ``$HOME``; else it is None.
 
         :raises BadArguments: the alias is malformed.
         """
-        from .reach import config_changed
+        from .reach import config_change
 
         if alias in self._hosts or not remembered or remembered.get("via") != "ssh" or alias == "local":
             return self.get(alias), None
@@ -115,18 +116,24 @@ class HostRegistry:
             host = remembered_host
         if host is not self._hosts.get(alias):
             log.info("host.remembered_config", alias=alias, ssh_config=present)
-        if config_changed(remembered):
+        change = config_change(remembered)
+        if change is not None:
             from .sshconfig import config_hosts
 
             named = next((h for h in config_hosts(present) if h.alias == alias), None)
             if named is None:
-                then_now = (f"no Host line of them (or of their Includes) names {alias} now: renamed, or its "
-                            "Include removed?")
+                reached = (f"no Host line in it (or in what it includes) names {alias} now: renamed, or its "
+                           "Include removed?")
             else:
-                then_now = f"they name {alias} now in {named.path}" + (
-                    f" (HostName {named.hostname})" if named.hostname else "")
-            return host, (f"the SSH config the job was started with ({', '.join(started)}) changed since the launch, "
-                          f"when it named {alias}; {then_now}; {alias} is reached as it says now")
+                reached = (f"{alias} is in {named.path} now" + (f" (HostName {named.hostname})" if named.hostname
+                                                                 else "") + ", and is reached as that says")
+            files = ", ".join(started)
+            if change == "home":
+                then = remembered.get("home")
+                return host, (f"the SSH config the job was started with ({files}) did not change, but its relative "
+                              f"Include is read under another $HOME now ({os.path.expanduser('~')}, not {then} as at "
+                              f"the launch); {reached}")
+            return host, f"the SSH config the job was started with ({files}) changed since the launch; {reached}"
         return host, None
 
     def names(self) -> list[str]:

@@ -72,7 +72,7 @@ from ..errors import (
 from . import host_keys
 from .background import Background
 from .base import ConnectProgress, ExecResult, HostProcess
-from .ssh_config import CanonicalizeError, JumpHop, ResolvedHost
+from .ssh_config import CanonicalizeError, JumpHop, ResolvedHost, expand_tilde
 from .ssh_config import resolve as resolve_config
 
 __all__ = ["SshHost", "SshSettings", "Timing"]
@@ -251,12 +251,12 @@ class SshSettings:
 
 def default_config_paths() -> list[str]:
     """OpenSSH client config files read by default: ``$AGENT_TOOLS_SSH_CONFIG`` (``:``-separated) first,
-    then ``~/.ssh/config`` when it exists."""
+    then ``~/.ssh/config`` when it exists (``~``: the password database's home, as ssh(1) reads it)."""
     paths: list[str] = []
     env = os.environ.get("AGENT_TOOLS_SSH_CONFIG")
     if env:
         paths.extend(p for p in env.split(os.pathsep) if p)
-    user_cfg = Path("~/.ssh/config").expanduser()
+    user_cfg = Path(expand_tilde("~/.ssh/config"))  # ssh reads the password database's home, not $HOME
     if user_cfg.exists():
         paths.append(str(user_cfg))
     return paths
@@ -722,8 +722,10 @@ class SshHost:
         s = self.settings
         tunnel = await self._hops(resolved.jumps, timing, depth=0)
         try:
+            files = host_keys.known_hosts_files(s.known_hosts, resolved.config, resolved.hostname,
+                                                int(s.port or resolved.port or 22))
             kw = dict(s.connect_kwargs(timing), **resolved.connect_kwargs(),
-                      client_factory=lambda: _Client(self, info))
+                      client_factory=lambda: _Client(self, info), known_hosts=files.trusted())
             if s.client_keys is not None:  # explicit keys in the settings win over the config's
                 kw["client_keys"] = s.client_keys
             conn = await asyncssh.connect(target, **kw, tunnel=tunnel or ())
@@ -755,7 +757,9 @@ class SshHost:
                 if i == 0 and via.jumps:
                     tunnel = await self._hops(via.jumps, timing, depth=depth + 1)
                 hop_timing = self.settings.timing(via.config)
+                files = host_keys.known_hosts_files(None, via.config, via.hostname, via.port)
                 conn = await asyncssh.connect(hop.host, **via.connect_kwargs(), tunnel=tunnel or (),
+                                              known_hosts=files.trusted(),
                                               connect_timeout=hop_timing.connect_timeout_s,
                                               keepalive_interval=hop_timing.keepalive_interval_s,
                                               keepalive_count_max=hop_timing.keepalive_count_max)

@@ -29,6 +29,16 @@ first value wins); this module applies them the way ssh(1) does where asyncssh's
 * **UserKnownHostsFile** takes ``%`` tokens and ``${VAR}`` (ssh_config(5) TOKENS, ENVIRONMENT VARIABLES);
   asyncssh expands them only in key, agent and command options, so ``UserKnownHostsFile ~/.ssh/kh_%h`` named
   a file that does not exist and every host key was refused. Here they are expanded as ssh expands them.
+* **``~`` and ``%d``** in file options (``IdentityFile``, ``CertificateFile``, ``UserKnownHostsFile``,
+  ``GlobalKnownHostsFile``, ``IdentityAgent``) name the login user's home from the password database
+  (misc.c ``tilde_expand``: ``getpwuid(getuid())->pw_dir``; ``%d`` likewise), and so does the default user
+  config ``~/.ssh/config``; ``$HOME`` is not read for them. asyncssh expands both from ``$HOME``, so with
+  ``HOME`` pointing elsewhere it read another user's known_hosts (trusting keys ssh refuses). Here they are
+  expanded as ssh expands them (:func:`expand_tilde`), and so are the default known_hosts files
+  (:func:`agent_tools.hosts.host_keys.known_hosts_files`). A relative ``Include`` is the exception ssh makes
+  itself: it is globbed with ``GLOB_TILDE``, which reads ``$HOME`` (as asyncssh does too). Left as asyncssh has
+  it: the default key files tried when the config names none (or none that exist) are read under ``$HOME``
+  (they are the caller's own keys; which host keys are trusted never depends on ``$HOME``).
 * **ProxyJump hops** are resolved the same way (ssh runs ``ssh -W host:port hop`` with the same config files),
   so a hop's missing key or ``Match final`` block behaves as it does for ssh.
 
@@ -57,7 +67,11 @@ import asyncssh
 from asyncssh.config import SSHClientConfig, SSHConfig
 from asyncssh.pattern import WildcardPatternList
 
-__all__ = ["CanonicalizeError", "JumpHop", "ResolvedHost", "canonical_name", "resolve"]
+__all__ = ["CanonicalizeError", "JumpHop", "ResolvedHost", "canonical_name", "expand_tilde", "passwd_home",
+           "resolve"]
+
+#: options whose values are file names ssh(1) expands ``~`` in (readconf.c / ssh.c ``tilde_expand_filename``)
+PATH_OPTIONS = ("IdentityFile", "CertificateFile", "UserKnownHostsFile", "GlobalKnownHostsFile", "IdentityAgent")
 
 
 class _Configured(asyncssh.SSHClientConnectionOptions):
@@ -88,7 +102,7 @@ class _SshConfig(SSHClientConfig):
         this = socket.gethostname()
         alias = o.get("HostKeyAlias")
         tokens = {"%": "%", "C": hashlib.sha1((this + host + port + ruser + jmphost).encode()).hexdigest(),
-                  "L": this.split(".", 1)[0], "d": _passwd_home(), "h": host,
+                  "L": this.split(".", 1)[0], "d": passwd_home(), "h": host,
                   "k": alias if isinstance(alias, str) else host, "l": this, "n": orig, "p": port, "r": ruser,
                   "u": local_user, "j": jmphost}
         if hasattr(os, "getuid"):
@@ -169,6 +183,7 @@ class _SshConfig(SSHClientConfig):
         tokens = self._exec_tokens()  # and %k, %j, which asyncssh does not know
         self._tokens.setdefault("k", tokens["k"])
         self._tokens.setdefault("j", tokens["j"])
+        self._tokens["d"] = tokens["d"]  # the password database's home, as ssh: not asyncssh's $HOME
 
 
 @dataclass(frozen=True)
@@ -242,7 +257,7 @@ def _split(files: list[str] | None, missing: list[str]) -> list[str] | None:
         return None
     present: list[str] = []
     for f in files:
-        (present if os.path.exists(os.path.expanduser(f)) else missing).append(f)
+        (present if os.path.exists(f) else missing).append(f)
     return present
 
 
@@ -317,8 +332,15 @@ def resolve(alias: str, config_paths: Sequence[str | os.PathLike[str]], *, user:
     if canonicalize or first.has_match_final():  # ssh: a second pass that keeps what the first one set
         config = cast(SSHClientConfig, _SshConfig.load(first, paths, False, bool(canonicalize), True, local_user,
                                                        (), alias, ()))
+    for option in PATH_OPTIONS:  # ~ as ssh expands it (asyncssh would read $HOME when it opens the file)
+        value = config._options.get(option)
+        if isinstance(value, str):
+            config._options[option] = expand_tilde(value)
+        elif isinstance(value, list):
+            config._options[option] = [expand_tilde(v) if isinstance(v, str) else v for v in value]
     missing: list[str] = []
     identity = _split(_files(config.get("IdentityFile")), missing)
+
     certs = _split(_files(config.get("CertificateFile")), missing)
     jump = config.get("ProxyJump")
     jumps = [JumpHop.parse(h) for h in jump.split(",") if h.strip()] if isinstance(jump, str) else []
@@ -331,10 +353,28 @@ def resolve(alias: str, config_paths: Sequence[str | os.PathLike[str]], *, user:
                         identity_files=identity, cert_files=certs, missing_files=missing, jumps=jumps)
 
 
-def _passwd_home() -> str:
-    """The login user's home directory from the password database, as ssh(1)'s ``%d`` is (misc.c
-    ``tilde_expand``: ``getpwuid(getuid())->pw_dir``; ``$HOME`` is not read); ``~`` when there is no entry."""
+def passwd_home() -> str:
+    """The login user's home directory from the password database, as ssh(1)'s ``~`` and ``%d`` are (misc.c
+    ``tilde_expand``: ``getpwuid(getuid())->pw_dir``; ``$HOME`` is not read); ``$HOME`` only when the user has
+    no entry (ssh would refuse to run then)."""
     try:
         return pwd.getpwuid(os.getuid()).pw_dir
     except KeyError:
         return os.path.expanduser("~")
+
+
+def expand_tilde(path: str) -> str:
+    """``path`` with a leading ``~`` expanded as ssh(1) expands it in file options (misc.c ``tilde_expand``):
+    ``~`` and ``~/...`` from :func:`passwd_home`, ``~user/...`` from that user's entry; anything else (and an
+    unknown user) unchanged."""
+    if not path.startswith("~"):
+        return path
+    name, sep, rest = path[1:].partition("/")
+    if name:
+        try:
+            home = pwd.getpwnam(name).pw_dir
+        except KeyError:
+            return path
+    else:
+        home = passwd_home()
+    return home.rstrip("/") + "/" + rest if sep else home

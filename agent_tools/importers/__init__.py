@@ -12,13 +12,14 @@ What is inferred from a transcript (and why the cassette is *synthesised*, not r
 
 from .claude_code import parse_claude_code
 from .codex import parse_codex
-from .generate import ImportResult, import_calls, make_plan
+from .generate import ImportFailed, ImportResult, import_calls, make_plan
 from .model import ShellCall, ShellCalls
 from .opencode import parse_opencode
 from .plan import replay_plan, run_plan
 from .synth import Timeline, TranscriptHost, infer_timeline
 
 __all__ = [
+    "ImportFailed",
     "ImportResult",
     "ShellCall",
     "ShellCalls",

@@ -16,8 +16,12 @@ structure only — never by searching the command's output, which may quote any 
   code`` line (the sidecar reads ``"Error: <output>"``): such a call ran and failed and is imported as
   finished with a non-zero status whose number is unknown (``nonzero``, ``exit_status`` None): the transcript
   says only that it was non-zero, and the output is the command's own text (a number it prints may be a child's
-  status, or quoted), so no number is read from it. From 2.0 on, an ``is_error`` result without the
-  ``Exit code`` line never came from the command: the tool refused or rejected the call and nothing ran;
+  status, or quoted), so no number is read from it, not even from a first line ``Exit code N`` (the command's
+  own). Refusals look the same there (sidecar ``"Error: <text>"``), so one counts only when the whole content
+  is the tool's one-line text (a permission rule's naming this very command): output that merely starts like
+  one (``Path "/srv/data" does not exist`` and a stack trace) is the failed command's. From 2.0 on, an
+  ``is_error`` result without the ``Exit code`` line never came from the command: the tool refused or rejected
+  the call and nothing ran;
 * an ``is_error`` result is a **refusal** (nothing ran; :data:`REFUSAL_PATTERNS`, each anchored at the start of
   the content) when it starts with the user's "The user doesn't want to proceed with this tool use..." /
   "...take this action right now", ``<tool_use_error>`` (the tool rejected the call, e.g. a ``Path "..." does
@@ -48,8 +52,10 @@ structure only — never by searching the command's output, which may quote any 
   counts only as the first line of a successful result of a call that asked for ``run_in_background``, or (no
   sidecar object at all) as the "moved to the background" answer. Its end shows in a later ``BashOutput {bash_id}`` /
   ``TaskOutput {task_id}`` result (``<status>completed</status>``, ``<exit_code>N</exit_code>``,
-  ``<stdout>``/``<output>``), a ``KillShell {shell_id}`` / ``TaskStop {task_id}``, or a
-  ``<task-notification>`` user message (``<tool-use-id>``, ``<task-id>``, ``<status>``, "... (exit code N)");
+  ``<stdout>``/``<output>``), or a ``<task-notification>`` user message (``<tool-use-id>``, ``<task-id>``,
+  ``<status>``, "... (exit code N)"); a ``KillShell {shell_id}`` / ``TaskStop {task_id}`` that succeeded stopped
+  it on request (:attr:`~agent_tools.importers.model.ShellCall.killed_at`: replayed as ``job_cancel`` then, not
+  as the command exiting by itself), and what later entries show of it (``killed``) is that kill;
 * a resumed session repeats earlier lines: a ``tool_use`` id seen again, and a second result for a call that
   has one, are the same call (the first is kept).
 
@@ -109,6 +115,10 @@ REFUSAL_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+#: line types of a Codex rollout (``{timestamp, type, payload}``), for saying that a file is one
+_CODEX_LINES = ("session_meta", "turn_context", "response_item", "event_msg", "compacted")
+
+
 def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
@@ -149,6 +159,18 @@ def refusal_of(text: str) -> str | None:
         if pattern.match(stripped):
             return f"{what}: {_quote(stripped)}"
     return None
+
+
+def _whole_message(text: str, call: ShellCall) -> bool:
+    """For 1.0.x, where a failed command's result is its raw output: whether ``text`` can only be the tool's own
+    refusal, not output that starts like one. The tool's refusals are one line, and a permission rule's names the
+    call's own command; a command that printed more lines (``Path "/srv/data" does not exist`` and a stack
+    trace) ran and failed."""
+    stripped = text.strip()
+    if "\n" in stripped:
+        return False
+    m = re.match(r"Permission to use \w+ with command (.*) has been denied\.?$", stripped, re.S)
+    return m is None or m.group(1).strip() == call.command.strip()
 
 
 def _timeout_line(text: str) -> tuple[str, float] | None:
@@ -201,7 +223,8 @@ class _Session:
         elif name in ("BashOutput", "TaskOutput"):
             self.followups[tid] = ("output", str(inp.get("bash_id") or inp.get("task_id") or ""))
         elif name in ("KillShell", "KillBash", "TaskStop"):
-            self.followups[tid] = ("kill", str(inp.get("shell_id") or inp.get("bash_id") or inp.get("task_id") or ""))
+            self.followups[tid] = (f"kill:{name}",
+                                   str(inp.get("shell_id") or inp.get("bash_id") or inp.get("task_id") or ""))
 
     def tool_result(self, block: dict[str, Any], sidecar: Any, ts: float | None, version: int | None) -> None:
         tid = str(block.get("tool_use_id"))
@@ -224,7 +247,9 @@ class _Session:
         stopped = side.get("interrupted") is True
         exit_status: int | None = None
         if is_error:
-            m = _EXIT_RE.match(text)
+            # ShellError's "Exit code N" first line exists from 2.0 on; in 1.0.x the content is the command's own
+            # output, which may print such a line itself
+            m = _EXIT_RE.match(text) if version is not None and version >= 2 else None
             if m:  # ShellError: the command ran; its exit status comes first
                 exit_status = int(m.group(1))
                 text = text[m.end():]
@@ -288,7 +313,7 @@ class _Session:
                       f"{_quote(text)}")
             return True
         refused = refusal_of(text)
-        if refused is not None:
+        if refused is not None and ((version is not None and version >= 2) or _whole_message(text, call)):
             call.output = text
             call.skip(refused)
             return True
@@ -307,10 +332,12 @@ class _Session:
             return
         text = _content_text(block.get("content"))
         side = sidecar if isinstance(sidecar, dict) else {}
-        if kind == "kill":
-            if not block.get("is_error") and call.finished_at is None:
-                call.finished_at, call.final_exit_status = ts, 143  # killed (TERM) on request
+        if kind.startswith("kill:"):
+            if not block.get("is_error") and call.finished_at is None and call.killed_at is None:
+                call.killed_at, call.killed_by = ts, kind[5:]  # stopped on request: replayed as job_cancel then
             return
+        if call.killed_at is not None:
+            return  # what a look after the kill shows ("killed") is the kill's doing
         chunk = side.get("stdout") if isinstance(side.get("stdout"), str) else (
             _tag(text, "stdout") or _tag(text, "output") or "")
         err = side.get("stderr") if isinstance(side.get("stderr"), str) else (_tag(text, "stderr") or "")
@@ -328,13 +355,39 @@ class _Session:
             call = self.calls.get((_tag(body, "tool-use-id") or "").strip()) or self.by_background_id.get(
                 (_tag(body, "task-id") or "").strip())
             status = (_tag(body, "status") or "").strip()
-            if call is None or not call.background or call.finished_at is not None or status not in (
-                    "completed", "failed", "killed"):
+            if call is None or not call.background or call.finished_at is not None or call.killed_at is not None \
+                    or status not in ("completed", "failed", "killed"):
                 continue
             m = re.search(r"exit code (-?\d+)", _tag(body, "summary") or "")
             call.finished_at = ts
             call.final_exit_status = int(m.group(1)) if m else (143 if status == "killed" else
                                                                 (1 if status == "failed" else 0))
+
+
+def _subagent_bash_calls(path: Path) -> tuple[int, int] | None:
+    """``(files, Bash tool_use blocks)`` of the session's subagent transcripts (``<sessionId>/subagents/
+    agent-*.jsonl`` beside the session file: /work/shared/TRANSCRIPTS.md), or None when it has none."""
+    folder = path.with_suffix("") / "subagents"
+    files = sorted(folder.glob("agent-*.jsonl")) if folder.is_dir() else []
+    if not files:
+        return None
+    calls = 0
+    for f in files:
+        try:
+            text = f.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for raw in text.splitlines():
+            try:
+                line = json.loads(raw)
+            except json.JSONDecodeError:
+                continue
+            content = line.get("message", {}).get("content") if isinstance(line, dict) and isinstance(
+                line.get("message"), dict) else None
+            if line.get("type") == "assistant" and isinstance(content, list):
+                calls += sum(1 for b in content if isinstance(b, dict) and b.get("type") == "tool_use"
+                             and b.get("name") == "Bash")
+    return len(files), calls
 
 
 def parse_claude_code(path: str | os.PathLike[str]) -> ShellCalls:
@@ -359,6 +412,12 @@ def parse_claude_code(path: str | os.PathLike[str]) -> ShellCalls:
             seen.note("line(s) that are not JSON")
             continue
         if not isinstance(line, dict) or not isinstance(line.get("message"), dict):
+            codex = isinstance(line, dict) and (
+                (isinstance(line.get("payload"), dict) and line.get("type") in _CODEX_LINES)
+                or str(line.get("type") or "").startswith(("thread.", "turn.", "item.")))
+            if codex:
+                seen.note("line(s) of a Codex rollout or codex exec --json stream (import it with: agent-tools "
+                          "import codex FILE)")
             continue
         content = line["message"].get("content")
         ts = parse_iso(line.get("timestamp"))
@@ -378,6 +437,12 @@ def parse_claude_code(path: str | os.PathLike[str]) -> ShellCalls:
             elif line.get("type") == "user" and block.get("type") == "text":
                 session.notification(str(block.get("text", "")), ts)
     seen.extend(session.calls[c] for c in session.order)
+    subagents = _subagent_bash_calls(Path(path))
+    if subagents:
+        files, n = subagents
+        seen.note(f"Bash call(s) of this session's subagents, in {files} transcript(s) under "
+                  f"{Path(path).with_suffix('').name}/subagents/ (not part of this import: import each "
+                  "agent-*.jsonl by itself)", n)
     if session.repeated:
         seen.note("tool_use block(s) repeated (a resumed session carries earlier lines; read once)",
                   session.repeated)

@@ -44,7 +44,9 @@ Results, matched by ``call_id``:
   a JSON string ``{"output": ..., "metadata": {"exit_code", "duration_seconds"}}``; free text ``Exit code: N /
   Wall time: S seconds / [Total output lines: N /] Output: ...``; for ``exec_command`` ``Chunk ID / Wall time /
   Process exited with code N`` (or ``Process running with session ID N``) ``/ Original token count / Output:
-  ...``; or an object / list of ``{type: "input_text", text}``; or ``"aborted"``: the turn was interrupted
+  ...``; ``failed in sandbox TYPE with execution error: sandbox denied exec error, exit code: N, stdout: ...,
+  stderr: ...`` (codex-rs ``SandboxErr::Denied``: the command ran in the sandbox and exited N); or an object /
+  list of ``{type: "input_text", text}``; or ``"aborted"``: the turn was interrupted
   while the call was in flight (codex-rs' interrupt test: the history gets an ``"aborted"`` output for the
   running tool call) — imported as stopped by the user at that time (a call still waiting for approval would
   read the same: the rollout does not keep the approval request in every release).
@@ -112,6 +114,13 @@ def _args(payload: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+#: codex-rs ``SandboxErr::Denied`` ("sandbox denied exec error, exit code: {}, stdout: {}, stderr: {}", core/src/
+#: error.rs) in the tool's "failed in sandbox {type:?} with execution error: {err}" (the command ran, in the
+#: sandbox, and exited with that status: e.g. curl without network)
+_SANDBOX_DENIED_RE = re.compile(r"^failed in sandbox \w+ with execution error: sandbox denied exec error, "
+                                r"exit code: (-?\d+), stdout: (.*)$", re.DOTALL)
+
+
 def _text(output: Any) -> str:
     if isinstance(output, str):
         return output
@@ -154,6 +163,10 @@ def _parse_output(output: Any) -> tuple[str, int | None, float | None, str | Non
         duration = float(w.group(1)) if w else None
         r = _RUNNING_RE.search(head)
         return body, code, duration, (r.group(1) if r else None)
+    m = _SANDBOX_DENIED_RE.match(text)
+    if m:  # the command ran in the sandbox and exited non-zero; codex-rs SandboxErr::Denied's text
+        out, _, err = m.group(2).partition(", stderr: ")
+        return out + ("\n" if out and err and not out.endswith("\n") else "") + err, int(m.group(1)), None, None
     m = _EXIT_LINE_RE.match(text)
     if m:  # "Exit code: 1\n..." without the Output: header
         return text[m.end():].lstrip("\n"), int(m.group(1)), None, None
@@ -415,6 +428,8 @@ def parse_codex(path: str | os.PathLike[str]) -> ShellCalls:
         if not isinstance(payload, dict):
             if line.get("type") in _ITEM_TYPES:  # a rollout from before the {timestamp, type, payload} envelope:
                 rollout.response_item(line, ts)  # its items carry no time (durations come from their outputs)
+            elif isinstance(line.get("message"), dict) and line.get("type") in ("user", "assistant"):
+                seen.note("line(s) of a Claude Code session (import it with: agent-tools import claude-code FILE)")
             continue
         if line.get("type") == "response_item":
             rollout.response_item(payload, ts)

@@ -27,7 +27,7 @@ from .model import ShellCall, ShellCalls
 from .plan import run_plan
 from .synth import Timeline, TranscriptHost, infer_timeline
 
-__all__ = ["ImportResult", "import_calls", "make_plan"]
+__all__ = ["ImportFailed", "ImportResult", "import_calls", "make_plan"]
 
 HOST = "local"
 
@@ -37,41 +37,54 @@ def make_plan(timeline: Timeline, *, budget_s: float = DEFAULT_BUDGET_S, host: s
 
     Every call that ran gets a ``run_command`` step at its time offset. Then: a call that finished but ran
     longer than ``budget_s`` (agent_tools detaches it) is followed with ``job_status`` to its end, so its exit
-    status is checked; a call the user stopped is followed until then and cancelled with ``job_cancel`` at the
-    time the transcript shows it stopped; a call the old tool left running (timeout, background) is followed
-    until it settles or the agent's next call is due, and, when the transcript shows its end only after other
-    calls, followed again at that time (``at_s``), so its end is checked too.
+    status is checked; a call the user (or the agent's ``KillShell``) stopped is followed until then and
+    cancelled with ``job_cancel`` at the time the transcript shows it stopped; a call the old tool left running
+    (timeout, background) is followed until it settles or the agent's next call is due, and, when the transcript
+    shows its end only after other calls, followed again at that time (``at_s``), so its end is checked too. The
+    checks :meth:`Timeline.replaced` names get no step. A call made before the ``run_command`` of the one
+    before it returns (parallel calls; an old timeout under the budget) gets a ``note`` saying when it runs.
     """
-    superseded = {i for t in timeline.timed_out.values() for i in t.superseded if t.end_s is not None
-                  and timeline.start_s[i] <= t.end_s}
-    kept = [c for c in timeline.calls if c.index not in superseded]
+    replaced = timeline.replaced()
+    kept = [c for c in timeline.calls if c.index not in replaced]
     plan: list[dict[str, Any]] = []
     later: list[dict[str, Any]] = []  # follow-ups due after other calls (see _merge_later)
+    busy: tuple[int, float] | None = None  # (call, when its run_command returns): a call before then waits for it
     for k, c in enumerate(kept):
         start = timeline.start_s[c.index]
         step: dict[str, Any] = {"tool": "run_command", "call": c.index, "at_s": round(start, 3),
                                 "arguments": {"host": host, "command": c.command, "budget_s": budget_s}}
+        if busy is not None and start < busy[1] - 1.0:  # parallel calls, or an old timeout below the budget
+            step["note"] = (f"made at {start:.0f} s, while the replay's run_command of call {busy[0]} still waits "
+                            f"(its {budget_s:g} s budget): runs once that returns, at about {busy[1]:.0f} s")
         nxt = timeline.start_s[kept[k + 1].index] if k + 1 < len(kept) else None
         info = timeline.timed_out.get(c.index)
+        ran_for = timeline.duration_s[c.index] if info is None else budget_s
+        busy = (c.index, max(busy[1] if busy else 0.0, start) + min(ran_for, budget_s))
         if info is None:
             duration = timeline.duration_s[c.index]
             step["was"] = c.exit_text() + c.after()
             plan.append(step)
             if duration > budget_s:  # detached by agent_tools: follow it to its end, where its exit status shows
-                until = start + duration + 120.0
-                plan.append({"tool": "job_status", "follow": c.index, "wait_s": 60.0,
-                             "until_s": round(until if nxt is None else min(until, max(nxt, start + duration)), 3),
-                             "was": f"it ran {duration:.0f} s, longer than the {budget_s:g} s budget: followed to its "
-                                    f"{c.exit_text()}"})
+                end = start + duration
+                was = f"it ran {duration:.0f} s, longer than the {budget_s:g} s budget: followed to its {c.exit_text()}"
+                until = end + 120.0 if nxt is None else min(end + 120.0, nxt)
+                plan.append({"tool": "job_status", "follow": c.index, "wait_s": 60.0, "until_s": round(until, 3),
+                             "was": was if until >= end else f"followed until the next call; {was} later"})
+                if until < end:  # it ends after the next call began: follow it again then (its exit status)
+                    later.append({"tool": "job_status", "follow": c.index, "at_s": round(end, 3), "wait_s": 60.0,
+                                  "until_s": round(end + 120.0, 3), "was": was})
             continue
         step["was"] = c.how_it_ended()
         plan.append(step)
-        if info.cancel_at_s is not None:  # the user stopped it: cancel the job then
-            if info.cancel_at_s > start + budget_s:
+        if info.cancel_at_s is not None:  # stopped by the user or on request: cancel the job then
+            stop = info.cancel_at_s
+            cut = nxt is not None and nxt < stop  # other calls came first: the cancel comes at its own time
+            if stop > start + budget_s:
                 plan.append({"tool": "job_status", "follow": c.index, "wait_s": 60.0,
-                             "until_s": round(info.cancel_at_s, 3), "was": "followed until the user stopped it"})
-            plan.append({"tool": "job_cancel", "cancel": c.index, "at_s": round(info.cancel_at_s, 3),
-                         "was": info.evidence})
+                             "until_s": round(min(stop, nxt) if cut and nxt is not None else stop, 3),
+                             "was": "followed until the next call" if cut else "followed until it was stopped"})
+            (later if cut else plan).append({"tool": "job_cancel", "cancel": c.index, "at_s": round(stop, 3),
+                                              "was": info.evidence})
             continue
         until = (info.end_s if info.end_s is not None else timeline.end_s) + 120.0
         if info.url:
@@ -79,9 +92,10 @@ def make_plan(timeline: Timeline, *, budget_s: float = DEFAULT_BUDGET_S, host: s
             step["deadline_s"] = max(900.0, round(until, 0))
         if nxt is not None:  # follow it only until the agent's next call, which keeps its own time
             until = min(until, nxt)
+        gone = [i for i, n in replaced.items() if n == c.index]
         plan.append({"tool": "job_status", "follow": c.index, "wait_s": 60.0, "until_s": round(until, 3),
-                     "was": (f"replaces checks {', '.join(map(str, info.superseded))}: {info.evidence}"
-                             if info.superseded else info.evidence)})
+                     "was": (f"replaces call(s) {', '.join(map(str, sorted(gone)))} (its checks): {info.evidence}"
+                             if gone else info.evidence)})
         if info.end_s is not None and until < info.end_s:
             # its end shows only after other calls: follow it again then, so that end (state, exit status) is
             # checked too, not only that it was still running when the next call came
@@ -99,19 +113,34 @@ def _merge_later(plan: list[dict[str, Any]], later: list[dict[str, Any]], timeli
         if pos is None:
             plan.append(step)
             continue
-        step["until_s"] = round(min(float(step["until_s"]), float(plan[pos]["at_s"])), 3)
+        if "until_s" in step:
+            step["until_s"] = round(min(float(step["until_s"]), float(plan[pos]["at_s"])), 3)
         plan.insert(pos, step)
     return plan
 
 
 @dataclass
 class ImportResult:
-    """What an import wrote and found."""
+    """What an import wrote and found.
+
+    :attr replaced: transcript calls the replay does not run, each with the call whose job ``job_status``
+        follows instead (a check of the same thing, up to the end it showed: :meth:`Timeline.replaced`).
+    """
 
     cassette_path: Path
     test_path: Path
     plan: list[dict[str, Any]]
     results: list[dict[str, Any]]
+    replaced: dict[int, int] = dataclasses.field(default_factory=dict)
+
+
+class ImportFailed(ValueError):
+    """The import cannot be written: no call can be imported, or a step of the synthesised replay answered an
+    error (the generated test would assert it as the expected outcome)."""
+
+
+#: what NAME may be: it names files and the generated test function (a Python identifier's characters)
+NAME_RE = re.compile(r"[A-Za-z0-9_]+")
 
 
 def _name(source: Path) -> str:
@@ -133,9 +162,15 @@ def import_calls(calls: list[ShellCall], *, runtime: str, source: str | os.PathL
 
     :param runtime: ``claude-code``, ``opencode`` or ``codex`` (recorded in the cassette header).
     :param source: the transcript file (its name becomes NAME unless ``name`` is given).
-    :raises ValueError: no shell call in the transcript can be imported (the message says why for each).
+    :param name: NAME: letters, digits and ``_`` only (it names both files and the test function).
+    :raises ValueError: ``name`` is not such a name (nothing is written).
+    :raises ImportFailed: no shell call in the transcript can be imported (the message says why for each), or
+        a step of the replay answered an error (named with its message); nothing is written.
     """
     src = Path(source)
+    if name is not None and not NAME_RE.fullmatch(name):
+        raise ValueError(f"--name {name!r}: use letters, digits and _ only (it names the files "
+                         "test_transcript_NAME.py and cassettes/NAME.jsonl, and the test function)")
     name = name or _name(src)
     seen = calls if isinstance(calls, ShellCalls) else None
     # the one seam for transcripts: their commands and outputs are redacted before anything is inferred, run,
@@ -146,7 +181,7 @@ def import_calls(calls: list[ShellCall], *, runtime: str, source: str | os.PathL
              for c in calls]
     timeline = infer_timeline(calls)
     if not timeline.calls:
-        raise ValueError(f"{src}: no shell call that can be imported ({_nothing_to_import(calls, seen)})")
+        raise ImportFailed(f"{src}: no shell call that can be imported ({_nothing_to_import(calls, seen)})")
     plan = make_plan(timeline)
     host = TranscriptHost(timeline, HOST)
     skipped = [{"call": c.index, "command": c.command, "why": c.skip_reason} for c in calls if not c.ran]
@@ -167,13 +202,20 @@ def import_calls(calls: list[ShellCall], *, runtime: str, source: str | os.PathL
             results = run_virtual(main, wall_start=timeline.start_wall)
         finally:
             journal.close()
+    errors = [r for r in results if r.get("outcome") == "error"]
+    if errors:  # a generated test would assert the error as what agent_tools does: nothing is written
+        raise ImportFailed(f"{src}: the replay of the transcript's calls answered an error, so no test is written: "
+                           + "; ".join(f"call {r['call']}: {r['tool']} -> error"
+                                       f"{' (' + str(r['result'].get('kind')) + ')' if r['result'].get('kind') else ''}"
+                                       f": {r['result'].get('message')}" for r in errors[:5]))
     cassette: Cassette = recorder.cassette()
     out = Path(out_dir)
     cassette_path = out / "cassettes" / f"{name}.jsonl"
     cassette.save(cassette_path)
     test_path = out / f"test_transcript_{name}.py"
-    test_path.write_text(_test_source(name, runtime, src.name, plan, results, calls), encoding="utf-8")
-    return ImportResult(cassette_path, test_path, plan, results)
+    replaced = timeline.replaced()
+    test_path.write_text(_test_source(name, runtime, src.name, plan, results, calls, replaced), encoding="utf-8")
+    return ImportResult(cassette_path, test_path, plan, results, replaced)
 
 
 def _nothing_to_import(calls: list[ShellCall], seen: ShellCalls | None) -> str:
@@ -186,12 +228,12 @@ def _nothing_to_import(calls: list[ShellCall], seen: ShellCalls | None) -> str:
         return why + (f"; also seen: {saw}" if saw else "")
     if saw:
         return f"no shell call could be read: the transcript holds {saw}"
-    lines = f" among its {seen.lines} line(s)" if seen is not None else ""
+    lines = f" among its {seen.lines} {seen.unit}" if seen is not None else ""
     return f"no shell tool call of a known shape{lines}"
 
 
 def _test_source(name: str, runtime: str, source: str, plan: list[dict[str, Any]], results: list[dict[str, Any]],
-                 calls: list[ShellCall]) -> str:
+                 calls: list[ShellCall], replaced: dict[int, int]) -> str:
     by_index = {c.index: c for c in calls}
     checks: list[str] = []
     for i, (step, res) in enumerate(zip(plan, results, strict=True)):
@@ -220,6 +262,10 @@ def _test_source(name: str, runtime: str, source: str, plan: list[dict[str, Any]
                       for c in calls if not c.ran)
     if skipped:
         skipped = "\n\n# Not imported (nothing of them to replay):" + skipped
+    if replaced:
+        skipped += "\n\n# Replaced (not run: the job of the call they checked is followed with job_status instead):" + \
+            "".join(f"\n#   call {i} `{_short(by_index[i].command, 50)}`: checks call {n}"
+                    for i, n in sorted(replaced.items()))
     return f'''"""Replays the shell calls of a {runtime} session through agent_tools.
 
 Generated by `agent-tools import {runtime}` from:

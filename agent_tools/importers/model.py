@@ -39,6 +39,8 @@ class ShellCall:
     :param finished_at: for a call the old tool left running (:attr:`left_running`): unix seconds when a later
         entry of the transcript (Claude Code ``BashOutput``/``TaskOutput``/``<task-notification>``, Codex
         ``write_stdin`` polls or ``exec_command_end``) showed the command had ended, else None.
+    :param killed_at: for a call the old tool left running: unix seconds when a later entry stopped it on
+        request (Claude Code ``KillShell``/``TaskStop``), else None; :param killed_by: that entry's name.
     :param final_exit_status: the exit status that later entry showed (None: not shown).
     :param final_output: the whole output that later entry showed, when it showed more than :attr:`output`.
     :param ran: False for calls that are not imported; :attr:`skip_reason` says why.
@@ -60,6 +62,8 @@ class ShellCall:
     interrupted: bool = False
     background: bool = False
     finished_at: float | None = None
+    killed_at: float | None = None
+    killed_by: str | None = None
     final_exit_status: int | None = None
     final_output: str | None = None
     ran: bool = True
@@ -123,15 +127,17 @@ def parse_iso(value: object) -> float | None:
 class ShellCalls(list[ShellCall]):
     """The shell calls an importer read (a list of :class:`ShellCall`), and what else it saw in the transcript.
 
-    :attr lines: non-empty lines (or records) read.
+    :attr lines: non-empty lines (or records) read; :attr unit: what they are, for people (``line(s)``,
+        ``message part(s)``).
     :attr seen: notable things the importer saw but could not read as shell calls, by what they are, with their
         counts (e.g. ``{"custom_tool_call 'exec' item(s) of an unknown shape": 4}``), so that a transcript whose
         calls cannot be read says what it holds instead of "no shell calls".
     """
 
-    def __init__(self, calls: list[ShellCall] | None = None) -> None:
+    def __init__(self, calls: list[ShellCall] | None = None, *, unit: str = "line(s)") -> None:
         super().__init__(calls or [])
         self.lines = 0
+        self.unit = unit
         self.seen: Counter[str] = Counter()
 
     def note(self, what: str, n: int = 1) -> None:

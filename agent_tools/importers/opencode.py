@@ -166,7 +166,9 @@ def parse_opencode_messages(messages: list[dict[str, Any]]) -> ShellCalls:
     """The bash calls of ``[{info, parts}]`` messages (the shape of an export), in order, including the ones
     not imported (``ran`` False with a ``skip_reason``). A part whose ``callID`` was seen already is the same call
     (the first is kept)."""
-    calls = ShellCalls()
+    calls = ShellCalls(unit="message part(s)")
+    if not messages:
+        calls.note("message(s): the session is empty", 0)
     ids: set[str] = set()
     for msg in messages:
         parts = msg.get("parts", []) if isinstance(msg, dict) else []

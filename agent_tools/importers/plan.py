@@ -10,9 +10,11 @@ A plan is a list of JSON-ready steps, in transcript order, each at its original 
   ``job_status(wait_s=W)`` (each wait cut to what is left before ``U``) until it settles (readiness
   ``ready``/``failed``/``deadline_exceeded``, or a final state without probes) or the loop clock passes ``U``
   seconds from the start (an import sets ``U`` no later than the next call's time, so every later call keeps
-  the time offset it had in the transcript).
-* ``{"tool": "job_cancel", "cancel": N, "at_s": S}`` — cancel call N's job at offset S (the user stopped the
-  call then, per the transcript).
+  the time offset it had in the transcript, unless it was made while the call before it still ran: steps run
+  one after another, so such a call runs when that call's ``run_command`` returns, and its step's ``note``
+  says when).
+* ``{"tool": "job_cancel", "cancel": N, "at_s": S}`` — cancel call N's job at offset S (the user, or the
+  agent's ``KillShell``, stopped the call then, per the transcript).
 
 Each step's result is summarised as ``{"call", "tool", "outcome", "state", "readiness", "exit_status",
 "polls"}`` (absent fields None), which generated tests assert on.

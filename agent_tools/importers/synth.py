@@ -19,15 +19,23 @@ Inference, made explicit:
 * A call the old tool killed at its timeout (e.g. ``systemctl restart`` of a model server, 15 s), or that the
   old tool left running in the background, is taken to have kept running on the host, as a durable job does.
   When the transcript itself later shows it end (a background job's status, a session poll:
-  :attr:`ShellCall.finished_at`), that is its end and exit status. Otherwise its end is read from the **later
-  checks** in the transcript: the first later check that shows the service ready
-  (``systemctl is-active``/``status`` saying active, a successful ``curl``/``wget``, a log line such as
-  SGLang's "The server is fired up and ready to roll!") ends it with status 0 at that check's time; a check
-  showing a failure ends it with status 1. With no such evidence it is still running at the end of the
-  transcript.
-* An HTTP URL polled by those checks becomes the job's readiness probe: the synthetic host refuses
-  connections to it until the job's end and answers ``200`` (with the successful check's output) after.
-* The checks up to that end are superseded: agent_tools follows the job with ``job_status`` instead.
+  :attr:`ShellCall.finished_at`), that is its end and exit status; when a later entry stopped it on request
+  (``KillShell``/``TaskStop``: :attr:`ShellCall.killed_at`) it is cancelled then, as a call the user stopped.
+  Otherwise its end is read from the **later checks of the same thing** in the transcript
+  (:func:`related_check`): ``systemctl is-active``/``status`` or ``journalctl -u`` of a unit the call
+  (re)started; ``curl``/``wget`` of a URL, or a port, its command names, or of this host (``127.0.0.1``,
+  ``localhost``) after a call that (re)started a unit (the transcript does not say which port a unit serves);
+  ``tail``/``grep`` of a file its command names (a log it writes). A check of anything else never says how
+  the call ended (``systemctl status nginx`` says nothing of ``make test``). The first related check that shows
+  it ready (active, a successful ``curl``, a log line such as SGLang's "The server is fired up and ready to
+  roll!") ends it with status 0 at that check's time; one showing a failure ends it with status 1. With no
+  such evidence it is still running at the end of the transcript.
+* An ``http://`` URL polled by those checks becomes the job's readiness probe (``https://`` cannot be a probe:
+  probes speak plain HTTP): the synthetic host refuses connections to it until the job's end and answers
+  ``200`` (with the successful check's output) after.
+* The related checks up to that end are **replaced** (:meth:`Timeline.replaced`): agent_tools follows the job
+  with ``job_status`` instead, and the import lists them as replaced. Checks after the end, checks of other
+  things, and every check of a call whose end no check shows are replayed as they ran.
 
 :class:`TranscriptHost` speaks the job wire protocol of :mod:`agent_tools.jobs.scripts` (launch, status,
 cancel); any other command is answered with exit status 127. A launch with a deadline (its optional last word)
@@ -37,6 +45,7 @@ is killed at it as the job's monitor would: a job still running then ends with s
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from collections.abc import Mapping
@@ -49,7 +58,8 @@ from anyio.abc import ByteStream
 from ..hosts.base import ExecResult, HostProcess
 from .model import ShellCall
 
-__all__ = ["Timeline", "TranscriptHost", "infer_timeline"]
+__all__ = ["Subject", "Timeline", "TranscriptHost", "check_verdict", "checked_subject", "infer_timeline",
+           "related_check", "subject_of"]
 
 _URL_RE = re.compile(r"https?://[^\s'\"|;&)]+")
 _READY_LOG_RE = re.compile(r"fired up and ready to roll|Application startup complete|Started .+\.service"
@@ -59,6 +69,147 @@ _FAIL_LOG_RE = re.compile(r"Traceback|Failed to start|Main process exited, code=
 _NOT_READY_HTTP_RE = re.compile(r"Connection refused|Failed to connect|\b50[0-9]\b|Service Unavailable",
                                 re.IGNORECASE)
 _BOOT_ID = "00000000-0000-4000-8000-transcript00"
+
+
+_LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "0.0.0.0", "::1", "[::1]", "::", "ip6-localhost"})
+_SEGMENT_RE = re.compile(r"&&|\|\||[;|&\n]")
+_UNIT_VERBS = frozenset({"start", "restart", "reload-or-restart", "try-restart", "try-reload-or-restart",
+                         "reload", "force-reload", "enable", "reenable"})
+_PORT_RE = re.compile(r"(?:--port|--listen-port|--http-port|(?<![\w-])-p)(?:=|\s+)(\d{2,5})\b"
+                      r"|(?:localhost|127\.0\.0\.1|0\.0\.0\.0|\[::1?\]):(\d{2,5})\b"
+                      r"|\bhttp\.server\s+(?:--bind\s+\S+\s+)?(\d{2,5})\b|\bPORT=(\d{2,5})\b")
+#: the programs whose file operands a log check reads, with their options that take a value
+_FILE_CHECKS: dict[str, frozenset[str]] = {
+    "tail": frozenset({"-n", "-c", "--lines", "--bytes", "-s", "--sleep-interval", "--pid"}),
+    **{g: frozenset({"-e", "--regexp", "-f", "--file", "-m", "--max-count", "-A", "-B", "-C"})
+       for g in ("grep", "egrep", "fgrep", "zgrep")},
+}
+_REDIRECT_RE = re.compile(r"(?:&>>?|\d?>>?)\s*([^\s;&|<>]+)")
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What a command acts on or checks, as far as its text says: unit names (``.service`` added to a bare
+    name, as systemctl reads it), URLs as ``(host, port)``, TCP ports, and files."""
+
+    units: frozenset[str] = frozenset()
+    urls: frozenset[tuple[str, int]] = frozenset()
+    ports: frozenset[int] = frozenset()
+    files: frozenset[str] = frozenset()
+
+
+def _words(segment: str) -> list[str]:
+    try:
+        return shlex.split(segment)
+    except ValueError:
+        return segment.split()
+
+
+def _unit(name: str) -> str:
+    return name if "." in name else name + ".service"
+
+
+def _url(url: str) -> tuple[str, int] | None:
+    m = re.match(r"(https?)://(\[[^\]]*\]|[^/:?#\s]+)(?::(\d+))?", url)
+    if not m:
+        return None
+    return m.group(2).lower(), int(m.group(3) or (443 if m.group(1) == "https" else 80))
+
+
+def _file(word: str) -> str:
+    return os.path.normpath(word)
+
+
+def _segments(command: str) -> list[list[str]]:
+    """The simple commands of a command line, as words (``sudo``/``env``/``timeout N`` dropped)."""
+    out = []
+    for seg in _SEGMENT_RE.split(command):
+        words = _words(seg)
+        while words and (words[0] in ("sudo", "env", "nohup", "exec", "command", "time")
+                         or re.fullmatch(r"[A-Za-z_]\w*=.*", words[0])):
+            words = words[1:]
+            while words and words[0].startswith("-") and len(words) > 1:  # sudo -u x, env -i
+                words = words[2:] if words[0] in ("-u", "-g", "-C") else words[1:]
+        if words and words[0] == "timeout":
+            words = [w for w in words[1:] if not w.startswith("-")][1:]
+        if words:
+            out.append(words)
+    return out
+
+
+def subject_of(command: str) -> Subject:
+    """What ``command`` acts on: the units it (re)starts (``systemctl start|restart|... UNIT``, ``service UNIT
+    start|restart``), the URLs and ports it names, the files it writes (redirections, ``tee``) or names."""
+    units: set[str] = set()
+    files: set[str] = {_file(m.group(1)) for m in _REDIRECT_RE.finditer(command) if m.group(1) != "/dev/null"}
+    for words in _segments(command):
+        prog = os.path.basename(words[0])
+        args = [w for w in words[1:] if not w.startswith("-")]
+        if prog == "systemctl" and args and args[0] in _UNIT_VERBS:
+            units.update(_unit(a) for a in args[1:])
+        elif prog == "service" and len(args) >= 2 and args[1] in ("start", "restart", "reload", "force-reload"):
+            units.add(_unit(args[0]))
+        elif prog == "tee":
+            files.update(_file(a) for a in args)
+    urls = {u for m in _URL_RE.finditer(command) if (u := _url(m.group(0))) is not None}
+    ports = {int(p) for m in _PORT_RE.finditer(command) for p in m.groups() if p} | {port for _, port in urls}
+    return Subject(frozenset(units), frozenset(urls), frozenset(ports), frozenset(files))
+
+
+def checked_subject(call: ShellCall) -> Subject:
+    """What a check (:func:`check_verdict`) looks at: the units of ``systemctl is-active|status`` and of
+    ``journalctl -u``, the URL of ``curl``/``wget``, the files of ``tail``/``grep``."""
+    units: set[str] = set()
+    files: set[str] = set()
+    for words in _segments(call.command):
+        prog = os.path.basename(words[0])
+        if prog == "systemctl":
+            args = [w for w in words[1:] if not w.startswith("-")]
+            if args and args[0] in ("is-active", "status", "is-failed", "show"):
+                units.update(_unit(a) for a in args[1:])
+        elif prog == "journalctl":
+            for i, w in enumerate(words):
+                if w in ("-u", "--unit") and i + 1 < len(words):
+                    units.add(_unit(words[i + 1]))
+                elif w.startswith("--unit="):
+                    units.add(_unit(w.split("=", 1)[1]))
+                elif w.startswith("-u") and len(w) > 2 and not w.startswith("--"):
+                    units.add(_unit(w[2:]))
+        elif prog in _FILE_CHECKS:
+            operands: list[str] = []
+            takes_value = _FILE_CHECKS[prog]
+            pattern_given = False
+            skip = False
+            for w in words[1:]:
+                if skip:
+                    skip = False
+                elif w in takes_value:
+                    skip = True
+                    pattern_given = pattern_given or w in ("-e", "--regexp", "-f", "--file")
+                elif w.startswith("--regexp=") or w.startswith("--file="):
+                    pattern_given = True
+                elif not w.startswith("-") and not w.lstrip("+").isdigit():
+                    operands.append(w)
+            if prog != "tail" and not pattern_given:
+                operands = operands[1:]  # grep's first operand is the pattern
+            files.update(_file(a) for a in operands)
+    urls = {u for m in _URL_RE.finditer(call.command) if (u := _url(m.group(0))) is not None}
+    return Subject(frozenset(units), frozenset(urls), frozenset(), frozenset(files))
+
+
+def related_check(call: ShellCall, check: ShellCall) -> bool:
+    """Whether ``check`` (a later call :func:`check_verdict` reads) looks at the same thing ``call`` acts on
+    (see the module docstring): a unit it (re)started, a URL or port it names (or this host's HTTP after a unit
+    (re)start), a file it names."""
+    did, saw = subject_of(call.command), checked_subject(check)
+    if did.units & saw.units:
+        return True
+    for host, port in saw.urls:
+        if (host, port) in did.urls or port in did.ports or (host in _LOCAL_HOSTS and did.units):
+            return True
+    # a file: the same name, or the same base name where one of them is relative (the directory is not known)
+    return any(f == g or (os.path.basename(f) == os.path.basename(g) and not (f.startswith("/") and g.startswith("/")))
+               for f in did.files for g in saw.files)
 
 
 def check_verdict(call: ShellCall) -> str | None:
@@ -92,7 +243,7 @@ class TimedOutCall:
     exit_status: int | None
     evidence: str  # the call that showed it, for people
     url: str | None  # an HTTP URL its checks polled (the readiness probe)
-    superseded: list[int] = field(default_factory=list)  # indexes of checks replaced by following the job
+    superseded: list[int] = field(default_factory=list)  # checks replaced by following the job (up to its end)
     cancel_at_s: float | None = None  # the user stopped it then (seconds from the start): replayed as job_cancel
 
 
@@ -106,6 +257,12 @@ class Timeline:
     duration_s: dict[int, float]
     timed_out: dict[int, TimedOutCall]
     end_s: float
+
+    def replaced(self) -> dict[int, int]:
+        """The checks the replay does not run, each with the call whose job is followed instead (its end, found
+        by a check of the same thing, is at or after the check)."""
+        return {i: n for n, t in self.timed_out.items() if t.end_s is not None for i in t.superseded
+                if self.start_s[i] <= t.end_s}
 
     def http_ready_at(self, url_host: str, port: int) -> tuple[float | None, str] | None:
         """``(ready_at_s or None, body)`` for a URL polled by checks of a timed-out call, else None."""
@@ -154,18 +311,27 @@ def infer_timeline(calls: list[ShellCall]) -> Timeline:
                              f"{info.exit_status}")
             timed[c.index] = info
             continue
+        if c.killed_at is not None:  # the agent stopped it (KillShell, TaskStop): cancelled then
+            stop = max(c.killed_at - t0, start[c.index])
+            info.cancel_at_s = stop
+            info.evidence = (f"stopped on request ({c.killed_by or 'a kill'}) at {stop:.0f} s, "
+                             f"{stop - start[c.index]:.0f} s after it started: replayed as job_cancel then")
+            timed[c.index] = info
+            continue
+        checks: list[int] = []
         for later in ran[i + 1:]:
             verdict = check_verdict(later)
-            if verdict is None:
-                continue
+            if verdict is None or not related_check(c, later):
+                continue  # a check of something else says nothing of how this call ended
             url = _URL_RE.search(later.command)
-            if url and info.url is None:
+            if url and info.url is None and url.group(0).startswith("http://"):
                 info.url = url.group(0)
-            info.superseded.append(later.index)
+            checks.append(later.index)
             if verdict in ("ready", "failed"):
                 info.end_s = start[later.index]
                 info.exit_status = 0 if verdict == "ready" else 1
                 info.evidence = f"call {later.index} `{later.command}` at {start[later.index]:.0f} s shows it {verdict}"
+                info.superseded = checks  # replaced by following the job to that end
                 break
         timed[c.index] = info
     end = max([start[c.index] + dur[c.index] for c in ran], default=0.0)

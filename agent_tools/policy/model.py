@@ -39,7 +39,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from agent_tools.errors import BadArguments
 from agent_tools.policy.shell import SimpleCommand
+from agent_tools.probes.specs import probe_from_dict
 
 __all__ = [
     "CommandDecision",
@@ -171,11 +173,27 @@ class Rule(_Strict):
         missing = sorted(used - captured)
         if missing:
             raise ValueError(f"probes use {{{missing[0]}}}, which match does not capture")
+        for i, probe in enumerate(self.probes):  # checked at load (a captured word stands in as "1"), not at a run
+            try:
+                probe_from_dict(_filled(probe, "1"))
+            except BadArguments as exc:
+                raise ValueError(f"probes[{i}]: {exc.message}") from None
         return self
 
     def captures(self) -> list[str]:
         """Names captured by ``{name}`` tokens of ``match``, in order."""
         return [m.group(1) for tok in self.match if (m := _CAPTURE_TOKEN_RE.match(tok))]
+
+
+def _filled(value: Any, word: str) -> Any:
+    """``value`` (a probe spec) with every ``{name}`` placeholder replaced by ``word``."""
+    if isinstance(value, str):
+        return _PLACEHOLDER_RE.sub(word, value)
+    if isinstance(value, dict):
+        return {k: _filled(v, word) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_filled(v, word) for v in value]
+    return value
 
 
 def _placeholders(value: Any) -> set[str]:

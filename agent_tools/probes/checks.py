@@ -31,8 +31,10 @@ from urllib.parse import urlsplit
 
 import anyio
 import h11
+import structlog
+from pydantic import BaseModel
 
-from ..errors import HostError
+from ..errors import AgentToolsError, HostError
 from ..hosts.base import Host, run_on
 from .parse import parse_free, parse_nvidia_smi
 from .result import ProbeResult
@@ -49,6 +51,8 @@ from .systemd import STATE_KEYS as UNIT_STATE_KEYS
 from .systemd import UNIT_PROPS, check_unit
 
 __all__ = ["STATE_KEYS", "UNIT_PROPS", "ProbeResult", "advance", "check_probe", "check_probes", "port_holder"]
+
+log = structlog.get_logger(__name__)
 
 #: key a passed log probe's spec carries into later checks (the line it saw); internal, not part of the schema
 MATCHED = "matched_line"
@@ -349,10 +353,44 @@ async def check_probe(host: Host, spec: dict[str, Any] | Any, *, gate: str | Non
     :param gate: the invocations of the job's units now (see :func:`check_probes`): a log line seen under
         another gate no longer counts.
     :param invocation: for a log probe of a unit's journal: only lines of this invocation count.
-    :returns: a :class:`ProbeResult`; host problems give ``not_yet`` with the error as evidence (a probe never
-        raises for a transient fault).
-    :raises BadArguments: invalid spec.
+    :returns: a :class:`ProbeResult`; never raises for one probe's problem: a host problem gives ``not_yet``
+        with the error as evidence (a transient fault); a spec that cannot be checked (kept in a job's journal
+        row by an older version that did not refuse it: an ``https://`` URL, a malformed regex) gives ``failed``
+        (it can never pass), saying why; any other error in the check gives ``not_yet`` naming it (logged), so
+        the job and its other probes still report.
     """
+    try:
+        return await _check_probe(host, spec, gate=gate, invocation=invocation)
+    except AgentToolsError as exc:
+        if isinstance(exc, HostError) or exc.retryable:
+            return ProbeResult(_kind(spec), _target(_plain(spec)), "not_yet", f"host error: {exc.message}")
+        return ProbeResult(_kind(spec), _target(_plain(spec)), "failed",
+                           f"cannot be checked ({_one_line(exc.message)})")
+    except Exception as exc:  # a bug in a check must not take the job's status (and its other probes) with it
+        log.exception("probe.check_error", kind=_kind(spec))
+        return ProbeResult(_kind(spec), _target(_plain(spec)), "not_yet",
+                           f"the check failed inside agent_tools ({type(exc).__name__}: {_one_line(str(exc))}); "
+                           "this is a bug")
+
+
+def _plain(spec: dict[str, Any] | Any) -> dict[str, Any]:
+    """A probe spec (model or dict) as a dict, for naming it when it cannot be validated."""
+    if isinstance(spec, BaseModel):
+        return spec.model_dump()
+    return spec if isinstance(spec, dict) else {}
+
+
+def _kind(spec: dict[str, Any] | Any) -> str:
+    return str(_plain(spec).get("kind") or "probe")
+
+
+def _one_line(text: str, n: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[:n - 1] + "…"
+
+
+async def _check_probe(host: Host, spec: dict[str, Any] | Any, *, gate: str | None,
+                       invocation: str | None) -> ProbeResult:
     state: dict[str, Any] = {}
     if isinstance(spec, dict) and STATE_KEYS & spec.keys():
         state = {k: spec[k] for k in STATE_KEYS & spec.keys()}
@@ -502,7 +540,12 @@ async def _answered_by_old_process(host: Host, specs: list[dict[str, Any]], resu
         except (KeyError, TypeError, ValueError):
             continue
         for unit, pid_before in old:
-            held = await port_holder(host, port, unit, main_pid=pid_before)
+            try:
+                held = await port_holder(host, port, unit, main_pid=pid_before)
+            except HostError as exc:  # who answered cannot be told this time: not counted yet
+                results[i] = ProbeResult(r.kind, r.target, "not_yet", f"{r.evidence}, but whether {unit}'s process "
+                                         f"from before the restart answered could not be seen ({exc.message})")
+                break
             if held is not None and held[3]:
                 pid, _, comm, _ = held
                 results[i] = ProbeResult(r.kind, r.target, "not_yet",

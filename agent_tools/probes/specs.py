@@ -8,15 +8,17 @@ cursor) are accepted but left out of that schema (``SkipJsonSchema``): a model h
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from ..errors import BadArguments
 
 __all__ = ["GpuMemoryProbe", "HostMemoryProbe", "HttpProbe", "LogProbe", "PortProbe", "ProbeSpec",
-           "SystemdUnitProbe", "probe_from_dict", "with_log_units"]
+           "SystemdUnitProbe", "check_http_url", "probe_from_dict", "with_log_units"]
 
 
 def _kind_required(schema: dict[str, Any]) -> None:
@@ -41,6 +43,34 @@ def _variant(description: str) -> ConfigDict:
 
 class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def _regex(value: str | None) -> str | None:
+    """A probe's regex, compiled once here so that a malformed one is refused with the call, not met by a check."""
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression ({exc})") from None
+    return value
+
+
+def check_http_url(url: str) -> str:
+    """``url`` when a probe can GET it (``http://HOST[:PORT]/...``: a plain HTTP request, no TLS), else
+    :class:`ValueError` saying why (``https://``: no TLS; no host; a port that is not a number in 1-65535)."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() == "https":
+        raise ValueError("https is not supported (no TLS): a probe sends a plain HTTP GET from the host itself; "
+                         "give the service's http://127.0.0.1:PORT/PATH, or use a port probe")
+    if parts.scheme.lower() != "http" or not parts.hostname:
+        raise ValueError(f"{url!r} is not an http://HOST[:PORT]/PATH URL")
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"{url!r} has an invalid port ({exc})") from None
+    if port == 0:
+        raise ValueError(f"{url!r} has an invalid port (0)")
+    return url
 
 
 class SystemdUnitProbe(_Spec):
@@ -100,6 +130,9 @@ class SystemdUnitProbe(_Spec):
 class HttpProbe(_Spec):
     """An HTTP endpoint answers ``expect_status`` (and ``body_regex``), reached from the host itself.
 
+    Plain HTTP only (no TLS): an ``https://`` URL, or one without a host or with a bad port, is refused when the
+    spec is validated (:func:`check_http_url`), before anything runs.
+
     "Connection refused" and 503 are "not yet" (SGLang keeps its port closed while loading and answers 503
     on /health while starting).
     """
@@ -126,6 +159,16 @@ class HttpProbe(_Spec):
             raise ValueError("timeout_s must be > 0 seconds")
         return value
 
+    @field_validator("url")
+    @classmethod
+    def _plain_http(cls, url: str) -> str:
+        return check_http_url(url)
+
+    @field_validator("body_regex")
+    @classmethod
+    def _body_regex(cls, value: str | None) -> str | None:
+        return _regex(value)
+
 
 class LogProbe(_Spec):
     """A line matching ``pattern`` appears in a unit's journal (``journalctl -u UNIT -o json --after-cursor``)
@@ -142,6 +185,11 @@ class LogProbe(_Spec):
                                                                          "the tools)")
     offset: SkipJsonSchema[int] = Field(default=0, ge=0, description="path: byte offset to start at (0: the whole "
                                                                      "file; moved on by the tools as they read)")
+
+    @field_validator("pattern", "fail_pattern")
+    @classmethod
+    def _regexes(cls, value: str | None) -> str | None:
+        return _regex(value)
 
     @field_validator("unit")
     @classmethod
@@ -206,14 +254,19 @@ def probe_from_dict(data: dict[str, Any] | BaseModel) -> SystemdUnitProbe | Http
         GpuMemoryProbe | HostMemoryProbe:
     """Validate a probe spec given as a dict (``{"kind": "http", "url": ...}``).
 
-    :raises BadArguments: unknown kind or invalid fields (the message names them).
+    :raises BadArguments: unknown kind or invalid fields (the message names them), e.g. an ``https://`` URL (a
+        probe sends plain HTTP) or a regex that does not compile.
     """
-    if isinstance(data, BaseModel):
-        return data  # type: ignore[return-value]
+    if isinstance(data, BaseModel):  # validated again: a model built without validation (model_construct) too
+        data = data.model_dump()
     try:
         return _ADAPTER.validate_python(data)  # type: ignore[no-any-return]
-    except Exception as exc:  # pydantic.ValidationError
-        raise BadArguments(f"invalid probe {data!r}: {exc}") from exc
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:]) or 'probe'}: "
+                             f"{e['msg'].removeprefix('Value error, ')}" for e in exc.errors())
+        kind = data.get("kind") if isinstance(data, dict) else None
+        what = f"{kind} probe" if isinstance(kind, str) and kind.isidentifier() and len(kind) <= 20 else "probe"
+        raise BadArguments(f"invalid {what}: {problems}") from exc
 
 
 def with_log_units(probes: list[dict[str, Any]], unit: str | None) -> list[dict[str, Any]]:

@@ -76,6 +76,12 @@ class IdMap:
         return _ID_PATTERN_B.sub(lambda m: self.rec_to_new.get(m.group(0).decode(), m.group(0).decode()).encode(),
                                  data)
 
+    def to_new_text(self, text: str) -> str:
+        """Recorded text with every bound recorded id replaced by its new id."""
+        if not self.rec_to_new:
+            return text
+        return ID_PATTERN.sub(lambda m: self.rec_to_new.get(m.group(0), m.group(0)), text)
+
     def to_recorded(self, text: str) -> str:
         """New text with every bound new id replaced by the recorded id it stands for."""
         if not self.new_to_rec:

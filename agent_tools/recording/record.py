@@ -31,6 +31,7 @@ from ..clock import wall_time
 from ..errors import AgentToolsError, HostError
 from ..hosts.base import ExecResult, Host, HostProcess
 from ..hosts.registry import HostRegistry
+from ..outcomes import result_view
 from ..tools.toolkit import Toolkit, ToolSpec
 from .cassette import Cassette, data_fields
 
@@ -332,8 +333,9 @@ def wrap_typed_calls(tk: Toolkit, spec: ToolSpec, call: Callable[[str, dict[str,
 
 
 def result_json(result: BaseModel | dict[str, Any]) -> dict[str, Any]:
-    """A tool result as JSON: a dispatch dict as it is, a typed call's model dumped (``mode="json"``)."""
-    return result if isinstance(result, dict) else result.model_dump(mode="json")
+    """A tool result as JSON, as the model reads it: a dispatch dict as it is, a typed call's model as the same
+    compact view (:func:`agent_tools.outcomes.result_view`), so that both are recorded and checked alike."""
+    return result if isinstance(result, dict) else result_view(result)
 
 
 class RecordingToolkit(Toolkit):

@@ -34,13 +34,15 @@ from typing import Any, TypeVar
 
 import anyio
 from anyio.abc import ByteStream
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic.errors import PydanticSchemaGenerationError
 
 from .. import errors as _errors
 from ..errors import AgentToolsError, HostError, ReplayError
 from ..hosts.base import ExecResult, Host, HostProcess
 from ..hosts.registry import HostRegistry
-from ..redact import redact, redact_obj
+from ..outcomes import ErrorOutcome, result_view
+from ..redact import MARK, redact, redact_obj
 from ..tools.toolkit import Toolkit, ToolSpec
 from .cassette import Cassette, ToolCall, blob_words, event_data, mask_secrets, redact_command
 from .ids import IdMap, normalise_ids
@@ -159,6 +161,47 @@ def _token_diff(recorded: str, request: str) -> str:
 
 
 _MASK_RE = re.compile(r"\[REDACTED\]\*+")
+#: how a secret reads in a replayed stream: the cassette's length-preserving mask (see .cassette.mask_secrets)
+_STREAM_MASK = r"(?:\[REDACTED\]\**|\*+)"
+
+
+#: secrets closer than this in a stream are masked as one run, the text between them too (.cassette.mask_secrets)
+_MERGED_GAP = 8
+
+
+@functools.lru_cache(maxsize=1024)
+def _masked_form(recorded: str) -> re.Pattern[str]:
+    """A pattern of ``recorded`` (a string of a recorded result) with each ``[REDACTED]`` standing for the mask a
+    replayed stream has in its place; markers fewer than 8 characters apart may be one mask there, the text
+    between them included."""
+    parts = recorded.split(MARK)
+    out = [re.escape(parts[0])]
+    for i, part in enumerate(parts[1:], start=1):
+        if i < len(parts) - 1 and len(part) < _MERGED_GAP:  # another marker follows closely: maybe one mask
+            out.append(f"{_STREAM_MASK}(?:{re.escape(part)})??")
+        else:
+            out.append(_STREAM_MASK + re.escape(part))
+    return re.compile("".join(out), re.DOTALL)
+
+
+def _same_but_masks(replayed: str, recorded: str) -> bool:
+    """Whether ``replayed`` is ``recorded`` where each ``[REDACTED]`` of the recording reads as the stream's mask
+    (a secret of the recorded output is stored masked, length-preserving: the replay builds its result from the
+    mask, the live run showed the marker)."""
+    return replayed == recorded or (MARK in recorded and _masked_form(recorded).fullmatch(replayed) is not None)
+
+
+def _equal(got: Any, want: Any) -> bool:
+    """``got == want`` for JSON results, volatile timing keys aside, a recorded ``[REDACTED]`` matching the
+    stream's mask."""
+    if isinstance(got, dict) and isinstance(want, dict):
+        keys = got.keys() - VOLATILE_KEYS
+        return keys == want.keys() - VOLATILE_KEYS and all(_equal(got[k], want[k]) for k in keys)
+    if isinstance(got, list) and isinstance(want, list):
+        return len(got) == len(want) and all(_equal(a, b) for a, b in zip(got, want, strict=True))
+    if isinstance(got, str) and isinstance(want, str):
+        return _same_but_masks(got, want) or _comparable(got) == _comparable(want)
+    return bool(got == want)
 
 
 def _comparable(obj: Any) -> Any:
@@ -316,14 +359,18 @@ class ReplaySession:
                            else "every recorded interaction was already used"))
 
     # ------------------------------------------------------------------ tools
-    def check_tool(self, name: str, arguments: dict[str, Any], result: dict[str, Any]) -> None:
+    def check_tool(self, name: str, arguments: dict[str, Any], result: dict[str, Any],
+                   normal: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any] | None:
         """Compare a tool call and its result with the next recorded one (no-op for cassettes without tools).
 
+        :param normal: the tool's result as the model reads it (a typed call's full model and ``dispatch``'s
+            compact view compare the same; cassettes from before typed results were recorded compact).
+        :returns: the recorded result (JSON, recorded ids) when there is one and it matched, else None.
         :raises ReplayError: a different tool or arguments, or a result that differs (volatile timing fields
-            such as ``elapsed_s`` aside).
+            such as ``elapsed_s`` aside; a recorded ``[REDACTED]`` matches the mask its stream is stored with).
         """
         if not self.tool_calls:
-            return
+            return None
         k = self.tool_position
         self.tool_position += 1
         if k >= len(self.tool_calls):
@@ -335,16 +382,33 @@ class ReplaySession:
             raise self.fail(f"tool call #{rec.call}: recorded {rec.name}({json.dumps(rec.arguments)[:300]}), "
                             f"replay called {name}({json.dumps(args)[:300]})")
         if rec.result is None:
-            return
-        got = _comparable(redact_obj(json.loads(self.ids.to_recorded(json.dumps(result))), self.extra_patterns))
-        want = _comparable(rec.result)
-        if got != want:
+            return None
+        got = redact_obj(json.loads(self.ids.to_recorded(json.dumps(result))), self.extra_patterns)
+        want = rec.result
+        if not _equal(got, want) and normal is not None:
+            got, want = normal(got), normal(want)
+        if not _equal(got, want):
+            got, want = _comparable(got), _comparable(want)
             a = json.dumps(want, indent=1, sort_keys=True, ensure_ascii=False).splitlines()
             b = json.dumps(got, indent=1, sort_keys=True, ensure_ascii=False).splitlines()
             diff = "\n".join("    " + ln for ln in difflib.unified_diff(a, b, "recorded", "replay", n=1,
                                                                          lineterm=""))
             raise self.fail(f"tool call #{rec.call} {name}: the result differs from the recording "
                             f"(a changed cassette, or changed code):\n{diff}")
+        return rec.result
+
+    def as_recorded(self, result: Any, recorded: Any) -> Any:
+        """``result`` (JSON) with each string that is its recorded counterpart but for the stream's secret masks
+        (:func:`_same_but_masks`) replaced by that recorded string (its ids mapped to this run's): what the
+        recording showed, not the mask the replay built it from."""
+        if isinstance(result, dict) and isinstance(recorded, dict):
+            return {k: self.as_recorded(v, recorded[k]) if k in recorded else v for k, v in result.items()}
+        if isinstance(result, list) and isinstance(recorded, list) and len(result) == len(recorded):
+            return [self.as_recorded(a, b) for a, b in zip(result, recorded, strict=True)]
+        if isinstance(result, str) and isinstance(recorded, str) and MARK in recorded and result != recorded:
+            if _same_but_masks(self.ids.to_recorded(result), recorded):
+                return self.ids.to_new_text(recorded)
+        return result
 
     # ------------------------------------------------------------------ hosts
     def host(self, name: str) -> ReplayHost:
@@ -596,6 +660,26 @@ class ReplayHostRegistry(HostRegistry):
         return None
 
 
+@functools.lru_cache(maxsize=64)
+def _result_adapter(result_type: Any) -> TypeAdapter[Any] | None:
+    """A validator of a tool's results (its declared result type, or an ``error`` outcome), or None."""
+    if result_type is None:
+        return None
+    try:
+        return TypeAdapter(result_type | ErrorOutcome)
+    except (TypeError, PydanticSchemaGenerationError):
+        return None
+
+
+def _whole(model: BaseModel, compact: dict[str, Any]) -> dict[str, Any]:
+    """A compact result (:func:`~agent_tools.outcomes.result_view`) as ``type(model)``'s whole JSON dump, when it
+    validates as one; else ``compact``."""
+    try:
+        return type(model).model_validate(compact).model_dump(mode="json")
+    except ValidationError:
+        return compact
+
+
 class ReplayToolkit(Toolkit):
     """A :class:`Toolkit` whose tool calls — :meth:`dispatch` and the typed methods (``tk.run_command(...)``)
     alike — are checked against the recorded ones, and which raises the replay's first failure at the call that
@@ -633,7 +717,30 @@ class ReplayToolkit(Toolkit):
             _IN_TOOL_CALL.reset(token)
         self.session.check()
         if check and self.check_tools:
-            self.session.check_tool(name, arguments, result_json(result))  # type: ignore[arg-type]
+            recorded = self.session.check_tool(name, arguments, result_json(result),  # type: ignore[arg-type]
+                                               functools.partial(self._normal, name))
+            if recorded is not None:  # the secrets of the recorded output: as the recording showed them
+                return self._as_recorded(result, self._normal(name, recorded))
+        return result
+
+    def _normal(self, name: str, data: dict[str, Any]) -> dict[str, Any]:
+        """``data`` (a result of tool ``name`` as JSON: a compact view or a whole model) as the compact view the
+        model reads, when it is a result of that tool; else unchanged."""
+        adapter = _result_adapter(self.result_type(name))
+        if adapter is None:
+            return data
+        try:
+            return result_view(adapter.validate_python(data))
+        except ValidationError:
+            return data
+
+    def _as_recorded(self, result: T, recorded: dict[str, Any]) -> T:
+        if isinstance(result, dict):
+            return self.session.as_recorded(result, recorded)  # type: ignore[no-any-return]
+        if isinstance(result, BaseModel):
+            whole = result.model_dump(mode="json")
+            fixed = self.session.as_recorded(whole, _whole(result, recorded))
+            return result if fixed == whole else type(result).model_validate(fixed)
         return result
 
     async def _typed(self, name: str, arguments: dict[str, Any], proceed: Callable[[], Awaitable[T]]) -> T:

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 import anyio
 import h11
+import structlog
 from pydantic import Field
 
 from ..errors import (
@@ -35,6 +36,7 @@ from ..errors import (
     Unsupported,
 )
 from ..hosts.base import Host, run_on
+from ..jobs.hints import NextCall, render
 from ..outcomes import Denied, Detached, Finished, NeedsApproval, ProbeReport, ResultModel
 from ..probes.checks import UNIT_PROPS, advance, check_probes, port_holder
 from ..probes.parse import parse_free, parse_nvidia_smi, parse_systemctl_show, parse_timespan_s
@@ -43,6 +45,8 @@ from ..probes.specs import probe_from_dict, with_log_units
 if TYPE_CHECKING:
     from ..jobs.journal import JobRecord
     from .toolkit import RunCommandResult, Toolkit
+
+log = structlog.get_logger(__name__)
 
 __all__ = ["FileContent", "FileRestored", "FileWritten", "GpuMemory", "HostInfo", "HostList", "HostMemory",
            "HttpResponse", "RestartPlan", "ServiceStatus", "WaitResult", "plan_restart", "unit_of_path"]
@@ -174,6 +178,8 @@ class HttpResponse(ResultModel):
 
 _ENOENT = ("No such file or directory", "No such file", "Not a directory", "Directory nonexistent")
 _EACCES = ("Permission denied", "Operation not permitted")
+#: how a host's shell prefixes its own error lines ("bash: line 1: ", "/bin/sh: 1: ", "sh: 1: cannot open ")
+_SHELL_PREFIX = re.compile(r"^(?:[\w/.-]*/)?(?:ba|da|z|k|mk)?sh: (?:line )?\d+: (?:cannot open )?", re.MULTILINE)
 
 
 def file_error(host: str, path: str, doing: str, stderr: bytes | str) -> AgentToolsError:
@@ -184,10 +190,15 @@ def file_error(host: str, path: str, doing: str, stderr: bytes | str) -> AgentTo
     :param doing: the verb for the message ("read", "write", "restore").
     """
     text = (stderr.decode("utf-8", "replace") if isinstance(stderr, bytes) else stderr).strip()
-    message = f"cannot {doing} {path} on {host}: {text[-300:] or 'failed'}"
-    if any(m in text for m in _EACCES):
+    # a known strerror(3) text is said as it is: the shell's or the tool's own prefix ("bash: line 1: PATH:",
+    # "/bin/sh: 1: cannot open PATH:") is how that host's shell words it, not something the model can use
+    known = next((m for m in (*_EACCES, *_ENOENT) if m in text), None)
+    said = ("no such file or directory" if known in ("No such file", "Directory nonexistent") else known.lower()) \
+        if known else _SHELL_PREFIX.sub("", text)[-300:] or "failed"
+    message = f"cannot {doing} {path} on {host}: {said}"
+    if known in _EACCES:
         return PermissionDenied(message + " (the login user lacks the rights: another path, or an operator)")
-    if any(m in text for m in _ENOENT):
+    if known in _ENOENT:
         return NotFound(message)
     return BadArguments(message)
 
@@ -492,8 +503,20 @@ async def restart_service(tk: Toolkit, host: str, unit: str, daemon_reload: bool
             "cause, then restart_service again")})
     if not isinstance(out, Finished):
         return out  # detached (systemctl hung: the job follows it), or the enqueue failed to start, or denied/asked
-    # the enqueue finished within its budget: the job now follows readiness through its probes
-    status = await tk.runner.job_status(h, out.job_id, wait_s=0)
+    # the enqueue finished within its budget: the job now follows readiness through its probes. The restart has
+    # run: whatever the first look meets, the answer carries the job id (never "failed, try again")
+    try:
+        status = await tk.runner.job_status(h, out.job_id, wait_s=0)
+    except Exception as exc:
+        if not isinstance(exc, AgentToolsError):
+            log.exception("restart_service.first_look_failed", host=host, job_id=out.job_id)
+        why = exc.message if isinstance(exc, AgentToolsError) else f"{type(exc).__name__}: {exc}"
+        return Detached(host=host, command=cmd, job_id=out.job_id, elapsed_s=out.duration_s,
+                        deadline_s=deadline_s,
+                        why=f"restart of {unit} enqueued; its first readiness look failed ({why})",
+                        stdout=out.stdout, stderr=out.stderr,
+                        next=render([NextCall("job_status", {"job_id": out.job_id, "wait_s": 30},
+                                              "to follow the restart (do not restart again)")]))
     allows = f"{timeout_s:g} s" if timeout_s is not None else "unlimited time"
     # while pending, not status.why: it repeats the probes' evidence, which is right below; once decided (the unit
     # failed at once, or was ready already) the verdict and its evidence (the unit's journal) are the news

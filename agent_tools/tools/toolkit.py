@@ -745,7 +745,7 @@ def _problem(spec: ToolSpec, error: Any, errors: list[Any]) -> str:
                 + f" (kinds: {', '.join(tags)})")
     if error.get("type") == "missing":
         return f"{where}: required"
-    return f"{where}: {error.get('msg')}"
+    return f"{where}: {str(error.get('msg')).removeprefix('Value error, ')}"
 
 
 def _names_at(schema: dict[str, Any], loc: tuple[Any, ...]) -> list[str]:
