@@ -2,7 +2,10 @@
 
 The parser is tree-sitter-bash (grammar: https://github.com/tree-sitter/tree-sitter-bash). It sees through
 lists (``;`` ``&&`` ``||`` newlines ``&``), pipelines (``|`` ``|&``), subshells, groups, ``if/for/while/case``
-bodies, function bodies, command and process substitutions and here-documents; then it unwraps the programs
+bodies, function bodies, command and process substitutions and here-documents (also the substitutions
+tree-sitter-bash leaves as text: a backquote or ``<(...)`` inside ``${...}``, the script of nested backquotes, a
+backquote in an unquoted here-document's body; each of those is decided and also opaque:
+:mod:`agent_tools.policy.substitutions`); then it unwraps the programs
 that only run another program (``sudo``, ``env``, ``nice``, ``nohup``, ``timeout``, ``stdbuf``, ``xargs``,
 ``command``, ``exec``, ``time``, ``ionice``, ``setsid``, ``chroot``, ``watch``, ``doas``, ``su -c``,
 ``busybox``/``toybox``, ``bash -c``, ``eval``, ``ssh HOST CMD``, ``find -exec``; and, for wrappers whose options
@@ -55,6 +58,7 @@ from ..redact import is_secret_name
 from .options import is_long_abbreviation
 from .paths import climbed, join_dir, normalise_path
 from .sinks import CODE_IN_TEXT_RE, find_sinks, is_plain_name
+from .substitutions import OPENERS, Quoting, find_substitutions, unescape_backquoted
 from .writes import OPENS_OPERANDS, STAT_ONLY, may_open_armed, writes_of
 
 __all__ = ["Redirect", "SimpleCommand", "normalise_path", "parse_command"]
@@ -68,6 +72,9 @@ MAX_BRACE_WORDS = 64
 _DYNAMIC_NODES = frozenset(
     {"simple_expansion", "expansion", "command_substitution", "process_substitution", "arithmetic_expansion"}
 )
+#: nodes whose text bash never expands (a raw_string may be: :meth:`_Walker.quoting_of`)
+_NEVER_EXPANDED = frozenset({"comment", "heredoc_start", "heredoc_end"})
+_SUBSTITUTION_NODES = frozenset({"command_substitution", "process_substitution"})
 _SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "yash", "fish", "csh", "tcsh", "rbash"})
 _INTERPRETER_RE = re.compile(
     r"^(?:python[0-9.]*|pypy[0-9.]*|perl[0-9.]*|ruby[0-9.]*|node|nodejs|deno|bun|php[0-9.]*|lua[0-9.]*|"
@@ -1234,6 +1241,8 @@ class _Walker:
         self.allexport = bool(_ALLEXPORT_RE.search(source.decode("utf-8", "surrogateescape")))
         self.keyword = bool(_KEYWORD_RE.search(source.decode("utf-8", "surrogateescape")))
         self.tainted: frozenset[str] = ctx.tainted
+        #: byte ranges of the substitutions :meth:`hidden_substitutions` found (their text is decided as a whole)
+        self.covered: list[tuple[int, int]] = []
 
     def text(self, node: tree_sitter.Node) -> str:
         # bytes that are not UTF-8 come back as the lone surrogates they were given as (shown as \udcff)
@@ -1327,7 +1336,9 @@ class _Walker:
             op = next((c.type for c in node.children if c.type in ("<<", "<<-")), "<<")
             quoted_delim = start is not None and any(q in self.text(start) for q in "'\"\\")
             body_text = self.text(body) if body is not None else ""
-            dynamic = body is not None and not quoted_delim and any(c.type in _DYNAMIC_NODES for c in body.children)
+            # a backquote in the body is run too, though tree-sitter leaves it in the text (substitutions.py)
+            dynamic = body is not None and not quoted_delim and (
+                any(c.type in _DYNAMIC_NODES for c in body.children) or bool(find_substitutions(body_text, "heredoc")))
             if op == "<<-":
                 body_text = re.sub(r"(?m)^\t+", "", body_text)
             heredoc_text = None if dynamic else body_text
@@ -1476,6 +1487,10 @@ class _Walker:
         while stack:
             node = stack.pop()
             kind = node.type
+            if node.is_named and kind not in _NEVER_EXPANDED:
+                self.hidden_substitutions(node)
+            if kind == "command_substitution" and node.children and node.children[0].type == "`":
+                self.backquoted(node)
             if kind == "command":
                 self.command(node)
             elif kind == "redirected_statement" and not _has_command(node.child_by_field_name("body")):
@@ -1499,6 +1514,72 @@ class _Walker:
             elif kind == "unset_command":
                 self.unset(node)
             stack.extend(reversed(node.children))
+
+    def quoting_of(self, node: tree_sitter.Node) -> Quoting | None:
+        """How bash reads the text of ``node`` (:data:`~.substitutions.Quoting`), or None where it expands nothing
+        (single quotes outside double quotes, the body of a here-document whose delimiter is quoted). A substitution
+        starts a quoting context of its own."""
+        cur: tree_sitter.Node | None = node
+        while cur is not None and cur.type != "program" and (cur == node or cur.type not in _SUBSTITUTION_NODES):
+            if cur.type == "heredoc_body":
+                start = next((c for c in cur.parent.children if c.type == "heredoc_start"), None) if cur.parent else None
+                quoted = start is not None and any(q in self.text(start) for q in "'\"\\")
+                return None if quoted else "heredoc"
+            if cur.type in ("string", "translated_string"):
+                return "double"  # `"${x:-'`cmd`'}"`: the single quotes are ordinary characters there
+            cur = cur.parent
+        return None if node.type in ("raw_string", "ansi_c_string") else "unquoted"
+
+    def hidden_substitutions(self, node: tree_sitter.Node) -> None:
+        """Substitutions bash runs in the text of ``node`` outside its child nodes, which tree-sitter-bash leaves as
+        plain text (a backquote in ``${x:-...}`` or in a here-document, ``${x:-<(cmd)}``): each is opaque (at least
+        ``ask``) and its script is decided as commands (:mod:`agent_tools.policy.substitutions`)."""
+        own: list[tuple[int, int]] = []
+        pos = node.start_byte
+        for child in node.children:
+            if child.start_byte > pos:
+                own.append((pos, child.start_byte))
+            pos = max(pos, child.end_byte)
+        if node.end_byte > pos:
+            own.append((pos, node.end_byte))
+        if not any(o.encode() in self.source[a:b] for a, b in own for o in OPENERS):
+            return
+        quoting = self.quoting_of(node)
+        if quoting is None:
+            return
+        text = self.text(node)
+        for sub in find_substitutions(text, quoting):
+            start = node.start_byte + len(text[: sub.start].encode("utf-8", "surrogateescape"))
+            if not any(a <= start < b for a, b in own) or any(a <= start < b for a, b in self.covered):
+                continue  # a child node's own substitution (decided where the walk reaches it), or part of one found
+            self.covered.append((start, start + len(sub.text.encode("utf-8", "surrogateescape"))))
+            what = "process substitution" if sub.opener in ("<(", ">(") else "command substitution"
+            where = {"heredoc": "a here-document", "double": "double quotes", "unquoted": "a word"}[quoting]
+            self.out.append(self.pseudo(
+                f"bash runs the {what} {sub.text[:60]!r} in {where}, which the shell parser reads as plain text",
+                sub.text))
+            if sub.script is not None:
+                self.nested(sub.script, sub.text)
+
+    def backquoted(self, node: tree_sitter.Node) -> None:
+        """```...```: bash removes the backslash of ``\\$``, ``\\``` and ``\\\\`` before it runs the text (```echo
+        \\`cmd\\```` runs ``cmd``), which tree-sitter does not: that script is decided too."""
+        first, last = node.children[0], node.children[-1]
+        if last.type != "`" or last == first:
+            return
+        raw = self.gap(first.end_byte, last.start_byte)
+        script = unescape_backquoted(raw, in_double=self.quoting_of(node) == "double")
+        if script != raw:
+            self.nested(script, self.text(node))
+
+    def nested(self, script: str, text: str) -> None:
+        """Decide ``script``, run by a substitution in this one, as commands of their own."""
+        if self.ctx.depth >= MAX_DEPTH:
+            self.out.append(self.pseudo(f"substitutions nested deeper than {MAX_DEPTH} levels", text))
+            return
+        inner = replace(self.ctx, depth=self.ctx.depth + 1, assignments=(), text="", cwds=tuple(self.cwds),
+                        tainted=self.tainted)
+        self.out.extend(_Walker(script.encode("utf-8", "surrogateescape"), inner).run())
 
     def unset(self, node: tree_sitter.Node) -> None:
         """``unset [-v] NAME...``: unsetting PATH makes bash look commands up in the current directory (``unset PATH;

@@ -375,6 +375,37 @@ def test_random_text_run_as_code_is_never_allowed(default: PolicySet, gpu: Polic
         assert d.decision == "allow", (command, d.reason)
 
 
+def test_random_hidden_substitutions_are_decided(default: PolicySet, gpu: PolicySet, both: PolicySet) -> None:
+    """A command substitution where tree-sitter-bash reads plain text (a backquote or ``<(...)`` in any ${...}
+    operator, nested backquotes, a backquote in an unquoted here-document) runs in bash: a denied inner command is
+    denied, a harmless one is never allowed (nested backquotes, which the parser sees, decide like any command)."""
+    rng = random.Random(1331)
+    denied = ["rm -rf /", "reboot", "dd if=/dev/zero of=/dev/sda", "cat /dev/watchdog", "shutdown -h now",
+              "mkfs.ext4 /dev/sda1"]
+    harmless = ["date", "id", "touch /tmp/x", "uptime"]
+    ops = [":-", "-", ":=", ":+", ":?", "#", "##", "%", "%%", "/a/", "//a/", "/#a/", "^", ",,", ":-~", ":-{a,"]
+    places = ["echo ${{x{op}`{c}`}}", "echo ${{x{op}${{y:-`{c}`}}}}", 'echo "${{x{op}\'`{c}`\'}}"',
+              "cat <<EOF\n${{x{op}`{c}`}}\nEOF", "cat <<EOF\n`{c}`\nEOF", "grep x <<-EOF\n\t`{c}`\nEOF",
+              "echo `echo \\`{c}\\``", "ls ${{x:-<({c})}}", "echo ${{x:->({c})}}", "x=${{y{op}`{c}`}} ls"]
+    commands = ["ls -l {p}", "journalctl -u {p}", "systemctl status {p}", "cat < {p}", "test {p}", "{p}"]
+    for _ in range(600):
+        inner_denied = rng.random() < 0.6
+        inner = rng.choice(denied if inner_denied else harmless)
+        place = rng.choice(places).format(op=rng.choice(ops), c=inner)
+        if not place.startswith(("echo", "ls")) or "\n" in place:
+            command = place
+        else:
+            command = rng.choice(commands).format(p=place.split(" ", 1)[1])
+        if rng.random() < 0.2:
+            command = f"bash -c {shlex.quote(command)}"
+        for ps, host in ((default, "web-1"), (gpu, "gpu-node-1"), (both, "gpu-node-1")):
+            d = ps.decide(host, command)
+            if inner_denied:
+                assert d.decision == "deny", (command, host, d.decision, d.reason)
+            elif "\\`" not in command:
+                assert d.decision != "allow", (command, host, d.reason)
+
+
 def test_random_variables_that_change_what_runs_are_never_allowed(default: PolicySet, gpu: PolicySet,
                                                                   both: PolicySet) -> None:
     """A variable not known to be inert, set inline, through env, exported, by set -a or in the call's env, makes

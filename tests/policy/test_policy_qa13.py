@@ -116,3 +116,75 @@ def test_keyword_mode_and_machine_ask(default: PolicySet, command: str) -> None:
 @pytest.mark.parametrize("command", ["set -e", "set +k", "set -o pipefail", "systemctl status sglang"])
 def test_plain_set_and_local_systemctl_stay_allowed(default: PolicySet, command: str) -> None:
     assert default.decide("local", command).decision == "allow"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# qa13 report, round 3: command substitutions tree-sitter-bash leaves as text (finding 1)
+
+HIDDEN_DENIED = [
+    "echo ${x:-`rm -rf /`}",
+    "echo ${x:-`reboot`}",
+    "ls -l ${HOME:+`shutdown -h now`}",
+    "journalctl -u ${x:-`reboot`}",
+    "curl -s http://127.0.0.1:30000/${x:-`reboot`}",
+    "echo ${x/a/`dd if=/dev/zero of=/dev/sda`}",
+    "echo ${x/a/`cat /dev/watchdog`}",
+    "cat < ${x:-`reboot`}",
+    "for i in ${x:-`reboot`}; do :; done",
+    "test ${x:-`reboot`}",
+    "cd ${x:-`reboot`}",
+    "printf %s ${x:-`reboot`}",
+    "cat <<< ${y:-`reboot`}",
+    "x=${y:-`rm -rf /`} ls",
+    *(f"echo ${{x{op}`reboot`}}" for op in ("#", "##", "%", "%%", "^", "^^", ",", ",,", ":=", ":?", "-", ":+", "+",
+                                            "/a/", "//a/", "/#a/", "/%a/", ":-~", ":-{a,")),
+    "echo ${x:-${y:-`reboot`}}",
+    'echo "${x:-\'`reboot`\'}"',  # single quotes are ordinary characters inside "${...}"
+    "echo `echo \\`reboot\\``",
+    "ls `echo \\`reboot\\``",
+    "echo `echo \\`echo \\\\\\`reboot\\\\\\`\\``",
+    "echo ${x:-<(reboot)}",
+    "echo ${x:->(reboot)}",
+    "cat <<EOF\n`rm -rf /`\nEOF",
+    "cat <<-EOF\n\t`reboot`\n\tEOF",
+    "grep x <<EOF\n`reboot`\nEOF",
+    "tail <<EOF | head\n`reboot`\nEOF",
+    "jq . <<EOF\n`reboot`\nEOF",
+    "read x <<EOF\n`reboot`\nEOF",
+    "cat <<EOF\n${x/a/`reboot`}\nEOF",
+    "cat <<EOF\n`echo $(date); reboot`\nEOF",
+    "bash -c 'echo ${x:-`reboot`}'",
+]
+
+
+@pytest.mark.parametrize("command", HIDDEN_DENIED)
+def test_substitutions_the_parser_reads_as_text_are_decided(default: PolicySet, command: str) -> None:
+    """bash 5.2 runs each of these inner commands (backquotes in ${...} words, nested backquotes, process
+    substitution in ${...}, backquotes in an unquoted here-document); the inner command decides."""
+    assert default.decide("local", command).decision == "deny", default.decide("local", command).reason
+
+
+@pytest.mark.parametrize(
+    "command", ["echo ${x:-`date`}", "cat <<EOF\n`date`\nEOF", "ls ${x:-<(date)}", "bash <<EOF\n`date`\nEOF"]
+)
+def test_a_hidden_substitution_of_a_harmless_command_still_asks(default: PolicySet, command: str) -> None:
+    got = default.decide("local", command)
+    assert got.decision == "ask" and "reads as plain text" in got.reason, got.reason
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cat << \"EOF\"\n`reboot`\nEOF",  # a quoted delimiter: the body is literal
+        "cat <<'EOF'\n`reboot` $(reboot)\nEOF",
+        "cat <<E\\OF\n`reboot`\nEOF",
+        "cat <<EOF\n\\`reboot\\`\nEOF",  # an escaped backquote in the body is a character
+        "echo \\`reboot\\`",
+        "echo ${x:-'`reboot`'}",  # single quotes quote inside an unquoted ${...}
+        "echo $'`reboot`'",
+        'echo "${x:-<(reboot)}"',  # no process substitution inside double quotes
+        "grep -E 'a`b' /etc/hostname",
+    ],
+)
+def test_literal_backquotes_stay_literal(default: PolicySet, command: str) -> None:
+    assert default.decide("local", command).decision == "allow", default.decide("local", command).reason
