@@ -56,7 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..redact import is_secret_name
 from .options import is_long_abbreviation
-from .paths import climbed, join_dir, normalise_path
+from .paths import ANY_DIR, climbed, indirect_names, join_dir, normalise_path
 from .sinks import CODE_IN_TEXT_RE, find_sinks, is_plain_name
 from .substitutions import OPENERS, Quoting, find_substitutions, unescape_backquoted
 from .writes import OPENS_OPERANDS, STAT_ONLY, may_open_armed, writes_of
@@ -103,7 +103,7 @@ _PY_EXEC_HINT = re.compile(r"os\.system|subprocess|os\.exec|os\.spawn|os\.popen|
 # Variables whose value changes which program runs or what a shell/interpreter executes at start-up (named in the
 # reason), and the ones the login environment usually exports (so even an unexported assignment reaches children).
 _DANGEROUS_VAR_RE = re.compile(
-    r"^(?:PATH|IFS|ENV|BASH_ENV|BASH_CMDS|BASH_ALIASES|SHELLOPTS|BASHOPTS|PS4|PROMPT_COMMAND|CDPATH|GLOBIGNORE|"
+    r"^(?:PATH|IFS|ENV|BASH_ENV|BASH_CMDS|BASH_ALIASES|SHELLOPTS|BASHOPTS|PS4|PROMPT_COMMAND|CDPATH|OLDPWD|PWD|DIRSTACK|GLOBIGNORE|"
     r"BASH_LOADABLES_PATH|"
     r"BASH_XTRACEFD|EXECIGNORE|FUNCNEST|HOME|SHELL|USER|LOGNAME|TMPDIR|XDG_[A-Z_]+|"
     r"LD_[A-Z_]+|DYLD_[A-Z_]+|GCONV_PATH|HOSTALIASES|LOCPATH|NLSPATH|GLIBC_TUNABLES|MALLOC_[A-Z_]+|"
@@ -130,6 +130,8 @@ _TRUSTED_DIRS = frozenset(
     {"/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin", "/usr/lib/systemd"}
 )
 _GLOB_CHARS = frozenset("*?[")
+_OLDPWD_RE = re.compile(rb"\bOLDPWD\b")
+_CDPATH_RE = re.compile(rb"\bCDPATH\b")
 _ALLEXPORT_RE = re.compile(r"\bset\s+(?:-[A-Za-z]*a|-o\s+allexport)")
 #: `set -k` / `set -o keyword`: every NAME=VALUE word of a command, not only those before its name, is an assignment
 #: in its environment (bash(1), The Set Builtin: "-k All arguments in the form of assignment statements are placed
@@ -441,6 +443,8 @@ class _Ctx:
     text: str = ""
     cwds: tuple[str | None, ...] = ("~",)  # the directories the command may run in (None: unknown)
     tainted: frozenset[str] = frozenset()  # variables that may hold text the policy cannot see (sinks.py)
+    oldpwd_set: bool = False  # the command line (or one around it) names OLDPWD: `cd -` may go anywhere
+    cdpath_set: bool = False  # ... names CDPATH: `cd NAME` may go anywhere
     budget: _Budget = field(default_factory=lambda: _Budget())
 
 
@@ -928,11 +932,11 @@ def _wrap_su(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
         if word.static and word.text.startswith("--command="):
             script = _Word.literal(word.text.split("=", 1)[1])
             break
-    if script is None and name == "runuser" and any(w.static and w.text == "-u" for w in args):
-        return _wrap_suffixes(name, args, ctx)  # `runuser -u USER -- CMD` runs CMD
-    if script is None:
-        return [_Self(f"{name} without -c opens an interactive shell")]
-    return [_Script(script.text if script.static else None, f"{name} -c")]
+    found: list[_Result] = [] if script is None else [_Script(script.text if script.static else None, f"{name} -c")]
+    if name == "runuser" and any(w.static and w.text == "-u" for w in args):
+        # `runuser -u USER -- CMD` runs CMD (a `-c` after it is CMD's own: `runuser -u u -- vim -c 'w! F'`)
+        return [*_wrap_suffixes(name, args, ctx), *found]
+    return found or [_Self(f"{name} without -c opens an interactive shell")]
 
 
 def _wrap_shell(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
@@ -1121,11 +1125,13 @@ def _find_reaches_devices(starts: list[_Word], ctx: _Ctx) -> str | None:
     for start in starts or [_Word.literal(".")]:
         if not start.static:
             return start.text
+        indirect = indirect_names(start.text, ctx.cwds)  # `find ~sys`, `find /proc/1/cwd/dev`: any directory
         for cwd in ctx.cwds:
             joined, above = join_dir(cwd, start.text), climbed(cwd, start.text)
-            places: list[str | None] = [w for w in (joined, above) if w is not None]
+            places: list[str | None] = [w for w in (joined, above) if w is not None] if indirect is None else [
+                *indirect]
             for where in places or [None]:
-                if where is None or where in ("/", "/dev") or where.startswith(("/dev/", "/proc")) or (
+                if where is None or where in ("/", "/dev", ANY_DIR) or where.startswith(("/dev/", "/proc", "/*/")) or (
                         may_open_armed(where + "/watchdog", ["/"])):
                     return start.text
     return None
@@ -1240,6 +1246,9 @@ class _Walker:
         #: `set -a` / `set -o allexport` anywhere: every assignment is exported
         self.allexport = bool(_ALLEXPORT_RE.search(source.decode("utf-8", "surrogateescape")))
         self.keyword = bool(_KEYWORD_RE.search(source.decode("utf-8", "surrogateescape")))
+        #: OLDPWD or CDPATH named anywhere (assigned, read into, declared): `cd -` and `cd NAME` may go anywhere
+        self.oldpwd_set = ctx.oldpwd_set or bool(_OLDPWD_RE.search(source))
+        self.cdpath_set = ctx.cdpath_set or bool(_CDPATH_RE.search(source))
         self.tainted: frozenset[str] = ctx.tainted
         #: byte ranges of the substitutions :meth:`hidden_substitutions` found (their text is decided as a whole)
         self.covered: list[tuple[int, int]] = []
@@ -1449,15 +1458,21 @@ class _Walker:
             return  # `builtin cd DIR` and `command cd DIR` change this shell's directory too
         args = [(a, d) for a, d in zip(command.argv[1:], command.dynamic[1:], strict=False)
                 if not (a.startswith("-") and len(a) > 1 and not d) and not a.startswith("+")]
-        if not args:
-            new: list[str | None] = ["~"]
-        elif args[0][1]:
-            new = [None]
-        elif args[0][0] == "-":
-            return  # back to a directory already counted
+        target = args[0][0] if args else "~"
+        if args and args[0][1]:
+            new: list[str | None] = [None]
+        elif target == "-":
+            if not self.oldpwd_set:
+                return  # back to a directory already counted
+            new = list(indirect_names("~-", self.cwds) or [])  # `OLDPWD=/dev; cd -`: wherever OLDPWD says
+        elif (indirect := indirect_names(target, self.cwds)) is not None:
+            new = list(indirect)  # `cd ~sys` (on Debian /dev), `cd /proc/1/cwd`, `cd ~+/x`
         else:
-            new = [j for c in self.cwds for j in (join_dir(c, args[0][0]), climbed(c, args[0][0]))
-                   if j is not None or join_dir(c, args[0][0]) is None]
+            new = [j for c in self.cwds for j in (join_dir(c, target), climbed(c, target))
+                   if j is not None or join_dir(c, target) is None]
+            if self.cdpath_set and not target.startswith(("/", "~", "./", "../")) and target not in (".", ".."):
+                # `CDPATH=/ cd dev`: cd looks the name up in CDPATH's directories first (bash(1), cd)
+                new += [j for j in (indirect_names(f"~-/{target}", self.cwds) or []) if j not in new]
         self.cwds = list(dict.fromkeys([*self.cwds, *new]))
         if len(self.cwds) > 16:
             self.cwds = [*self.cwds[:15], None]
@@ -1509,6 +1524,8 @@ class _Walker:
                 self.assignment(node)
             elif kind == "function_definition":
                 self.function(node)
+            elif kind in _LOOPS:
+                self.loop(node)
             elif kind == "declaration_command":
                 self.declaration(node)
             elif kind == "unset_command":
@@ -1520,9 +1537,11 @@ class _Walker:
         (single quotes outside double quotes, the body of a here-document whose delimiter is quoted). A substitution
         starts a quoting context of its own."""
         cur: tree_sitter.Node | None = node
-        while cur is not None and cur.type != "program" and (cur == node or cur.type not in _SUBSTITUTION_NODES):
+        while cur is not None and cur.type != "program" and (
+                cur == node or cur.type not in _SUBSTITUTION_NODES):
             if cur.type == "heredoc_body":
-                start = next((c for c in cur.parent.children if c.type == "heredoc_start"), None) if cur.parent else None
+                siblings = cur.parent.children if cur.parent is not None else []
+                start = next((c for c in siblings if c.type == "heredoc_start"), None)
                 quoted = start is not None and any(q in self.text(start) for q in "'\"\\")
                 return None if quoted else "heredoc"
             if cur.type in ("string", "translated_string"):
@@ -1578,7 +1597,7 @@ class _Walker:
             self.out.append(self.pseudo(f"substitutions nested deeper than {MAX_DEPTH} levels", text))
             return
         inner = replace(self.ctx, depth=self.ctx.depth + 1, assignments=(), text="", cwds=tuple(self.cwds),
-                        tainted=self.tainted)
+                        tainted=self.tainted, oldpwd_set=self.oldpwd_set, cdpath_set=self.cdpath_set)
         self.out.extend(_Walker(script.encode("utf-8", "surrogateescape"), inner).run())
 
     def unset(self, node: tree_sitter.Node) -> None:
@@ -1680,6 +1699,8 @@ class _Walker:
             text=self.text(node),
             cwds=tuple(self.cwds),
             tainted=self.tainted,
+            oldpwd_set=self.oldpwd_set,
+            cdpath_set=self.cdpath_set,
         )
         expanded: list[_Word] = []
         for word in [*words, *extra]:
@@ -1687,6 +1708,56 @@ class _Walker:
         for command in _resolve(expanded, ctx):
             self.out.append(command)
             self.track_cd(command)
+            endless = _endless_input(command)
+            if endless is not None and not self.stopped_later(node):
+                self.out.append(self.pseudo(
+                    f"{command.program} reads {endless}, which never ends, and nothing after it in the pipeline stops "
+                    "reading (head, dd count=, read): what it keeps or writes grows until memory or the disk is full",
+                    command.text))
+
+    def stopped_later(self, node: tree_sitter.Node) -> bool:
+        """Whether a later stage of the pipeline ``node`` is in reads a bounded amount and then stops (``head``,
+        ``dd count=``, ``read``, ``od -N``...): the stages before it get SIGPIPE once it is done."""
+        cur = node
+        while cur.parent is not None and cur.parent.type == "redirected_statement":
+            cur = cur.parent
+        pipeline = cur.parent
+        if pipeline is None or pipeline.type != "pipeline":
+            return False
+        stages = [c for c in pipeline.children if c.is_named]
+        later = stages[next(i for i, c in enumerate(stages) if c == cur) + 1 :]
+        for stage in later:
+            first = stage if stage.type == "command" else next(
+                (c for c in _descendants(stage) if c.type == "command"), None)
+            if first is not None:
+                words = self.command_words(first)
+                if words and words[0].static and _bounded_reader(_normalise_program(words[0].text)[0],
+                                                                  [w.text for w in words[1:]]):
+                    return True
+        return False
+
+    def loop(self, node: tree_sitter.Node) -> None:
+        """A loop that starts a background process (``&``) on every pass starts processes without bound (``while :;
+        do sleep 9 & done`` is a fork bomb made of allowed commands): opaque, unless it is a ``for`` over at most
+        :data:`MAX_BRACE_WORDS` static words."""
+        body = next((c for c in node.children if c.type in ("do_group", "compound_statement")), None)
+        if body is None or not any(c.type == "&" for c in _descendants(body)):
+            return
+        if node.type == "for_statement":
+            values = [self.word(c) for i, c in enumerate(node.children) if node.field_name_for_child(i) == "value"]
+            count = 0
+            for word in values:
+                expanded = len(_brace_expand(word))
+                if not word.static or word.has_unquoted(_GLOB_CHARS) or (
+                        word.has_unquoted(frozenset("{")) and expanded == 1):  # {1..1000000}: past the cap
+                    count = MAX_BRACE_WORDS + 1
+                    break
+                count += expanded
+            if count <= MAX_BRACE_WORDS:
+                return
+        header = self.text(node).split("\n", 1)[0][:80]
+        self.out.append(self.pseudo("starts a background process (&) on every pass of a loop that may not end: the "
+                                    "number of processes has no bound (a fork bomb)", header))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -1739,6 +1810,55 @@ def _emit(words: list[_Word], ctx: _Ctx, reason: str | None, defines: tuple[str,
         text=ctx.text,
         cwds=list(dict.fromkeys(ctx.cwds)),
     )
+
+
+_LOOPS = frozenset({"while_statement", "for_statement", "c_style_for_statement", "select_statement"})
+#: devices that never run out when read
+_ENDLESS_DEVICES = frozenset({"/dev/zero", "/dev/urandom", "/dev/random", "/dev/full"})
+
+
+def _descendants(node: tree_sitter.Node) -> list[tree_sitter.Node]:
+    out: list[tree_sitter.Node] = []
+    stack = list(node.children)
+    while stack:
+        cur = stack.pop()
+        out.append(cur)
+        stack.extend(cur.children)
+    return out
+
+
+def _bounded_reader(program: str, args: Sequence[str]) -> bool:
+    """Whether ``program ARGS`` reads a bounded amount of its input and then stops: ``head``, ``dd count=``, ``od
+    -N``, ``xxd -l``, ``hexdump -n``, ``cmp -n``, ``read``."""
+    if program in ("head", "read"):
+        return True
+    if program in ("dd", "dcfldd", "dc3dd"):
+        return any(a.startswith("count=") for a in args)
+    flags = {"od": ("-N", "--read-bytes"), "xxd": ("-l", "-len"), "hexdump": ("-n", "--length"),
+             "cmp": ("-n", "--bytes")}.get(program, ())
+    return any(a.startswith(f) for a in args for f in flags)
+
+
+def _endless_input(command: SimpleCommand) -> str | None:
+    """What endless input ``command`` reads (``/dev/zero``, ``/dev/urandom``...) or is (``yes``, ``seq inf``) when it
+    does not stop reading by itself, else None."""
+    program, args = command.program, command.argv[1:]
+    if command.writes:
+        return None  # a command that writes a file asks anyway (`dd if=/dev/zero of=F` fills the disk)
+    if program == "yes":
+        return "yes' endless output"
+    if program == "seq" and any(a.lower().lstrip("+") in ("inf", "infinity") for a in args):
+        return "seq's endless output"
+    if not program or _bounded_reader(program, args):
+        return None
+    for redirect in command.redirects:
+        if redirect.op in ("<", "<>") and redirect.fd in (None, 0) and normalise_path(redirect.target) in (
+                _ENDLESS_DEVICES):
+            return normalise_path(redirect.target)
+    if program in STAT_ONLY:
+        return None
+    return next((normalise_path(w) for a in args if not a.startswith("-")
+                 and normalise_path(w := a.split("=", 1)[-1]) in _ENDLESS_DEVICES), None)
 
 
 def _has_command(node: tree_sitter.Node | None) -> bool:

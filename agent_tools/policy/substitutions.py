@@ -162,7 +162,8 @@ def find_substitutions(text: str, quoting: Quoting) -> list[Substitution]:
             continue
         if quoting == "unquoted" and ch == '"':
             end = _double_end(text, i + 1)
-            found.extend(replace(sub, start=sub.start + i + 1) for sub in find_substitutions(text[i + 1 : end], "double"))
+            inner = find_substitutions(text[i + 1 : end], "double")
+            found.extend(replace(sub, start=sub.start + i + 1) for sub in inner)
             i = end + 1
             continue
         if ch == "`":
