@@ -41,8 +41,9 @@ ssh.service``). Such a value is hidden only when it is not a placeholder or stat
 expired, incorrect...) and either looks like a secret (letters with digits or symbols, or a capital after a
 small letter) or is the whole of its item (nothing but a comment or a separator follows on its line).
 :func:`redact` hides both kinds (for storage and output); ``redact(..., certain_only=True)`` hides only certain
-ones (for an approval prompt, where a person must see every word that runs; :func:`review_text` also says how
-many spans it hid).
+ones, and :func:`review_text` of those only spans that cannot be code (for an approval prompt, where a person
+must see every word that runs; it also says how many spans it hid; :func:`review_gaps` counts what the stored,
+fully redacted form hides beyond that).
 
 Process-wide additions (:func:`add_patterns`, :func:`add_secret_values`): the ``redact:`` patterns of every policy
 file loaded in this process and the values of secret-named variables given in a call's ``env`` are applied by every
@@ -66,8 +67,9 @@ from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MARK", "add_patterns", "add_secret_values", "is_secret_name", "redact", "redact_argv", "redact_event",
-           "redact_obj", "redact_slice", "review_text", "secret_env_values", "secret_spans"]
+__all__ = ["MARK", "add_patterns", "add_secret_values", "is_secret_name", "may_hold_code", "redact", "redact_argv",
+           "redact_event", "redact_obj", "redact_slice", "review_gaps", "review_text", "secret_env_values",
+           "secret_spans"]
 
 MARK = "[REDACTED]"
 """The marker that replaces a secret."""
@@ -507,11 +509,38 @@ def redact_slice(text: str, start: int, end: int, extra_patterns: Iterable[str |
     return _apply(text, secret_spans(text, extra_patterns), start, end)
 
 
+#: characters a span hidden in an approval prompt may not hold: through them hidden text could be code (``$``, a
+#: backquote, ``<(``), end a command or a quoted string, or change how bash reads what follows. A literal password
+#: holding one (``--password 'pa$$w(1)'``) is shown as it is: the person approving must see every word that runs.
+_PROMPT_UNSAFE = frozenset("$`;|&<>()\n\r'\"\\")
+
+
+def may_hold_code(text: str) -> bool:
+    """Whether ``text`` holds a character through which hidden text could be code or end a word (see
+    :func:`review_text`): a prompt shows such text rather than hide it."""
+    return not _PROMPT_UNSAFE.isdisjoint(text)
+
+
+def _review_spans(text: str, extra_patterns: Iterable[str | re.Pattern[str]] = ()) -> list[Span]:
+    return [(a, b) for a, b in secret_spans(text, extra_patterns, certain_only=True)
+            if not may_hold_code(text[a:b])]
+
+
 def review_text(text: str, extra_patterns: Iterable[str | re.Pattern[str]] = ()) -> tuple[str, int]:
-    """``text`` as a person approving it is shown it: only secrets of certain shape hidden (never code), and how
-    many spans were hidden (``[REDACTED]`` already in ``text`` does not count)."""
-    spans = secret_spans(text, extra_patterns, certain_only=True)
+    """``text`` as a person approving it is shown it, and how many spans were hidden (``[REDACTED]`` already in
+    ``text`` does not count): only secrets of certain shape are hidden, and only where the hidden text holds no
+    character that could make it code or end a word (``$``, a backquote, ``;``, ``|``, ``&``, ``<``, ``>``, ``(``,
+    ``)``, a quote, a backslash, a line break): ``--password "a$(id)"`` is shown whole."""
+    spans = _review_spans(text, extra_patterns)
     return (_apply(text, spans) if spans else text), len(spans)
+
+
+def review_gaps(text: str, extra_patterns: Iterable[str | re.Pattern[str]] = ()) -> int:
+    """How many spans :func:`redact` hides in ``text`` that :func:`review_text` shows: what a person reading the
+    redacted (stored) form of ``text`` cannot see but would be shown in a prompt (shell code in a secret's place,
+    a value of uncertain shape). 0: the stored form hides nothing but values of certain shape."""
+    shown = _review_spans(text, extra_patterns)
+    return sum(1 for a, b in secret_spans(text, extra_patterns) if not any(s <= a and b <= e for s, e in shown))
 
 
 def redact_obj(obj: Any, extra_patterns: Iterable[str | re.Pattern[str]] = ()) -> Any:

@@ -16,7 +16,10 @@ an approval once used or rejected can never be approved again.
 Storage is SQLite: in memory by default, or a file (``path=``, WAL mode, shared by processes) so approvals
 survive a restart; the file is created 0600. Only the *redacted* command, cwd and env are stored
 (:func:`agent_tools.redact.redact`), for display; the binding is the digest, so no secret from a call is written
-here. Times come from an injectable ``clock`` (seconds, default :func:`time.time`), so tests never sleep.
+here. A redacted form may hide text a person approving must see (shell code in a secret's place, a word of uncertain
+shape): ``hidden_code`` counts those spans, and such a request is approved only by a person given the whole command
+(checked against ``text_sha256``, the SHA-256 of the command text). Times come from an injectable ``clock``
+(seconds, default :func:`time.time`), so tests never sleep.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..private import private_file
-from ..redact import redact, redact_obj
+from ..redact import may_hold_code, redact, redact_obj, review_gaps
 
 __all__ = ["DEFAULT_APPROVAL_TTL_S", "Approval", "ApprovalRefused", "ApprovalStore", "call_digest", "call_sha256",
            "command_digest", "command_sha256"]
@@ -62,7 +65,9 @@ CREATE TABLE IF NOT EXISTS approvals (
     command_sha256 TEXT,
     cwd TEXT,
     env TEXT,
-    binding TEXT
+    binding TEXT,
+    hidden_code INTEGER,
+    text_sha256 TEXT
 );
 """
 #: what ``command_sha256`` of a row is the digest of: ``call`` (:func:`call_sha256`), or NULL for rows written before
@@ -113,6 +118,12 @@ class Approval(BaseModel):
                                             "is bound to")
     binding: str | None = Field(_BINDING, description="`call`; None for an approval of an older version (bound to "
                                                       "the command text alone)")
+    hidden_code: int | None = Field(None, description="spans the stored (redacted) command, cwd and env hide that an "
+                                                      "approval prompt must show (code or words in a secret's place: "
+                                                      ":func:`agent_tools.redact.review_gaps`); None: not known (an "
+                                                      "older request)")
+    text_sha256: str | None = Field(None, description="command_sha256 of the command text alone: a person who was "
+                                                      "given the command checks it against this")
     rule_id: str
     created_at: float
     expires_at: float
@@ -166,9 +177,10 @@ class ApprovalStore:
         """Bring a store of an older version up to date: add ``command_sha256`` (from the raw command it kept)
         and replace each stored command by its redacted form."""
         columns = {row["name"] for row in self._db.execute("PRAGMA table_info(approvals)")}
-        for column in ("command_sha256", "cwd", "env", "binding"):
+        for column, kind in (("command_sha256", "TEXT"), ("cwd", "TEXT"), ("env", "TEXT"), ("binding", "TEXT"),
+                             ("hidden_code", "INTEGER"), ("text_sha256", "TEXT")):
             if column not in columns:
-                self._db.execute(f"ALTER TABLE approvals ADD COLUMN {column} TEXT")
+                self._db.execute(f"ALTER TABLE approvals ADD COLUMN {column} {kind}")
         rows = self._db.execute("SELECT id, host, command FROM approvals WHERE command_sha256 IS NULL").fetchall()
         for row in rows:  # the raw command is still there: bind it as a call without cwd and env
             self._db.execute("UPDATE approvals SET command_sha256 = ?, command = ?, binding = ? WHERE id = ?",
@@ -185,17 +197,21 @@ class ApprovalStore:
         """Create a pending approval for ``command`` on ``host`` in ``cwd`` with ``env``, asked by ``rule_id``;
         expires after ``ttl_s`` seconds."""
         now = self._clock()
+        hidden = review_gaps(command) + (review_gaps(cwd) if cwd else 0) + sum(
+            1 for k, v in (env or {}).items() if redact_obj({k: v})[k] != v and may_hold_code(v))
         approval = Approval(
             id="a_" + secrets.token_urlsafe(16), host=host, command=redact(command),
             cwd=redact(cwd) if cwd else None, env=redact_obj(dict(env)) if env else None,
             command_sha256=call_sha256(host, command, cwd=cwd, env=env), rule_id=rule_id, created_at=now,
-            expires_at=now + (self._ttl_s if ttl_s is None else ttl_s), status="pending",
+            expires_at=now + (self._ttl_s if ttl_s is None else ttl_s), status="pending", hidden_code=hidden,
+            text_sha256=command_sha256(command),
         )  # fmt: skip
         self._db.execute(
             "INSERT INTO approvals (id, host, command, cwd, env, command_sha256, binding, rule_id, created_at,"
-            " expires_at, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " expires_at, status, hidden_code, text_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (approval.id, host, approval.command, approval.cwd, json.dumps(approval.env) if approval.env else None,
-             approval.command_sha256, _BINDING, rule_id, approval.created_at, approval.expires_at, approval.status),
+             approval.command_sha256, _BINDING, rule_id, approval.created_at, approval.expires_at, approval.status,
+             hidden, approval.text_sha256),
         )
         log.info("approval.requested", approval_id=approval.id, host=host, rule_id=rule_id)
         return approval

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import structlog
 from pydantic import BaseModel, ValidationError
 
-from ..errors import AgentToolsError, BadArguments
+from ..errors import AgentToolsError, ApprovalUsed, BadArguments
 from ..hosts.reach import check_same_machine, host_identity
 from ..hosts.registry import HostRegistry
 from ..jobs.journal import Journal
@@ -66,6 +66,8 @@ PolicySet = Any
 ApprovalStore = Any
 Decision = Any
 
+#: the idempotency key of a run under an approval (``approval:ID``): the job a used approval started is found by it
+APPROVAL_KEY_PREFIX = "approval:"
 #: an approver callback: given the needs_approval outcome, return True to approve (Python API / CLI prompt)
 Approver = Callable[[NeedsApproval], Awaitable[bool]]
 
@@ -277,6 +279,8 @@ class Toolkit:
                     self.approvals.consume(host, command, cwd=cwd, env=env, approval_id=approval_id)
                     return None
                 except ApprovalRefused as exc:
+                    if exc.code == "used":  # it ran once already: never ask (and run) again for it
+                        raise self._approval_used(host, approval_id) from exc
                     refused = f" (approval {approval_id} not usable: {exc})"
             else:
                 refused = ""
@@ -291,6 +295,18 @@ class Toolkit:
                                          f"arguments (host, command, cwd, env) and approval_id='{appr.id}'")
             return outcome
         return None
+
+    def _approval_used(self, host: str, approval_id: str) -> ApprovalUsed:
+        """The error for an approval presented after its one use, naming the job that use started (found by the
+        idempotency key ``approval:ID`` a run under an approval carries) when the journal has it."""
+        rec = self.journal.find_idempotent(host, APPROVAL_KEY_PREFIX + approval_id)
+        if rec is not None:
+            return ApprovalUsed(f"approval {approval_id} was already used: the command ran once under it, as job "
+                                f"{rec.job_id} (follow it with job_status(job_id='{rec.job_id}')); it is not run "
+                                "again and needs no new approval", job_id=rec.job_id)
+        return ApprovalUsed(f"approval {approval_id} was already used: the call it approved ran once (or is starting) "
+                            f"under it; it is not run again and needs no new approval (list_jobs(host='{host}') shows "
+                            "a command's job)")
 
     # ---------------------------------------------------------------- registry
     def register(self, spec: ToolSpec, handler: Callable[..., Awaitable[BaseModel]]) -> None:
@@ -409,13 +425,17 @@ class Toolkit:
         try:
             h = self.hosts.get(host)
             decision = self.decide(host, command, cwd=cwd, env=env)
+            used = approval_id if decision is not None and decision.decision == "ask" else None
             blocked = self.check_policy(host, command, approval_id, decision, cwd=cwd, env=env)
             if isinstance(blocked, NeedsApproval) and self.approver is not None and await self.approver(blocked):
                 assert self.approvals is not None
                 self.approvals.approve(blocked.approval_id, by="approver")
+                used = blocked.approval_id
                 blocked = self.check_policy(host, command, blocked.approval_id, decision, cwd=cwd, env=env)
             if blocked is not None:
                 return blocked
+            if used is not None and idempotency_key is None:  # a second use is told which job the first started
+                idempotency_key = APPROVAL_KEY_PREFIX + used
             probes = list(_probes or [])
             ready_deadline_s = _deadline_s
             unit_deadline_s: float | None = None
