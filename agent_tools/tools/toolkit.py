@@ -17,12 +17,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import anyio
 import structlog
 from pydantic import BaseModel, ValidationError
 
 from ..errors import AgentToolsError, ApprovalUsed, BadArguments
+from ..hosts.base import Host, run_on
 from ..hosts.reach import check_same_machine, host_identity
 from ..hosts.registry import HostRegistry
+from ..jobs.discover import split_env_values
 from ..jobs.journal import Journal
 from ..jobs.manager import JobRunner, _answer_within, _error, killed_by
 from ..outcomes import (
@@ -40,7 +43,7 @@ from ..outcomes import (
     NeedsInput,
     result_view,
 )
-from ..redact import add_secret_values, redact, redact_obj, secret_env_values
+from ..redact import MARK, add_secret_values, redact, redact_obj, secret_env_values
 from . import ops
 from .args import (
     EditFileArgs,
@@ -163,6 +166,8 @@ class Toolkit:
             approvals = ApprovalStore()
         self.approvals = approvals
         self.approver = approver
+        #: jobs whose call's secrets this process knows (it launched them, or read them back: :meth:`_secrets_of`)
+        self._secrets_known: set[str] = set()
         self.default_budget_s = default_budget_s
         self._specs: dict[str, tuple[ToolSpec, Callable[..., Awaitable[BaseModel]]]] = {}
         self.register(ToolSpec("run_command", RUN_COMMAND_DESC, RunCommandArgs), self.run_command)
@@ -451,7 +456,7 @@ class Toolkit:
                     unit_deadline_s = await _unit_deadline(h, probes)
                     ready_deadline_s = unit_deadline_s or ready_deadline_s
             hard_s, hard_why = kill_deadline(decision, deadline_s, unit_deadline_s)
-            return self._explained(await self.runner.run(
+            return self._launched(await self.runner.run(
                 h, command,
                 budget_s=budget_s if budget_s is not None else self.default_budget_s,
                 on_timeout=on_timeout or "detach",  # type: ignore[arg-type]
@@ -460,6 +465,13 @@ class Toolkit:
                 hard_deadline_s=hard_s, hard_deadline_why=hard_why))
         except AgentToolsError as exc:
             return self._explained(_error(exc, host, shown))
+
+    def _launched(self, outcome: _M) -> _M:
+        """:meth:`_explained`, and the job counted among those whose secrets this process knows (it launched it)."""
+        job_id = getattr(outcome, "job_id", None)
+        if isinstance(job_id, str):
+            self._secrets_known.add(job_id)
+        return self._explained(outcome)
 
     async def _job_host(self, job_id: str, notes: list[str]) -> Any:
         """The host a job runs on, reached the way it was at launch (the journal remembers the SSH config files:
@@ -480,11 +492,38 @@ class Toolkit:
             await check_same_machine(host, remembered, job_id=job_id)
         return host
 
+    async def _secrets_of(self, host: Host, job_id: str) -> None:
+        """Make this process hide the secrets of ``job_id``'s call wherever its output shows them, also when another
+        process launched it (a restarted MCP server, a later CLI call): the values of the call's secret ``env``
+        variables and the values a certain rule finds in its command (``mysql -pVALUE``, then ``VALUE`` bare in the
+        output). The journal keeps only the redacted command, so they are read back from the job's ``command`` file
+        on the host (where the raw bytes stay), once per job and process, for a job whose stored command hid
+        something, that had ``env``, or that was rediscovered. A failed read leaves it to the next call (the
+        output's own read then fails or shows what the shapes find)."""
+        if job_id in self._secrets_known:
+            return
+        rec = self.journal.get(job_id)
+        if MARK not in rec.command and not rec.meta.get("env") and not rec.meta.get("rediscovered"):
+            self._secrets_known.add(job_id)
+            return
+        try:
+            with anyio.fail_after(self.runner.answer_timeout_s):
+                res = await run_on(host, f'exec cat "{rec.base}"/{job_id}/command 2>/dev/null',
+                                   max_output_bytes=1 << 20)
+        except (AgentToolsError, TimeoutError) as exc:
+            log.info("job.secrets_not_read", job_id=job_id, error=repr(exc))
+            return
+        command, env = split_env_values(res.stdout.decode("utf-8", "surrogateescape"))
+        add_secret_values(secret_env_values(env))
+        redact(command)  # learns what a certain rule finds, as at launch
+        self._secrets_known.add(job_id)
+
     async def job_status(self, job_id: str, wait_s: float = 0.0) -> JobStatus | ErrorOutcome:
         """State of a job and its new output; long-polls up to ``wait_s`` seconds."""
         notes: list[str] = []
         try:
             host = await self._job_host(job_id, notes)
+            await self._secrets_of(host, job_id)
             note = notes[0] if notes else None
             status = await self.runner.job_status(host, job_id, wait_s=wait_s)
             if note:
@@ -499,6 +538,7 @@ class Toolkit:
         notes: list[str] = []
         try:
             host = await self._job_host(job_id, notes)
+            await self._secrets_of(host, job_id)
             return await self.runner.job_output(host, job_id, stream=stream,  # type: ignore[arg-type]
                                                 offset=offset, limit=limit)
         except AgentToolsError as exc:
