@@ -437,7 +437,7 @@ def output(
     as_json: JsonOpt = False,
     ssh_config: SshConfigOpt = None,
 ) -> None:
-    """Page a job's output by byte offset."""
+    """Page a job's output by byte offset (a page that does not reach the end says on stderr where the rest is)."""
     async def go() -> dict[str, Any]:
         async with _toolkit(ssh_config) as tk:
             return await tk.dispatch("job_output", {"job_id": job_id, "offset": offset, "limit": limit,
@@ -448,6 +448,13 @@ def output(
         _emit(d, True if as_json else False)
     else:
         sys.stdout.write(safe_text(redact(d["text"])))
+        sys.stdout.flush()
+        nxt, total = d.get("next_offset"), d.get("total_bytes")
+        if not d.get("eof") and isinstance(nxt, int) and isinstance(total, int) and nxt < total:
+            # the page is cut: say where the rest is (on stderr, so stdout holds the bytes of the page only)
+            more = f"agent-tools output {job_id} --offset {nxt}" + (" --stream stderr" if stream == "stderr" else "")
+            err.print(Text.assemble(f"(bytes {offset}-{nxt} of {total} shown; the rest: ", _shown(more), ")"),
+                      highlight=False, soft_wrap=True)
     raise typer.Exit(1 if d.get("outcome") == "error" else 0)
 
 
