@@ -733,7 +733,8 @@ def approvals_approve(
             return
         given = command_file.read_bytes().decode("utf-8", "surrogateescape") if command_file else command
         d = {"host": a.host, "cwd": a.cwd, "env": a.env, "rule_id": a.rule_id, "approval_id": a.id,
-             "expires_s": round(a.expires_at - time.time(), 1), "reason": "an agent asked to run this"}
+             "expires_s": round(a.expires_at - time.time(), 1),
+             "reason": f"an agent asked to run this: {a.reason}" if a.reason else "an agent asked to run this"}
         hidden_code = a.hidden_code if a.hidden_code is not None else (1 if MARK in a.command else 0)
         if given is not None:
             if a.text_sha256 is None or command_sha256(given) != a.text_sha256:

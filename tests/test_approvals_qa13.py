@@ -104,6 +104,7 @@ def test_a_stored_request_that_hides_code_is_approved_only_with_the_whole_comman
     refused = cli(state, "approvals", "approve", aid, "--digest", digest)
     assert refused.returncode == 2 and "--command-file" in refused.stderr and "shell code" in refused.stderr, refused
     assert 'API_TOKEN="[REDACTED]" true' in refused.stdout  # what is stored, and why it cannot be approved
+    assert "an agent asked to run this: touch" in refused.stdout  # and why the policy asked
     other = tmp_path / "other.txt"
     other.write_text('API_TOKEN="q" true')
     wrong = cli(state, "approvals", "approve", aid, "--digest", digest, "--command-file", str(other))

@@ -67,7 +67,8 @@ CREATE TABLE IF NOT EXISTS approvals (
     env TEXT,
     binding TEXT,
     hidden_code INTEGER,
-    text_sha256 TEXT
+    text_sha256 TEXT,
+    reason TEXT
 );
 """
 #: what ``command_sha256`` of a row is the digest of: ``call`` (:func:`call_sha256`), or NULL for rows written before
@@ -124,6 +125,7 @@ class Approval(BaseModel):
                                                       "older request)")
     text_sha256: str | None = Field(None, description="command_sha256 of the command text alone: a person who was "
                                                       "given the command checks it against this")
+    reason: str | None = Field(None, description="why the policy asked, secrets redacted (None: not given)")
     rule_id: str
     created_at: float
     expires_at: float
@@ -178,7 +180,7 @@ class ApprovalStore:
         and replace each stored command by its redacted form."""
         columns = {row["name"] for row in self._db.execute("PRAGMA table_info(approvals)")}
         for column, kind in (("command_sha256", "TEXT"), ("cwd", "TEXT"), ("env", "TEXT"), ("binding", "TEXT"),
-                             ("hidden_code", "INTEGER"), ("text_sha256", "TEXT")):
+                             ("hidden_code", "INTEGER"), ("text_sha256", "TEXT"), ("reason", "TEXT")):
             if column not in columns:
                 self._db.execute(f"ALTER TABLE approvals ADD COLUMN {column} {kind}")
         rows = self._db.execute("SELECT id, host, command FROM approvals WHERE command_sha256 IS NULL").fetchall()
@@ -193,9 +195,11 @@ class ApprovalStore:
         self._db.close()
 
     def request(self, host: str, command: str, rule_id: str, *, cwd: str | None = None,
-                env: Mapping[str, str] | None = None, ttl_s: float | None = None) -> Approval:
-        """Create a pending approval for ``command`` on ``host`` in ``cwd`` with ``env``, asked by ``rule_id``;
-        expires after ``ttl_s`` seconds."""
+                env: Mapping[str, str] | None = None, ttl_s: float | None = None,
+                reason: str | None = None) -> Approval:
+        """Create a pending approval for ``command`` on ``host`` in ``cwd`` with ``env``, asked by ``rule_id``
+        (``reason``: why the policy asks, kept redacted to show with the request); expires after ``ttl_s``
+        seconds."""
         now = self._clock()
         hidden = review_gaps(command) + (review_gaps(cwd) if cwd else 0) + sum(
             1 for k, v in (env or {}).items() if redact_obj({k: v})[k] != v and may_hold_code(v))
@@ -204,14 +208,14 @@ class ApprovalStore:
             cwd=redact(cwd) if cwd else None, env=redact_obj(dict(env)) if env else None,
             command_sha256=call_sha256(host, command, cwd=cwd, env=env), rule_id=rule_id, created_at=now,
             expires_at=now + (self._ttl_s if ttl_s is None else ttl_s), status="pending", hidden_code=hidden,
-            text_sha256=command_sha256(command),
+            text_sha256=command_sha256(command), reason=redact(reason) if reason else None,
         )  # fmt: skip
         self._db.execute(
             "INSERT INTO approvals (id, host, command, cwd, env, command_sha256, binding, rule_id, created_at,"
-            " expires_at, status, hidden_code, text_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " expires_at, status, hidden_code, text_sha256, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (approval.id, host, approval.command, approval.cwd, json.dumps(approval.env) if approval.env else None,
              approval.command_sha256, _BINDING, rule_id, approval.created_at, approval.expires_at, approval.status,
-             hidden, approval.text_sha256),
+             hidden, approval.text_sha256, approval.reason),
         )
         log.info("approval.requested", approval_id=approval.id, host=host, rule_id=rule_id)
         return approval

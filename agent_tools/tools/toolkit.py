@@ -289,7 +289,7 @@ class Toolkit:
                     refused = f" (approval {approval_id} not usable: {exc})"
             else:
                 refused = ""
-            appr = self.approvals.request(host, command, decision.rule_id, cwd=cwd, env=env)
+            appr = self.approvals.request(host, command, decision.rule_id, cwd=cwd, env=env, reason=decision.reason)
             outcome = NeedsApproval(host=host, command=shown, cwd=cwd, env=dict(env) if env else None,
                                     approval_id=appr.id,
                                     command_digest=appr.command_sha256[:12], rule_id=decision.rule_id,
