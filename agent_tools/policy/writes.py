@@ -11,9 +11,15 @@ machine reboots): ``cat /dev/watchdog`` and ``< /dev/watchdog`` count as writes 
 
 A long option may be abbreviated (getopt_long(3): ``sort --outp=F`` is ``--output=F``); a glob counts for a watchdog
 when it may expand to one (``cat /dev/watch*``), and so do ``/dev/char/MAJOR:MINOR`` and ``/proc/PID/root/dev/...``;
-``du --files0-from=F`` and ``file -s`` open what they name. ``tar -tf``/``-xf``/``-df`` read the archive (only
-``-c``, ``-r``, ``-u``, ``-A`` and ``--delete`` write it). A link to ``/``, ``/dev`` or a directory of device nodes
-counts as a write of every device under it (``ln -s /dev X; cp y X/sda``).
+``du --files0-from=F`` and ``file -s`` open what they name; ``grep -D read -r`` opens every device below its start
+(``/dev/*``). ``tar -tf``/``-xf``/``-df`` read the archive (only ``-c``, ``-r``, ``-u``, ``-A`` and ``--delete``
+write it), and an extraction (``tar -x``, ``unzip``, ``cpio -i``) writes every name below its directory (``-C DIR/*``).
+A link to ``/``, ``/dev`` or a directory of device nodes counts as a write of every device under it (``ln -s /dev X;
+cp y X/sda``). Files a program's own script names count too: sed's ``w``/``r`` commands and ``s///w`` flag, awk's
+``print > "F"``, an editor's operands and ``-c`` commands, an interpreter's inline code (every absolute or ``./``
+name in it), ``perl -i``/``gawk -i inplace`` operands, ``script``'s typescript, ``logsave``'s log. ``cp -vt /dev``
+is ``-v -t /dev``. A name only the host resolves (``~sys/sda``, ``/proc/1/cwd/dev/sda``) is every name it may stand
+for (:func:`~agent_tools.policy.paths.indirect_names`).
 
 A relative file name is also listed resolved against every directory the command may run in (the call's ``cwd``
 and each ``cd`` before it in the command line: ``cd /dev && cp zero sda`` writes ``/dev/sda``). ``~`` stands for
