@@ -36,7 +36,7 @@ from .cli_mcp import mcp
 from .display import plain, safe_text
 from .logs import configure_logging
 from .outcomes import result_view
-from .redact import MARK, redact, redact_argv, redact_obj, review_text
+from .redact import MARK, redact, redact_argv, redact_obj, review_gaps, review_text
 from .tools.toolkit import Toolkit
 
 __all__ = ["app", "main"]
@@ -467,7 +467,7 @@ def output(
     as_json: JsonOpt = False,
     ssh_config: SshConfigOpt = None,
 ) -> None:
-    """Page a job's output by byte offset."""
+    """Page a job's output by byte offset (a page that does not reach the end says on stderr where the rest is)."""
     async def go() -> dict[str, Any]:
         async with _toolkit(ssh_config) as tk:
             return await tk.dispatch("job_output", {"job_id": job_id, "offset": offset, "limit": limit,
@@ -478,6 +478,13 @@ def output(
         _emit(d, True if as_json else False)
     else:
         sys.stdout.write(safe_text(redact(d["text"])))
+        sys.stdout.flush()
+        nxt, total = d.get("next_offset"), d.get("total_bytes")
+        if not d.get("eof") and isinstance(nxt, int) and isinstance(total, int) and nxt < total:
+            # the page is cut: say where the rest is (on stderr, so stdout holds the bytes of the page only)
+            more = f"agent-tools output {job_id} --offset {nxt}" + (" --stream stderr" if stream == "stderr" else "")
+            err.print(Text.assemble(f"(bytes {offset}-{nxt} of {total} shown; the rest: ", _shown(more), ")"),
+                      highlight=False, soft_wrap=True)
     raise typer.Exit(1 if d.get("outcome") == "error" else 0)
 
 
@@ -730,11 +737,21 @@ def approvals_approve(
     digest: Annotated[str | None, typer.Option("--digest", metavar="HEX",
                                                help="the digest shown with the request (needed without a terminal)")
                       ] = None,
+    command: Annotated[str | None, typer.Option(
+        "--command", metavar="TEXT", help="the exact command the agent sent, when the stored one hides code "
+                                          "(checked against the request)")] = None,
+    command_file: Annotated[Path | None, typer.Option(
+        "--command-file", metavar="FILE", help="as --command, read from FILE (exactly its bytes)")] = None,
 ) -> None:
     """Approve an agent's request: it is shown (host, cwd, env, rule, digest, the command and what it writes, as
     stored, secrets redacted) and asked about on a terminal; without one, ``--digest`` must be the request's
-    digest. The agent's call with ``approval_id=ID`` then runs it, once, before the approval expires."""
+    digest. The agent's call with ``approval_id=ID`` then runs it, once, before the approval expires.
+
+    A request whose stored command hides more than values of a certain secret shape (shell code or words in a
+    secret's place: they are redacted before a request is saved) is only approved with the exact command given
+    (``--command``/``--command-file``), checked against the request and shown in its place."""
     from .policy import ApprovalRefused
+    from .policy.approvals import command_sha256
 
     store = _approval_store()
     try:
@@ -745,11 +762,34 @@ def approvals_approve(
         if a.status == "approved":
             _say("already approved: ", _shown(approval_id))
             return
+        given = command_file.read_bytes().decode("utf-8", "surrogateescape") if command_file else command
         d = {"host": a.host, "cwd": a.cwd, "env": a.env, "rule_id": a.rule_id, "approval_id": a.id,
-             "expires_s": round(a.expires_at - time.time(), 1), "reason": "an agent asked to run this"}
-        hidden = (a.command.count(MARK) + sum(str(v).count(MARK) for v in (a.env or {}).values())
-                  + (a.payload or "").count(MARK))
-        _show_call(d, a.command, a.command_sha256[:12], hidden=hidden, stored=True, payload=a.payload)
+             "expires_s": round(a.expires_at - time.time(), 1),
+             "reason": f"an agent asked to run this: {a.reason}" if a.reason else "an agent asked to run this"}
+        hidden_code = a.hidden_code if a.hidden_code is not None else (1 if MARK in a.command else 0)
+        if given is not None:
+            if a.text_sha256 is None or command_sha256(given) != a.text_sha256:
+                _say(("error", "red"), " the command given is not the one request ", _shown(approval_id),
+                     " is for; nothing was approved", console=err)
+                raise typer.Exit(1)
+            shown, hidden = review_text(given)
+            _show_call(d, shown, a.command_sha256[:12], hidden=hidden + (a.payload or "").count(MARK),
+                       payload=a.payload)
+            hidden_code -= review_gaps(given)
+        else:
+            hidden = (a.command.count(MARK) + sum(str(v).count(MARK) for v in (a.env or {}).values())
+                      + (a.payload or "").count(MARK))
+            _show_call(d, a.command, a.command_sha256[:12], hidden=hidden, stored=True, payload=a.payload)
+        if hidden_code > 0:
+            where = ("its cwd or env" if given is not None else "it")
+            _say(("error", "red"), f" the stored request hides {hidden_code} span(s) that may be shell code or words "
+                 "that run (it is redacted before it is saved, and these are no values of a certain secret shape), "
+                 f"in {where}: it cannot be approved from what is stored. "
+                 + ("Give the exact command the agent sent: `agent-tools approvals approve ID --command-file FILE` "
+                    "(checked against the request). " if given is None else "")
+                 + "Or approve it where the whole call is shown: the MCP client's approval prompt, or `agent-tools "
+                   "run HOST --approve ID -- COMMAND` (which runs it yourself)", console=err)
+            raise typer.Exit(2)
         if digest is None:
             if not sys.stdin.isatty():
                 _say(("error", "red"), " without a terminal, give --digest (the digest shown with the request)",

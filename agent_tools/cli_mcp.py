@@ -66,6 +66,10 @@ def mcp(
         "--structured-content/--no-structured-content",
         help="send each result as structuredContent too (the same JSON as the text); off for a client that "
              "passes both to the model (no outputSchema is declared then)")] = True,
+    out_of_band_approvals: Annotated[bool, typer.Option(
+        "--out-of-band-approvals",
+        help="never ask the client to approve: only `agent-tools approvals approve ID` (same state dir) approves, "
+             "so the client cannot approve its own requests")] = False,
 ) -> None:
     """Serve the tools over MCP: stdio (the agent starts this command) or streamable HTTP at /mcp.
 
@@ -118,7 +122,8 @@ def mcp(
 
     async def serve() -> None:
         async with toolkit:
-            server = build_mcp_server(toolkit, structured_content=structured_content)
+            server = build_mcp_server(toolkit, structured_content=structured_content,
+                                      out_of_band_approvals=out_of_band_approvals)
             if transport == "stdio":
                 await serve_stdio(server)
                 return

@@ -31,7 +31,8 @@ and chained with ``from exc``; nothing above ``hosts/`` catches asyncssh types.
     │   └── JobNotFound             no such job in the journal or on the host
     ├── JournalError                the local job journal cannot be opened or is damaged
     ├── PolicyError                 a policy file or decision problem
-    │   └── PolicyFileError         a malformed policy file (fields ``path``, ``line``, ``key``)
+    │   ├── PolicyFileError         a malformed policy file (fields ``path``, ``line``, ``key``)
+    │   └── ApprovalUsed            an approval id given again after its one use (field ``job_id``: what ran)
     └── ReplayError                 a replayed cassette does not match the requests made
 """
 
@@ -41,6 +42,7 @@ from typing import Literal
 
 __all__ = [
     "AgentToolsError",
+    "ApprovalUsed",
     "AuthenticationFailed",
     "BadArguments",
     "ChannelOpenFailed",
@@ -301,6 +303,20 @@ class PolicyFileError(PolicyError):
         self.path = path
         self.line = line
         self.key = key
+
+
+class ApprovalUsed(PolicyError):
+    """An approval id presented again after its one use (two callers racing with it, or a retry): the call it
+    approved ran once, and never runs again under it.
+
+    :param job_id: the job that use started, when known (``j_...``), else None.
+    """
+
+    kind: ErrorKind = "approval"
+
+    def __init__(self, message: str, job_id: str | None = None) -> None:
+        super().__init__(message)
+        self.job_id = job_id
 
 
 class ReplayError(AgentToolsError):

@@ -9,9 +9,13 @@ Covered: private key blocks (``-----BEGIN ... PRIVATE KEY-----``, also ``AGE-SEC
 below), ``-pass pass:x`` / ``-storepass x`` style options (openssl, keytool); program-specific ones: ``mysql
 -pSECRET``, ``sshpass -p x``, ``curl -u user:pw``, ``redis-cli -a x``, ``docker login -p x``, ``htpasswd -b FILE
 USER PW``, ``smbclient -U user%pw``, ``vault login TOKEN``, ``ssh-keygen -N/-P x``, ``zip/unzip -P x``, ``ldapsearch
--w x``, ``ipmitool -P x``, ``aws configure set aws_secret_access_key x``; ``NAME=value`` / ``name: value`` /
-``<name>value</name>`` where NAME ends in TOKEN, SECRET, PASSWORD, PASSWD, PASS, _PWD, _PAT, KEY (as in
-``OPENAI_KEY``; ``API_KEY``, ``ACCESS_KEY``...), CREDENTIAL(S) or AUTH_TOKEN (case-insensitive; ``MAX_TOKENS``,
+-w x``, ``ipmitool -P x``, ``aws configure set aws_secret_access_key x``, ``useradd -p x``, ``az login -p x``,
+``lftp -u user,x``, ``echo 'user:x' | chpasswd``; ``.netrc`` entries (``machine h login u password x``, on one line
+or several; ``default ...``); ``user:x@host`` without a scheme (an scp destination, an alias); ``Bearer x`` of 16
+characters or more without a header; PuTTY key files' private lines; ``NAME=value`` / ``password => 'value'`` /
+``name: value`` / ``<name>value</name>`` where NAME ends in TOKEN, SECRET, PASSWORD, PASSWD, PASS, _PWD, _PAT, KEY
+(as in ``OPENAI_KEY``; ``API_KEY``, ``ACCESS_KEY``...), CREDENTIAL(S), AUTH_TOKEN or SECRET_KEY_BASE
+(case-insensitive; ``MAX_TOKENS``,
 ``TOKENIZERS_PARALLELISM``, ``host_key`` and ``public_key`` are left alone); and value shapes of common providers:
 AWS access key ids (``AKIA``/``ASIA``), GitHub (``ghp_``, ``gho_``, ``ghu_``, ``ghs_``, ``ghr_``, ``github_pat_``),
 GitLab (``glpat-``), OpenAI/Anthropic style ``sk-...``, Slack ``xox[abprs]-`` and webhook URLs, Hugging Face
@@ -42,8 +46,9 @@ ssh.service``). Such a value is hidden only when it is not a placeholder or stat
 expired, incorrect...) and either looks like a secret (letters with digits or symbols, or a capital after a
 small letter) or is the whole of its item (nothing but a comment or a separator follows on its line).
 :func:`redact` hides both kinds (for storage and output); ``redact(..., certain_only=True)`` hides only certain
-ones (for an approval prompt, where a person must see every word that runs; :func:`review_text` also says how
-many spans it hid).
+ones, and :func:`review_text` of those only spans that cannot be code (for an approval prompt, where a person
+must see every word that runs; it also says how many spans it hid; :func:`review_gaps` counts what the stored,
+fully redacted form hides beyond that).
 
 Process-wide additions (:func:`add_patterns`, :func:`add_secret_values`): the ``redact:`` patterns of every policy
 file loaded in this process and the values of secret-named variables given in a call's ``env`` are applied by every
@@ -67,15 +72,16 @@ from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MARK", "add_patterns", "add_secret_values", "is_secret_name", "redact", "redact_argv", "redact_event",
-           "redact_obj", "redact_slice", "review_text", "secret_env_values", "secret_spans"]
+__all__ = ["MARK", "add_patterns", "add_secret_values", "is_secret_name", "may_hold_code", "redact", "redact_argv",
+           "redact_event", "redact_obj", "redact_slice", "review_gaps", "review_text", "secret_env_values",
+           "secret_spans"]
 
 MARK = "[REDACTED]"
 """The marker that replaces a secret."""
 
 _SECRET_WORDS = (
     r"(?:token|secret|password|passwd|passphrase|_pwd|_pass|_pat|api[_-]?key|access[_-]?key|account[_-]?key|"
-    r"secret[_-]?key|private[_-]?key|signing[_-]?key|_key|credentials?|auth[_-]?token)"
+    r"secret[_-]?key|private[_-]?key|signing[_-]?key|_key|credentials?|auth[_-]?token|secret[_-]?key[_-]?base)"
 )
 _SECRET_NAME = rf"[A-Za-z0-9_.-]*?{_SECRET_WORDS}"
 _SECRET_KEY_RE = re.compile(rf"^{_SECRET_NAME}$", re.IGNORECASE)
@@ -125,7 +131,8 @@ _DASH_PASS_RE = re.compile(rf"(\s-(?:[a-z]+)?pass(?:word|in|out|phrase)?{_HS}+(?
 #: (program, option) pairs whose next word (or attached value, for ``-pX``) is a secret
 _PROGRAM_OPTIONS: tuple[tuple[str, str], ...] = (
     (r"mysql\w*|mariadb\w*", r"-p"), (r"sshpass", r"-p\s*"), (r"redis-cli", r"-a\s+"),
-    (r"docker|podman|nerdctl", r"login\b[^\n;|&]*?\s-p\s+"), (r"ssh-keygen", r"-[NP]\s*"),
+    (r"docker|podman|nerdctl|az", r"login\b[^\n;|&]*?\s-p\s+"), (r"ssh-keygen", r"-[NP]\s*"),
+    (r"useradd|usermod", r"-p\s+"),
     (r"zip|unzip|7z|7za|unrar", r"-P\s*|-p"), (r"ldap\w+", r"-w\s+"), (r"ipmitool|sqlcmd|bcp", r"-P\s+"),
     (r"mongo|mongosh|mongodump|mongorestore", r"-p\s+"),
 )
@@ -148,7 +155,8 @@ _SIGNED_URL_RE = re.compile(
     re.IGNORECASE,
 )
 _ASSIGNMENT_RE = re.compile(
-    rf"(?<![A-Za-z0-9_/])([\"']?)({_SECRET_NAME})\1({_HS}*={_HS}*)(\[REDACTED\]|{_NESTED_SQ}|\"[^\"\n]*\"|'[^'\n]*'|"
+    rf"(?<![A-Za-z0-9_/])([\"']?)({_SECRET_NAME})\1({_HS}*={_HS}*|{_HS}+=>{_HS}*(?=[\"']))"
+    rf"(\[REDACTED\]|{_NESTED_SQ}|\"[^\"\n]*\"|'[^'\n]*'|"
     rf"[^\s\"',;&|)}}\]<>(`]+)",
     re.IGNORECASE,
 )
@@ -158,6 +166,25 @@ _COLON_RE = re.compile(
     rf"[^\s\"',;&|)}}\]<>(`]+)",
     re.IGNORECASE,
 )
+#: a .netrc entry (netrc(5)): ``machine NAME`` (or ``default``), then login/account/port tokens in any order before
+#: ``password VALUE``, on one line or several
+_NETRC_TOKENS = r"(?:[ \t\r\n]+(?:login|account|port|protocol)[ \t\r\n]+\S+)"
+#: (a ``login`` token before the password, or right after it: "machine learning password manager" is prose)
+_NETRC_RE = re.compile(rf"(\b(?:machine[ \t\r\n]+\S+|default){_NETRC_TOKENS}*?[ \t\r\n]+login[ \t\r\n]+\S+"
+                       rf"{_NETRC_TOKENS}*[ \t\r\n]+password[ \t\r\n]+){_VALUE}")
+_NETRC_LOGIN_AFTER_RE = re.compile(rf"(\b(?:machine[ \t\r\n]+\S+|default){_NETRC_TOKENS}*[ \t\r\n]+password"
+                                   rf"[ \t\r\n]+){_VALUE}(?=[ \t\r\n]+login[ \t\r\n])")
+#: ``Bearer TOKEN`` outside an Authorization header (a token of 16 characters or more)
+_BEARER_RE = re.compile(r"(\bBearer[ \t]+)([A-Za-z0-9._~+/-]{16,}=*)")
+#: ``echo 'user:PW' | chpasswd`` and ``lftp -u user,PW``
+_CHPASSWD_RE = re.compile(r"(\becho\b[^\n|;&]*?[\s\"'][^\s:\"'|]+:)([^\s\"'|;&]+)(?=[\"']?[^\n|;&]*\|\s*(?:sudo\s+)?"
+                          r"chpasswd\b)")
+_LFTP_USER_RE = re.compile(r"(\blftp\b[^\n;|&]*?\s-u\s+[\"']?[^\s,\"']+,)([^\s\"';|&]+)")
+#: ``user:PASSWORD@host`` without a scheme (a host alias, a git or scp destination); not ``mailto:x@y``
+_USERINFO_RE = re.compile(r"(?<![\w/:@.%+-])((?!(?:mailto|sip|sips|xmpp|tel|urn|data|news):)(?![0-9]+:)"
+                          r"[A-Za-z0-9._%+-]+:)([^\s@/:'\"]+)@(?=[A-Za-z0-9\[])")
+#: a PuTTY private key file (PuTTY-User-Key-File-2/3): the base64 lines after ``Private-Lines: N``
+_PUTTY_RE = re.compile(r"(Private-Lines:[ \t]*\d+\r?\n)((?:[A-Za-z0-9+/=]+\r?\n)*[A-Za-z0-9+/=]+(?=\r?\n|$))")
 #: a registry login in a Docker/Podman config (~/.docker/config.json, auth.json): "auth" is base64 of user:password
 _DOCKER_AUTH_RE = re.compile(r"(\"auth\"\s*:\s*\")([A-Za-z0-9+/]{12,}={0,2})(?=\")")
 _XML_RE = re.compile(rf"(<({_SECRET_NAME})>)([^<\n]+)(?=</\2>)", re.IGNORECASE)
@@ -189,7 +216,8 @@ _SHAPES: tuple[str, ...] = (
     r"\$argon2(?:id|i|d)\$v=\d+\$m=\d+,t=\d+,p=\d+\$[A-Za-z0-9+/]+\$[A-Za-z0-9+/]{16,}",
 )
 _SHAPES_RE = re.compile("|".join(f"(?:{p})" for p in _SHAPES))
-_SECRET_HINT_RE = re.compile(r"(?:token|secret|passw(?:or)?d|pass|_pwd|_pat|key|credentials?)[\"']?\s*[=:]")
+_SECRET_HINT_RE = re.compile(r"(?:token|secret|passw(?:or)?d|pass|_pwd|_pat|key|key_base|credentials?)[\"']?\s*"
+                             r"(?:[=:]|=>)")
 # the same as _ASSIGNMENT_RE/_COLON_RE for lower-cased text, without IGNORECASE (4x faster)
 _ASSIGNMENT_LOW_RE = re.compile(_ASSIGNMENT_RE.pattern.replace(r"\[REDACTED\]", r"\[redacted\]"))
 _COLON_LOW_RE = re.compile(_COLON_RE.pattern.replace(r"\[REDACTED\]", r"\[redacted\]"))
@@ -230,11 +258,18 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(_SIGNED_URL_RE, 2, lambda t, lo: "sig" in lo or "x-amz-" in lo or "credential" in lo, True,
           keep_quotes=False),
     _Rule(_DOCKER_AUTH_RE, 2, lambda t, lo: '"auth"' in t, True, keep_quotes=False),
+    _Rule(_NETRC_RE, 2, lambda t, lo: "password" in lo and ("machine" in lo or "default" in lo), True),
+    _Rule(_NETRC_LOGIN_AFTER_RE, 2, lambda t, lo: "password" in lo and ("machine" in lo or "default" in lo), True),
+    _Rule(_BEARER_RE, 2, lambda t, lo: "Bearer" in t, True, keep_quotes=False),
+    _Rule(_CHPASSWD_RE, 2, lambda t, lo: "chpasswd" in t, True, keep_quotes=False),
+    _Rule(_LFTP_USER_RE, 2, lambda t, lo: "lftp" in t, True, keep_quotes=False),
+    _Rule(_USERINFO_RE, 2, lambda t, lo: "@" in t and ":" in t, True, keep_quotes=False),
+    _Rule(_PUTTY_RE, 2, lambda t, lo: "private-lines" in lo, True, keep_quotes=False, learn=False),
     _Rule(_XML_RE, 3, lambda t, lo: "</" in t, True, keep_quotes=False),
     _Rule(_SHAPES_RE, 0, lambda t, lo: True, True, keep_quotes=False, learn=False),
 )
 _PROGRAM_GATE = re.compile(r"mysql|mariadb|sshpass|redis-cli|docker|podman|nerdctl|ssh-keygen|zip|7z|unrar|ldap|"
-                           r"ipmitool|sqlcmd|bcp|mongo")
+                           r"ipmitool|sqlcmd|bcp|mongo|useradd|usermod|\baz\b")
 
 # process-wide additions (see the module docstring); guarded because MCP HTTP serves from several threads
 _LOCK = threading.Lock()
@@ -514,11 +549,38 @@ def redact_slice(text: str, start: int, end: int, extra_patterns: Iterable[str |
     return _apply(text, secret_spans(text, extra_patterns), start, end)
 
 
+#: characters a span hidden in an approval prompt may not hold: through them hidden text could be code (``$``, a
+#: backquote, ``<(``), end a command or a quoted string, or change how bash reads what follows. A literal password
+#: holding one (``--password 'pa$$w(1)'``) is shown as it is: the person approving must see every word that runs.
+_PROMPT_UNSAFE = frozenset("$`;|&<>()\n\r'\"\\")
+
+
+def may_hold_code(text: str) -> bool:
+    """Whether ``text`` holds a character through which hidden text could be code or end a word (see
+    :func:`review_text`): a prompt shows such text rather than hide it."""
+    return not _PROMPT_UNSAFE.isdisjoint(text)
+
+
+def _review_spans(text: str, extra_patterns: Iterable[str | re.Pattern[str]] = ()) -> list[Span]:
+    return [(a, b) for a, b in secret_spans(text, extra_patterns, certain_only=True)
+            if not may_hold_code(text[a:b])]
+
+
 def review_text(text: str, extra_patterns: Iterable[str | re.Pattern[str]] = ()) -> tuple[str, int]:
-    """``text`` as a person approving it is shown it: only secrets of certain shape hidden (never code), and how
-    many spans were hidden (``[REDACTED]`` already in ``text`` does not count)."""
-    spans = secret_spans(text, extra_patterns, certain_only=True)
+    """``text`` as a person approving it is shown it, and how many spans were hidden (``[REDACTED]`` already in
+    ``text`` does not count): only secrets of certain shape are hidden, and only where the hidden text holds no
+    character that could make it code or end a word (``$``, a backquote, ``;``, ``|``, ``&``, ``<``, ``>``, ``(``,
+    ``)``, a quote, a backslash, a line break): ``--password "a$(id)"`` is shown whole."""
+    spans = _review_spans(text, extra_patterns)
     return (_apply(text, spans) if spans else text), len(spans)
+
+
+def review_gaps(text: str, extra_patterns: Iterable[str | re.Pattern[str]] = ()) -> int:
+    """How many spans :func:`redact` hides in ``text`` that :func:`review_text` shows: what a person reading the
+    redacted (stored) form of ``text`` cannot see but would be shown in a prompt (shell code in a secret's place,
+    a value of uncertain shape). 0: the stored form hides nothing but values of certain shape."""
+    shown = _review_spans(text, extra_patterns)
+    return sum(1 for a, b in secret_spans(text, extra_patterns) if not any(s <= a and b <= e for s, e in shown))
 
 
 def redact_obj(obj: Any, extra_patterns: Iterable[str | re.Pattern[str]] = ()) -> Any:

@@ -3,6 +3,7 @@ without a token. Real ``agent-tools mcp --transport http`` processes, the offici
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -189,3 +190,49 @@ async def test_an_ipv6_loopback_server_prints_a_url_clients_can_use(tmp_path: Pa
         proc.terminate()
         with anyio.move_on_after(10):
             await proc.wait()
+
+
+def test_a_wildcard_address_by_any_spelling_needs_allow_host(tmp_path: Path) -> None:
+    """qa13 round 3: `--host 0` (and `0x0`, `00`, `::ffff:0.0.0.0`) is every address to the socket layer, so it
+    listened on 0.0.0.0 without the --allow-host guard; the address is read as getaddrinfo reads it."""
+    for host in ("0", "0x0", "00", "::ffff:0.0.0.0", "[::]"):
+        res = run_cli(tmp_path, "--host", host, "--port", "1")
+        assert res.returncode == 2 and "--allow-host" in res.stderr, (host, res.stderr)
+        assert "MCP server on" not in res.stderr, (host, res.stderr)
+        res = run_cli(tmp_path, "--host", host, "--no-auth", "--port", "1")
+        assert res.returncode == 2 and "loopback" in res.stderr, (host, res.stderr)
+
+
+async def test_127_1_is_loopback_and_serves_with_loopback_names(tmp_path: Path) -> None:
+    async with http_server(tmp_path, "--host", "127.1") as url:
+        port = url.split(":")[2].split("/")[0]
+        auth = f"Bearer {token_of(tmp_path)}"
+        ok = await post_init(url, Authorization=auth, Host=f"localhost:{port}")
+        assert ok.status_code == 200, ok.text
+
+
+async def test_two_host_or_origin_headers_are_refused(tmp_path: Path) -> None:
+    """qa13 round 3: with two Origin (or Host) headers the middleware checked one and the SDK the other. HTTP
+    clients send one of each, so the requests are written by hand."""
+    async with http_server(tmp_path) as url:
+        port = url.split(":")[2].split("/")[0]
+        good_origin, good_host = f"http://localhost:{port}", f"localhost:{port}"
+
+        async def status(hosts: tuple[str, ...], origins: tuple[str, ...]) -> bytes:
+            body = json.dumps(INIT).encode()
+            head = "".join(f"Host: {h}\r\n" for h in hosts) + "".join(f"Origin: {o}\r\n" for o in origins)
+            head += "".join(f"{k}: {v}\r\n" for k, v in MCP_HEADERS.items())
+            request = (f"POST /mcp HTTP/1.1\r\n{head}Authorization: Bearer {token_of(tmp_path)}\r\n"
+                       f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+            stream = await anyio.connect_tcp("127.0.0.1", int(port))
+            async with stream:
+                await stream.send(request)
+                reply = await stream.receive()
+            return reply.split(b"\r\n", 1)[0].split()[1]
+
+        with anyio.fail_after(30):
+            for origins in ((good_origin, "http://evil.example"), ("http://evil.example", good_origin)):
+                assert await status((good_host,), origins) == b"403", origins
+            for hosts in ((good_host, "evil.example"), ("evil.example", good_host)):
+                assert await status(hosts, (good_origin,)) in (b"400", b"421"), hosts
+            assert await status((good_host,), (good_origin,)) == b"200"

@@ -182,3 +182,34 @@ async def test_path_changed_by_builtins_or_local_code_through_ssh_never_runs(tk:
     host_sh(systemd_hosts, f"cd {work} && bash -c 'unset PATH; ls'; ls {MARK}-planted-ls")
     host_sh(systemd_hosts, f"bash -c 'BASH_CMDS[cat]={work}/cat; cat /etc/hostname'; ls {MARK}-planted-cat")
     host_sh(systemd_hosts, f"rm -rf {work} {MARK}*")
+
+
+async def test_hidden_substitutions_and_host_resolved_names_never_run(tk: Toolkit, systemd_hosts: HostPool) -> None:
+    """qa13 round 3: a backquote inside ${...}, nested backquotes, <(...) in ${...} and a backquote in an unquoted
+    here-document run in bash though tree-sitter-bash reads them as text; ~sys is /dev and PID 1's cwd is / on the
+    host; grep -D read opens what -r alone skips. Each was allowed; now none runs (and bash does run them)."""
+    host_sh(systemd_hosts, f"rm -rf {MARK}*")
+    hidden = [f"echo ${{x:-`touch {MARK}-bt1; id -un`}}", f"x=a; echo ${{x/a/`touch {MARK}-bt2`}}",
+              f"ls -d ${{HOME#`touch {MARK}-bt3`}}", f"cat <<EOF\n`touch {MARK}-heredoc`\nEOF",
+              f"systemctl status ${{x:-`touch {MARK}-systemctl`}} --no-pager", f"ls -d ${{HOME:+`touch {MARK}-plus`}}",
+              f"echo ${{x:-<(touch {MARK}-procsub)}}; sleep 0.5", f"echo `echo \\`touch {MARK}-nested\\``"]
+    for command in hidden:
+        out = await tk.dispatch("run_command", {"host": HOST, "command": command})
+        assert out["outcome"] == "needs_approval" and "touch" in out["reason"], (command, out)
+    assert host_sh(systemd_hosts, f"ls {MARK}* 2>/dev/null || true").strip() == ""
+    for command in hidden:  # the attack is real: bash runs every hidden command
+        host_sh(systemd_hosts, f"bash -c {shlex.quote(command)} >/dev/null 2>&1 || true")
+    assert len(host_sh(systemd_hosts, f"ls {MARK}*").split()) == len(hidden)
+    host_sh(systemd_hosts, f"rm -f {MARK}*")
+    # names only the host resolves: on this Debian host ~sys is /dev and PID 1's working directory is /
+    assert host_sh(systemd_hosts, "getent passwd sys | cut -d: -f6").strip() == "/dev"
+    assert host_sh(systemd_hosts, "readlink /proc/1/cwd").strip() == "/"
+    for command in ("head -c 40 ~sys/watchdog", "cat /proc/1/cwd/dev/watchdog", "cat ~root/../dev/watchdog",
+                    "cd ~sys; cat watchdog", "cp /dev/zero ~sys/sda", "grep -D read -r x /dev"):
+        out = await tk.dispatch("run_command", {"host": HOST, "command": command})
+        assert out["outcome"] == "denied", (command, out)
+    # grep opens a FIFO (a device alike) below the start only with -D read: -r alone skips it (returns at once)
+    host_sh(systemd_hosts, f"rm -rf {MARK}-g; mkdir {MARK}-g; mkfifo {MARK}-g/f")
+    assert host_sh(systemd_hosts, f"timeout 3 grep -r x {MARK}-g; echo $?").strip() == "1"
+    assert host_sh(systemd_hosts, f"timeout 3 grep -D read -r x {MARK}-g; echo $?").strip() == "124"
+    host_sh(systemd_hosts, f"rm -rf {MARK}-g")

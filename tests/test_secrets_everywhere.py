@@ -66,6 +66,9 @@ def corpus() -> tuple[dict[str, str], list[str]]:
         "json-password": "jp" + _alnum(14),
         "yaml-token": "yt" + _alnum(14),
         "cookie": "ck" + _alnum(14),
+        "netrc": "nr" + _alnum(14),
+        "netrc-default": "nd" + _alnum(14),
+        "userinfo": "ui" + _alnum(14),
     }
     lines = [
         f"HF_TOKEN={raw['hf']}",
@@ -86,6 +89,9 @@ def corpus() -> tuple[dict[str, str], list[str]]:
         json.dumps({"user": "bob", "password": raw["json-password"]}),
         f"  token: {raw['yaml-token']}",
         f"Cookie: sid={raw['cookie']}; theme=dark",
+        f"machine git.example.invalid login bob password {raw['netrc']}",
+        f"default login anonymous password {raw['netrc-default']}",
+        f"scp backup.tar bob:{raw['userinfo']}@backup.example.invalid:/srv",
     ]
     return raw, lines
 

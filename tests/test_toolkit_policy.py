@@ -73,7 +73,9 @@ async def test_approved_restart_runs_detached_with_the_rules_probes(tmp_path: Pa
         st = await tk.dispatch("job_status", {"job_id": out["job_id"], "wait_s": 1})
         assert st["readiness"] == "pending" and {p["kind"] for p in st["probes"]} == {"systemd_unit", "http"}
         reuse = await tk.dispatch("run_command", {"host": alias, "command": cmd, "approval_id": ask["approval_id"]})
-        assert reuse["outcome"] == "needs_approval" and "used" in reuse["reason"]  # used once
+        # used once: a second use is told so, with the job the first started (no new approval to ask for)
+        assert reuse["outcome"] == "error" and reuse["kind"] == "approval" and "already used" in reuse["message"]
+        assert reuse["job_id"] == out["job_id"] and "approval_id" not in reuse, reuse
 
 
 async def test_secrets_are_redacted_in_outcomes_and_journal(tmp_path: Path) -> None:

@@ -20,7 +20,9 @@ host and an optional numeric port; RFC 6454: an origin is a scheme, a host and a
 more) is refused first, with the same ``421``/``403``.
 
 Listening beyond loopback without a token is refused (:class:`InsecureListen`), and a wildcard address
-(``0.0.0.0``, ``::``) needs the names clients will use in ``Host`` (``allowed_hosts``).
+(``0.0.0.0``, ``::``, and what the socket layer reads as one: ``0``, ``0x0``) needs the names clients will use in
+``Host`` (``allowed_hosts``). The address is read as the socket layer reads it (getaddrinfo(3)): ``127.1`` is
+loopback, ``0`` is every address.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import json
 import os
 import re
 import secrets
+import socket
 import stat
 from pathlib import Path
 from typing import Any
@@ -76,21 +79,35 @@ class StaticTokenVerifier:
         return None
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address or ``localhost``) is a loopback address (``127.0.0.0/8``, ``::1``)."""
-    if host == "localhost":
-        return True
+def _addresses(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The addresses a server listening on ``host`` binds, read as the socket layer reads them
+    (getaddrinfo(3) with ``AI_PASSIVE``: ``0`` and ``0x0`` are ``0.0.0.0``, ``127.1`` and ``2130706433`` are
+    ``127.0.0.1``, a name is resolved); an IPv4-mapped IPv6 address as its IPv4 address. Empty when it does not
+    resolve (the server cannot listen there either)."""
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+        infos = socket.getaddrinfo(host.strip("[]"), None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError):
+        return []
+    out: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = []
+    for info in infos:
+        address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        out.append(address)
+    return out
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address ``host`` stands for is a loopback address (``127.0.0.0/8``, ``::1``): ``localhost``,
+    ``127.0.0.1``, ``127.1``, ``[::1]``, ``::ffff:127.0.0.1`` (see :func:`_addresses`)."""
+    addresses = _addresses(host)
+    return bool(addresses) and all(a.is_loopback for a in addresses)
 
 
 def _is_wildcard(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_unspecified
-    except ValueError:
-        return False
+    """Whether ``host`` stands for every address of the machine: ``0.0.0.0``, ``::``, and what the socket layer
+    reads as them (``0``, ``0x0``, ``00``, ``::ffff:0.0.0.0``)."""
+    return any(a.is_unspecified for a in _addresses(host))
 
 
 def load_or_create_token(path: str | os.PathLike[str]) -> str:
@@ -161,22 +178,24 @@ _ORIGIN_HEADER_RE = re.compile(rf"https?://{_AUTHORITY}")
 
 
 class WellFormedHostOrigin:
-    """ASGI middleware: an HTTP request whose ``Host`` header is not ``host[:port]`` gets ``421``, one whose
-    ``Origin`` (when present) is not ``http(s)://host[:port]`` gets ``403``, before the SDK's own name checks
-    (which match a name and any port by prefix)."""
+    """ASGI middleware: an HTTP request whose ``Host`` header is not ``host[:port]`` (or that has two) gets
+    ``421``, one whose ``Origin`` (when present) is not ``http(s)://host[:port]`` (or that has two) gets ``403``,
+    before the SDK's own name checks (which match a name and any port by prefix)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope.get("type") == "http":
-            headers = {k.lower(): v for k, v in scope.get("headers", [])}
-            host = headers.get(b"host", b"").decode("latin-1")
-            origin = headers.get(b"origin")
+            hosts = [v for k, v in scope.get("headers", []) if k.lower() == b"host"]
+            origins = [v for k, v in scope.get("headers", []) if k.lower() == b"origin"]
+            host = hosts[0].decode("latin-1") if hosts else ""
             status = None
-            if host and not _HOST_HEADER_RE.fullmatch(host):
+            # one of each at most (RFC 9110 7.2: "more than one Host header" is a 400): the SDK reads the first and
+            # a dict the last, so two could show each check a different one
+            if len(hosts) > 1 or (host and not _HOST_HEADER_RE.fullmatch(host)):
                 status, body = 421, b"Invalid Host header"
-            elif origin is not None and not _ORIGIN_HEADER_RE.fullmatch(origin.decode("latin-1")):
+            elif len(origins) > 1 or (origins and not _ORIGIN_HEADER_RE.fullmatch(origins[0].decode("latin-1"))):
                 status, body = 403, b"Invalid Origin header"
             if status is not None:
                 log.warning("mcp.http_header_refused", status=status)

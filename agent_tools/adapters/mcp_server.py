@@ -70,6 +70,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import __version__
+from ..display import safe_text
 from ..outcomes import Denied, ErrorOutcome, result_view
 from ..redact import redact, redact_obj, review_text
 from ..tools.toolkit import Toolkit
@@ -130,29 +131,42 @@ def _call_digest(name: str, arguments: dict[str, Any]) -> str:
 
 
 def _approval_message(name: str, arguments: dict[str, Any], outcome: dict[str, Any],
-                      payload: str | None = None) -> str:
+                      payload: str | None = None, reason: str | None = None) -> str:
     """The elicitation text: host, cwd, env, rule, digest and the whole command as the agent sent it, and what the
     call writes (``payload``, as the approval store keeps it: write_file's content, edit_file's diff), secrets of a
-    certain shape redacted (never code), and how many spans that hid."""
+    certain shape redacted where the hidden text cannot be code (:func:`~agent_tools.redact.review_text`), and how
+    many spans that hid. Control, bidi and invisible characters are shown as visible escapes (``\\x1b``,
+    ``\\u202e``: :func:`~agent_tools.display.safe_text`), so a client printing the text on a terminal shows what
+    runs, not what the command draws. ``reason``: the policy's reason as decided (the outcome's own is redacted
+    for storage, and may hide code the prompt shows)."""
     command = arguments.get("command")
     if not isinstance(command, str):  # a tool whose approval is not about a command line (write_file: tee PATH)
         command = str(outcome.get("command") or "")
     shown, hidden = review_text(command)
     env = arguments.get("env") if isinstance(arguments.get("env"), dict) else None
-    lines = [f"The agent wants to run ({name}) on {outcome.get('host')}",
-             f"in {arguments.get('cwd') or outcome.get('cwd') or 'the login directory'}",
-             "with env " + (" ".join(f"{k}={v}" for k, v in redact_obj(env).items()) if env else "(none given)") + ":",
-             "", "    " + shown.replace("\n", "\n    "), ""]
+    env_text = " ".join(f"{k}={v}" for k, v in redact_obj(env).items()) if env else ""
+    where = str(arguments.get("cwd") or outcome.get("cwd") or "")
+    escaped = safe_text(shown)
+    escapes = escaped != shown
+    lines = [f"The agent wants to run ({safe_text(name)}) on {safe_text(str(outcome.get('host')))}",
+             f"in {safe_text(review_text(where)[0]) if where else 'the login directory'}",
+             "with env " + (safe_text(env_text) if env else "(none given)") + ":",
+             "", "    " + escaped.replace("\n", "\n    "), ""]
     if payload is not None:
         written, more = review_text(payload)
         hidden += more
-        lines += ["It writes:", "", "    " + written.replace("\n", "\n    "), ""]
+        written_escaped = safe_text(written)
+        lines += ["It writes:", "", "    " + written_escaped.replace("\n", "\n    "), ""]
+        escapes = escapes or written_escaped != written
+    if escapes:
+        lines.append("Control or invisible characters are shown as escapes (\\x1b, \\r, \\u202e).")
     if hidden:
         lines.append(f"Warning: {hidden} span(s) of a certain secret shape (tokens, keys, passwords) are shown as "
                      "[REDACTED]; they are values, never code, and the digest binds the real text.")
     bound = "host, command, cwd, env" + (" and what it writes" if payload is not None else "")
+    reason = safe_text(review_text(reason if reason is not None else str(outcome.get("reason") or ""))[0])
     lines.append(f"Digest {outcome.get('command_digest') or '?'} (SHA-256 of the {bound}). Policy "
-                 f"rule {outcome.get('rule_id') or '(none)'} asks first: {outcome.get('reason')}")
+                 f"rule {safe_text(str(outcome.get('rule_id') or '(none)'))} asks first: {reason}")
     return "\n".join(lines)
 
 
@@ -176,12 +190,16 @@ class McpToolServer:
         for clients that would pass both to the model.
     :param approvals: where elicitation answers are recorded; None: ``toolkit.approvals`` if it exists.
     :param elicitation_timeout_s: seconds to wait for the operator's answer (then the outcome is returned).
+    :param out_of_band_approvals: never ask through the client (elicitation, ``request_state``): a
+        ``needs_approval`` goes back to the agent and only ``agent-tools approvals approve ID`` (on the machine
+        holding the state directory) approves it, so whoever controls the client or holds the HTTP token cannot
+        approve its own request.
     """
 
     def __init__(self, toolkit: Toolkit, *, progress_interval_s: float = 1.0,
                  max_result_chars: int = DEFAULT_MAX_RESULT_CHARS, approvals: ApprovalSink | None = None,
                  elicitation_timeout_s: float = 600.0, structured_content: bool = True,
-                 max_result_tokens: int = DEFAULT_MAX_RESULT_TOKENS) -> None:
+                 max_result_tokens: int = DEFAULT_MAX_RESULT_TOKENS, out_of_band_approvals: bool = False) -> None:
         if not progress_interval_s > 0:
             raise ValueError("progress_interval_s must be > 0 seconds")
         self.toolkit = toolkit
@@ -191,6 +209,7 @@ class McpToolServer:
         self.structured_content = structured_content
         self.approvals = approvals
         self.elicitation_timeout_s = elicitation_timeout_s
+        self.out_of_band_approvals = out_of_band_approvals
         self._state_key = secrets.token_bytes(32)
         #: nonce -> monotonic expiry of every request_state issued and not yet answered (single use)
         self._issued: dict[str, float] = {}
@@ -221,6 +240,8 @@ class McpToolServer:
         state = params.request_state
         if state is not None and state.startswith(APPROVAL_STATE_PREFIX):
             approval_id, refusal = self._check_state(ctx, state, name, arguments)
+            if self.out_of_band_approvals:
+                refusal = "this server takes approvals only from `agent-tools approvals approve ID`"
             if refusal is not None or params.input_responses is None:
                 log.warning("mcp.approval_state_refused", tool=name, reason=refusal or "no input_responses")
                 return self._result(name, result_view(ErrorOutcome(
@@ -350,9 +371,19 @@ class McpToolServer:
     async def _ask_operator(self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any],
                             outcome: dict[str, Any]) -> dict[str, Any] | types.InputRequiredResult:
         approval_id = outcome.get("approval_id")
+        if self.out_of_band_approvals and isinstance(approval_id, str):
+            return {**outcome, "next": f"ask the operator to run `agent-tools approvals approve {approval_id}` (this "
+                                       "server takes approvals only from there); then call again with the same "
+                                       f"arguments and approval_id='{approval_id}'"}
         if not isinstance(approval_id, str) or not self._client_elicits(ctx) or not self._takes_approval_id(name):
             return outcome
-        message = _approval_message(name, arguments, outcome, self._payload(approval_id))
+        decision = None
+        if name == "run_command" and isinstance(arguments.get("command"), str):
+            env = arguments.get("env") if isinstance(arguments.get("env"), dict) else None
+            decision = self.toolkit.decide(str(arguments.get("host")), arguments["command"],
+                                           cwd=arguments.get("cwd"), env=env)
+        message = _approval_message(name, arguments, outcome, self._payload(approval_id),
+                                   decision.reason if decision is not None else None)
         if ctx.session.can_send_request:
             answer: types.ElicitResult | None = None
             try:
@@ -402,6 +433,7 @@ def build_mcp_server(
     elicitation_timeout_s: float = 600.0,
     structured_content: bool = True,
     max_result_tokens: int = DEFAULT_MAX_RESULT_TOKENS,
+    out_of_band_approvals: bool = False,
 ) -> Server[Any]:
     """An MCP server (SDK low-level :class:`mcp.server.Server`) serving every tool of ``toolkit``.
 
@@ -410,7 +442,8 @@ def build_mcp_server(
     """
     handlers = McpToolServer(toolkit, progress_interval_s=progress_interval_s, max_result_chars=max_result_chars,
                              approvals=approvals, elicitation_timeout_s=elicitation_timeout_s,
-                             structured_content=structured_content, max_result_tokens=max_result_tokens)
+                             structured_content=structured_content, max_result_tokens=max_result_tokens,
+                             out_of_band_approvals=out_of_band_approvals)
     return Server(name, version=__version__, instructions=INSTRUCTIONS,
                   get_tool_input_schema=handlers.input_schema,
                   on_list_tools=handlers.list_tools, on_call_tool=handlers.call_tool)

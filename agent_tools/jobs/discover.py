@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from .scripts import ENV_LINE_MARK, status_script
 from .wire import HostJobState, WireError, WireReader, parse_status
 
-__all__ = ["COMMAND_HEAD_BYTES", "FoundJob", "discover_script", "parse_discovery", "split_env_line"]
+__all__ = ["COMMAND_HEAD_BYTES", "FoundJob", "discover_script", "parse_discovery", "split_env_line", "split_env_values"]
 
 #: bytes of each job's command line sent back by the discovery
 COMMAND_HEAD_BYTES = 512
@@ -58,6 +58,18 @@ def split_env_line(command: str) -> tuple[str, list[str]]:
     except ValueError:
         return command, []
     return rest, [w.split("=", 1)[0] for w in words if "=" in w]
+
+
+def split_env_values(command: str) -> tuple[str, dict[str, str]]:
+    """As :func:`split_env_line`, with the values the call gave (read back to know which of them are secrets)."""
+    first, sep, rest = command.partition("\n")
+    if not (sep and first.startswith("export ") and first.endswith(" " + ENV_LINE_MARK)):
+        return command, {}
+    try:
+        words = shlex.split(first[len("export ") : -len(ENV_LINE_MARK)])
+    except ValueError:
+        return command, {}
+    return rest, dict(w.split("=", 1) for w in words if "=" in w)
 
 
 def discover_script(base: str, skip: list[str]) -> str:

@@ -4,7 +4,8 @@ The host's job directory is the source of truth for a job's state (exit file, pi
 what only the controller knows: which host, the budget and deadline, probes, what output the agent has
 already been shown, idempotency keys, and in ``meta`` (JSON, so older journals open unchanged) facts such as
 how the host was reached (``meta["connection"]``, :mod:`agent_tools.hosts.reach`). Text is stored redacted
-(:func:`agent_tools.redact.redact`: the command, the cancel reason, every string in ``meta``), whoever writes it
+(:func:`agent_tools.redact.redact`: the host alias as given (``user:PASSWORD@host``), the command, the cancel reason,
+every string in ``meta``), whoever writes it
 (a launch, a job rediscovered from a host's job directory, an error message), the working directory too, and an
 idempotency key is kept as its SHA-256: the raw command stays only in the job's directory on the host. The file is
 created 0600 in a 0700 directory (:mod:`agent_tools.private`).
@@ -330,7 +331,7 @@ class Journal:
 
 #: columns whose text is redacted before it is written (the storage seam for secrets; see the module docstring);
 #: an idempotency key is stored as its SHA-256 (it is only ever compared)
-_REDACTED = ("command", "cwd", "cancel_reason", "meta", "idempotency_key")
+_REDACTED = ("host", "command", "cwd", "cancel_reason", "meta", "idempotency_key")
 _KEY_PREFIX = "sha256:"
 
 

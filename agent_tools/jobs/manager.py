@@ -318,6 +318,7 @@ class JobRunner:
                         readiness="pending" if probes else "none", idempotency_key=idempotency_key,
                         meta={"on_timeout": on_timeout, **_reached(host), **({"key_on_host": True} if claimed
                                                                              else {}),
+                              **({"env": sorted(env)} if env else {}),  # the names only (values may be secrets)
                               **({"hard_deadline_s": hard_deadline_s, "hard_deadline_why": hard_deadline_why}
                                  if hard_deadline_s is not None else {})})
         if reuse:

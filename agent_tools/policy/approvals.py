@@ -17,7 +17,10 @@ an approval once used or rejected can never be approved again.
 Storage is SQLite: in memory by default, or a file (``path=``, WAL mode, shared by processes) so approvals
 survive a restart; the file is created 0600. Only the *redacted* command, cwd and env are stored
 (:func:`agent_tools.redact.redact`), for display; the binding is the digest, so no secret from a call is written
-here. Times come from an injectable ``clock`` (seconds, default :func:`time.time`), so tests never sleep.
+here. A redacted form may hide text a person approving must see (shell code in a secret's place, a word of uncertain
+shape): ``hidden_code`` counts those spans, and such a request is approved only by a person given the whole command
+(checked against ``text_sha256``, the SHA-256 of the command text). Times come from an injectable ``clock``
+(seconds, default :func:`time.time`), so tests never sleep.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..private import private_file
-from ..redact import redact, redact_obj
+from ..redact import may_hold_code, redact, redact_obj, review_gaps
 
 __all__ = ["DEFAULT_APPROVAL_TTL_S", "Approval", "ApprovalRefused", "ApprovalStore", "call_digest", "call_sha256",
            "command_digest", "command_sha256"]
@@ -64,7 +67,10 @@ CREATE TABLE IF NOT EXISTS approvals (
     cwd TEXT,
     env TEXT,
     binding TEXT,
-    payload TEXT
+    payload TEXT,
+    hidden_code INTEGER,
+    text_sha256 TEXT,
+    reason TEXT
 );
 """
 #: what ``command_sha256`` of a row is the digest of: ``call`` (:func:`call_sha256`), or NULL for rows written before
@@ -125,6 +131,13 @@ class Approval(BaseModel):
     payload: str | None = Field(None, description="what the call writes besides its command, as a person reads it "
                                                   "(write_file's content, edit_file's replacement as a diff), secrets "
                                                   "redacted; its exact text is bound by command_sha256")
+    hidden_code: int | None = Field(None, description="spans the stored (redacted) command, cwd and env hide that an "
+                                                      "approval prompt must show (code or words in a secret's place: "
+                                                      ":func:`agent_tools.redact.review_gaps`); None: not known (an "
+                                                      "older request)")
+    text_sha256: str | None = Field(None, description="command_sha256 of the command text alone: a person who was "
+                                                      "given the command checks it against this")
+    reason: str | None = Field(None, description="why the policy asked, secrets redacted (None: not given)")
     rule_id: str
     created_at: float
     expires_at: float
@@ -178,9 +191,11 @@ class ApprovalStore:
         """Bring a store of an older version up to date: add ``command_sha256`` (from the raw command it kept)
         and replace each stored command by its redacted form."""
         columns = {row["name"] for row in self._db.execute("PRAGMA table_info(approvals)")}
-        for column in ("command_sha256", "cwd", "env", "binding", "payload"):
+        for column, kind in (("command_sha256", "TEXT"), ("cwd", "TEXT"), ("env", "TEXT"), ("binding", "TEXT"),
+                             ("payload", "TEXT"), ("hidden_code", "INTEGER"), ("text_sha256", "TEXT"),
+                             ("reason", "TEXT")):
             if column not in columns:
-                self._db.execute(f"ALTER TABLE approvals ADD COLUMN {column} TEXT")
+                self._db.execute(f"ALTER TABLE approvals ADD COLUMN {column} {kind}")
         rows = self._db.execute("SELECT id, host, command FROM approvals WHERE command_sha256 IS NULL").fetchall()
         for row in rows:  # the raw command is still there: bind it as a call without cwd and env
             self._db.execute("UPDATE approvals SET command_sha256 = ?, command = ?, binding = ? WHERE id = ?",
@@ -194,28 +209,33 @@ class ApprovalStore:
 
     def request(self, host: str, command: str, rule_id: str, *, cwd: str | None = None,
                 env: Mapping[str, str] | None = None, ttl_s: float | None = None, payload: str | None = None,
-                shown_payload: str | None = None) -> Approval:
+                shown_payload: str | None = None, reason: str | None = None) -> Approval:
         """Create a pending approval for ``command`` on ``host`` in ``cwd`` with ``env`` (and ``payload``: see
-        :func:`call_sha256`), asked by ``rule_id``; expires after ``ttl_s`` seconds.
+        :func:`call_sha256`), asked by ``rule_id`` (``reason``: why the policy asks, kept redacted to show with the
+        request); expires after ``ttl_s`` seconds.
 
         :param shown_payload: the payload as a person reads it (a diff for an edit; default: ``payload``); stored
             redacted, for display.
         """
         now = self._clock()
         shown = shown_payload if shown_payload is not None else payload
+        hidden = review_gaps(command) + (review_gaps(cwd) if cwd else 0) + sum(
+            1 for k, v in (env or {}).items() if redact_obj({k: v})[k] != v and may_hold_code(v))
         approval = Approval(
             id="a_" + secrets.token_urlsafe(16), host=host, command=redact(command),
             cwd=redact(cwd) if cwd else None, env=redact_obj(dict(env)) if env else None,
             command_sha256=call_sha256(host, command, cwd=cwd, env=env, payload=payload), rule_id=rule_id,
             created_at=now, expires_at=now + (self._ttl_s if ttl_s is None else ttl_s), status="pending",
-            payload=redact(shown) if shown is not None else None,
+            payload=redact(shown) if shown is not None else None, hidden_code=hidden,
+            text_sha256=command_sha256(command), reason=redact(reason) if reason else None,
         )  # fmt: skip
         self._db.execute(
             "INSERT INTO approvals (id, host, command, cwd, env, command_sha256, binding, rule_id, created_at,"
-            " expires_at, status, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " expires_at, status, payload, hidden_code, text_sha256, reason)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (approval.id, host, approval.command, approval.cwd, json.dumps(approval.env) if approval.env else None,
              approval.command_sha256, _BINDING, rule_id, approval.created_at, approval.expires_at, approval.status,
-             approval.payload),
+             approval.payload, hidden, approval.text_sha256, approval.reason),
         )
         log.info("approval.requested", approval_id=approval.id, host=host, rule_id=rule_id)
         return approval

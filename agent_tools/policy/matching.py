@@ -17,7 +17,7 @@ from typing import Literal
 
 from agent_tools.policy.model import Rule
 from agent_tools.policy.options import clusters_short, is_long_abbreviation, takes_value
-from agent_tools.policy.paths import climbed, join_dir
+from agent_tools.policy.paths import climbed, indirect_names, join_dir
 from agent_tools.policy.shell import SimpleCommand, normalise_path
 
 __all__ = ["CompiledRule", "Token", "compile_rule"]
@@ -25,6 +25,8 @@ __all__ = ["CompiledRule", "Token", "compile_rule"]
 _CAPTURE_RE = re.compile(r"^\{([A-Za-z_][A-Za-z0-9_]*)(?::(.+))?\}$")
 _GLOB_CHARS = frozenset("*?[")
 _LONG_OPTION_RE = re.compile(r"^--[A-Za-z0-9][A-Za-z0-9-]*")
+#: ``$HOME`` / ``${HOME}`` at the start of a word, then ``/...`` or the end: the login directory
+_LOGIN_DIR_RE = re.compile(r"^\$(?:HOME|\{HOME\})(/.*)?$")
 
 
 def _glob_tokens(pattern: str) -> list[str | frozenset[str] | None]:
@@ -76,6 +78,7 @@ def _chars_meet(a: str | frozenset[str] | None, b: str | frozenset[str] | None) 
     return bool(sa & sb)
 
 
+@functools.lru_cache(maxsize=4096)
 def globs_intersect(a: str, b: str) -> bool:
     """Whether some string matches both fnmatch patterns ``a`` and ``b`` (``/d?v/sda`` and ``/dev/*`` do)."""
     ta, tb = _glob_tokens(a), _glob_tokens(b)
@@ -129,7 +132,8 @@ class Token:
         return any(globs_intersect(normalise_path(word), alt) for alt in self.alts)
 
     def matches_text(
-        self, word: str, also: tuple[str, ...] = (), *, abbreviations: bool = False, clusters: bool = False
+        self, word: str, also: tuple[str, ...] = (), *, abbreviations: bool = False, clusters: bool = False,
+        globs: bool = False,
     ) -> bool:
         """Whether ``word`` (or its normalised path form, or one of ``also``) matches this token's alternatives.
 
@@ -139,6 +143,8 @@ class Token:
             ``-Cm F`` is ``-C -m F``, ``-Cm/tmp/x`` too; a letter inside an earlier option's attached value counts
             as well, over-approximating); for programs with getopt options (:func:`~.options.clusters_short`), where
             a match makes a rule stricter.
+        :param globs: a path pattern among the forms (``/[a-z]*``, ``/*/sda`` for ``~sys/sda``) matches the
+            alternatives it may expand to (``/etc``, ``/dev/*``); used where a match makes a rule stricter.
         """
         if self.kind in ("any", "rest"):
             return True
@@ -154,7 +160,10 @@ class Token:
                 if full is not None and is_long_abbreviation(name, full.group(0)):
                     forms.add(full.group(0) + word[len(name) :])
         cluster = _SHORT_CLUSTER_RE.match(word) if clusters else None
+        patterns = [f for f in forms if f[:1] in ("/", "~") and _is_pattern(f)] if globs else []
         for alt in self.alts:
+            if any(globs_intersect(form, alt) for form in patterns):
+                return True
             if any(c in _GLOB_CHARS for c in alt):
                 if any(fnmatch.fnmatchcase(form, alt) for form in forms):
                     return True
@@ -195,27 +204,9 @@ class CompiledRule:
         counted = self.written(command)
         return len(counted) == len(command.writes) and all(token.matches_text(t) for t in counted)
 
-    def _resolved(self, command: SimpleCommand) -> list[tuple[str, ...]]:
+    def _resolved(self, command: SimpleCommand) -> tuple[tuple[str, ...], ...]:
         """Per word of ``argv``: the forms it has resolved against the directories that count for this rule."""
-        # the login directory is where a command line starts anyway: only a directory it moved to (a cwd, a cd) adds;
-        # a rule that asks or denies sees every directory the command may run in (its match only makes the decision
-        # stricter: `cd /etc && cat shadow` names /etc/shadow), an allow rule only the one it surely runs in
-        strict = self.rule.decision != "allow"
-        dirs = [d for d in command.cwds if d is not None] if strict else (
-            [command.cwd] if command.cwd is not None else [])
-        dirs = [d for d in dirs if d != "~"]
-        # a deny rule also sees where `..` lead once they climb above the login (or an unknown) directory:
-        # `rm -rf ../../../..` from ~ is `rm -rf /`
-        above = list(dict.fromkeys(command.cwds)) if self.rule.decision == "deny" else []
-        out: list[tuple[str, ...]] = []
-        for i, word in enumerate(command.argv):
-            if i == 0 or word.startswith(("-", "/")) or "://" in word or "=" in word:
-                out.append(())
-                continue
-            forms = [] if word.startswith("~") else [r for d in dirs if (r := join_dir(d, word)) is not None]
-            forms += [r for d in above if (r := climbed(d, word)) is not None]
-            out.append(tuple(dict.fromkeys(forms)))
-        return out
+        return _resolved_forms(tuple(command.argv), tuple(command.cwds), self.rule.decision)
 
     def _read(self, command: SimpleCommand) -> list[tuple[str, tuple[str, ...]]]:
         """For a rule that asks or denies: the files ``command`` reads through input redirections (``< FILE``,
@@ -244,10 +235,12 @@ class CompiledRule:
         strict = self.rule.decision != "allow"  # an abbreviated option counts where it makes the decision stricter
         clusters = strict and bool(argv) and clusters_short(argv[0])
         for token in self.args_contain:
-            if not any(token.matches_text(arg, also, abbreviations=strict, clusters=clusters) for arg, also in args):
+            if not any(token.matches_text(arg, also, abbreviations=strict, clusters=clusters, globs=strict)
+                       for arg, also in args):
                 return None
         globs = command.globs[1:] if len(command.globs) == len(argv) else [False] * len(args)
-        if self.match_any_arg and not any(t.matches_text(arg, also, abbreviations=strict, clusters=clusters)
+        if self.match_any_arg and not any(t.matches_text(arg, also, abbreviations=strict, clusters=clusters,
+                                                         globs=strict)
                                           or (strict and glob and t.may_match_glob(arg))
                                           for t in self.match_any_arg
                                           for (arg, also), glob in zip(args + self._read(command),
@@ -263,7 +256,7 @@ class CompiledRule:
 
     def _match_from(
         self, ti: int, ai: int, argv: list[str], dynamic: list[bool], stdin_args: bool, caps: dict[str, str],
-        resolved: list[tuple[str, ...]],
+        resolved: tuple[tuple[str, ...], ...],
     ) -> dict[str, str] | None:
         if ti == len(self.pattern):
             return caps if self._tail_ok(argv[ai:], resolved[ai:], stdin_args) else None
@@ -304,10 +297,10 @@ class CompiledRule:
             ok = any(fnmatch.fnmatchcase(word, alt) if any(c in _GLOB_CHARS for c in alt) else word == alt
                      for alt in token.alts)  # fmt: skip
         else:
-            ok = token.matches_text(word, resolved[ai])
+            ok = token.matches_text(word, resolved[ai], globs=self.rule.decision != "allow")
         return self._match_from(ti + 1, ai + 1, argv, dynamic, stdin_args, caps, resolved) if ok else None
 
-    def _tail_ok(self, tail: list[str], resolved: list[tuple[str, ...]], stdin_args: bool) -> bool:
+    def _tail_ok(self, tail: list[str], resolved: tuple[tuple[str, ...], ...], stdin_args: bool) -> bool:
         if self.rule.exact and (tail or stdin_args):
             return False
         if self.only_args is not None:
@@ -316,6 +309,53 @@ class CompiledRule:
             only = self.only_args
             return all(any(t.matches_text(word, also) for t in only) for word, also in zip(tail, resolved, strict=True))
         return True
+
+
+@functools.lru_cache(maxsize=512)
+def _resolved_forms(argv: tuple[str, ...], cwds: tuple[str | None, ...],
+                    decision: str) -> tuple[tuple[str, ...], ...]:
+    """Per word of ``argv``, the other forms a rule of kind ``decision`` also matches it as (the same for every rule
+    of that kind: cached, as each command is matched against every rule)."""
+    # the login directory is where a command line starts anyway: only a directory it moved to (a cwd, a cd) adds,
+    # and for a deny rule a pattern the shell expands there (`rm -rf *` in ~ is `rm -rf ~/*`)
+    deny = decision == "deny"
+    certain = _certain_dir(cwds)
+    # a rule that asks or denies sees every directory the command may run in (its match only makes the decision
+    # stricter: `cd /etc && cat shadow` names /etc/shadow), an allow rule only the one it surely runs in
+    dirs = [d for d in cwds if d is not None] if decision != "allow" else ([certain] if certain is not None else [])
+    # a deny rule also sees where `..` lead once they climb above the login (or an unknown) directory:
+    # `rm -rf ../../../..` from ~ is `rm -rf /`
+    above = list(dict.fromkeys(cwds)) if deny else []
+    strict = decision != "allow"
+    out: list[tuple[str, ...]] = []
+    for i, word in enumerate(argv):
+        if i == 0 or word.startswith("-") or "://" in word or "=" in word:
+            out.append(())
+            continue
+        indirect = indirect_names(word, cwds) if strict else None
+        login = _LOGIN_DIR_RE.match(word) if strict else None
+        if indirect is not None:  # `rm -rf ~sys` (on Debian /dev), `/proc/1/cwd/etc`: any directory
+            forms = indirect
+        elif login is not None:  # `rm -rf $HOME/`, `"${HOME}/"`: the login directory (HOME= asks)
+            forms = [normalise_path("~" + (login.group(1) or ""))]
+        elif word.startswith("/"):
+            forms = []
+        else:
+            where = dirs if _is_pattern(word) else [d for d in dirs if d != "~"]
+            forms = [] if word.startswith("~") else [r for d in where if (r := join_dir(d, word)) is not None]
+            forms += [r for d in above if (r := climbed(d, word)) is not None]
+        out.append(tuple(dict.fromkeys(forms)))
+    return tuple(out)
+
+
+def _is_pattern(word: str) -> bool:
+    """Whether ``word`` is a pathname pattern (``*``, ``?``, ``[``) and not an expansion's text (``$((i*2))``)."""
+    return not _GLOB_CHARS.isdisjoint(word) and "$" not in word and "`" not in word
+
+
+def _certain_dir(cwds: tuple[str | None, ...]) -> str | None:
+    unique = set(cwds)
+    return next(iter(unique)) if len(unique) == 1 else None
 
 
 def compile_rule(rule: Rule, index: int) -> CompiledRule:

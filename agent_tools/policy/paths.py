@@ -1,12 +1,33 @@
 """Lexical path arithmetic for policy decisions (the host is never consulted: symlinks are not resolved).
 
-``~`` stands for the login directory of the host the command runs on; a directory the policy cannot know is
-``None``.
+``~`` stands for the login directory of the host the command runs on; a directory computed at run time (``cd $D``)
+is ``None``. A directory named by static text that only the host can resolve is :data:`ANY_DIR`: ``~NAME`` (user
+NAME's login directory: on Debian ``~sys`` is ``/dev`` and ``~bin`` is ``/bin``), ``~-`` (``$OLDPWD``), ``~+N`` /
+``~-N`` (the directory stack) and ``/proc/PID/cwd`` (PID 1's is ``/``); :func:`indirect_names` gives the names
+such a path may stand for, so a rule on ``/dev/*`` or ``/etc`` sees ``~sys/sda`` and ``~daemon/../../etc``.
 """
 
 from __future__ import annotations
 
-__all__ = ["climbed", "join_dir", "normalise_path"]
+import re
+from collections.abc import Sequence
+
+__all__ = ["ANY_DIR", "climbed", "indirect_names", "join_dir", "normalise_path"]
+
+ANY_DIR = "/*"
+"""A directory the policy cannot know (any one, ``/`` included), written as the pattern of its names: a name below
+it is the pattern ``/*/NAME`` (rules match such patterns against theirs: ``/*/sda`` may be ``/dev/sda``)."""
+
+#: ``~NAME``, ``~-``, ``~+N``, ``~-N``, ``~N`` (bash(1) Tilde Expansion), then ``/`` or the end
+_TILDE_ANY_RE = re.compile(r"^~(?:[A-Za-z0-9_][A-Za-z0-9_.-]*\$?|-[0-9]*|\+[0-9]+)(?=/|$)")
+#: ``~+``: ``$PWD``, the directory the command runs in
+_TILDE_PWD_RE = re.compile(r"^~\+(?=/|$)")
+#: ``/proc/PID/cwd`` (also of a task): that process's working directory; ``self`` is the program itself
+_PROC_CWD_RE = re.compile(r"^/proc/(self|thread-self|[0-9]+)(?:/task/[0-9]+)?/cwd(?=/|$)")
+#: ``/proc/PID/root`` (also of a task): that process's root directory, ``/`` as far as a name below it goes
+_PROC_ROOT_RE = re.compile(r"^/proc/(?:self|thread-self|[0-9]+)(?:/task/[0-9]+)?/root(?=/|$)")
+#: ``/proc/PID/fd/N`` and ``map_files``: whatever file another process holds open (a device among them)
+_PROC_FD_RE = re.compile(r"^/proc/[0-9]+(?:/task/[0-9]+)?/(?:fd|map_files)/[^/]+(?=/|$)")
 
 
 def normalise_path(arg: str) -> str:
@@ -92,3 +113,51 @@ def join_dir(base: str | None, path: str) -> str | None:
         parts.append(part)
     root = "~" if base.startswith("~") else ""
     return (root + "/" + "/".join(parts)) if parts else (root or "/")
+
+
+def _below_any(rest: str) -> list[str]:
+    """The names ``rest`` (relative) may stand for below :data:`ANY_DIR`: ``/REST`` (the directory is ``/``) and
+    the pattern ``/*/REST``, after its own ``..`` (which may climb anywhere above)."""
+    parts: list[str] = []
+    for part in rest.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if parts:
+                parts.pop()
+            continue
+        parts.append(part)
+    if not parts:
+        return ["/", ANY_DIR]
+    tail = "/".join(parts)
+    return ["/" + tail, ANY_DIR + "/" + tail]
+
+
+def indirect_names(path: str, cwds: Sequence[str | None]) -> list[str] | None:
+    """The names ``path`` may stand for when it starts with a directory only the host can resolve, or None when it
+    does not.
+
+    ``~NAME/REST``, ``~-/REST`` and ``/proc/PID/cwd/REST``: ``/REST`` and the pattern ``/*/REST`` (:data:`ANY_DIR`);
+    ``~+/REST`` and ``/proc/self/cwd/REST``: REST in each of ``cwds`` (the directories the command may run in);
+    ``/proc/PID/root/REST``: ``/REST``; ``/proc/PID/fd/N``: any file (the pattern ``/*/*``).
+
+    >>> indirect_names("~sys/sda", ["~"]), indirect_names("~+/x", ["/dev"]), indirect_names("/proc/1/cwd/etc", [])
+    (['/sda', '/*/sda'], ['/dev/x'], ['/etc', '/*/etc'])
+    """
+    for pattern in (_TILDE_ANY_RE, _PROC_CWD_RE, _TILDE_PWD_RE, _PROC_ROOT_RE, _PROC_FD_RE):
+        m = pattern.match(path)
+        if m is None:
+            continue
+        rest = path[m.end() :].lstrip("/")
+        if pattern is _PROC_FD_RE:  # any file (`/*/*` holds /dev/watchdog), or a name below a directory held open
+            return [ANY_DIR + "/*", *_below_any(rest)[1:]] if rest else [ANY_DIR + "/*"]
+        if pattern is _PROC_ROOT_RE:
+            return [normalise_path("/" + rest)]
+        own = pattern is _TILDE_PWD_RE or (pattern is _PROC_CWD_RE and m.group(1) in ("self", "thread-self"))
+        if not own:
+            return _below_any(rest)
+        names = [n for c in cwds for n in (join_dir(c, rest or "."), climbed(c, rest)) if n is not None]
+        if any(c is None for c in cwds):
+            names += _below_any(rest)
+        return list(dict.fromkeys(names)) or _below_any(rest)
+    return None

@@ -2,7 +2,10 @@
 
 The parser is tree-sitter-bash (grammar: https://github.com/tree-sitter/tree-sitter-bash). It sees through
 lists (``;`` ``&&`` ``||`` newlines ``&``), pipelines (``|`` ``|&``), subshells, groups, ``if/for/while/case``
-bodies, function bodies, command and process substitutions and here-documents; then it unwraps the programs
+bodies, function bodies, command and process substitutions and here-documents (also the substitutions
+tree-sitter-bash leaves as text: a backquote or ``<(...)`` inside ``${...}``, the script of nested backquotes, a
+backquote in an unquoted here-document's body; each of those is decided and also opaque:
+:mod:`agent_tools.policy.substitutions`); then it unwraps the programs
 that only run another program (``sudo``, ``env``, ``nice``, ``nohup``, ``timeout``, ``stdbuf``, ``xargs``,
 ``command``, ``exec``, ``time``, ``ionice``, ``setsid``, ``chroot``, ``watch``, ``doas``, ``su -c``,
 ``busybox``/``toybox``, ``bash -c``, ``eval``, ``ssh HOST CMD``, ``find -exec``; and, for wrappers whose options
@@ -53,8 +56,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..redact import is_secret_name
 from .options import is_long_abbreviation
-from .paths import climbed, join_dir, normalise_path
+from .paths import ANY_DIR, climbed, indirect_names, join_dir, normalise_path
 from .sinks import CODE_IN_TEXT_RE, find_sinks, is_plain_name
+from .substitutions import OPENERS, Quoting, find_substitutions, unescape_backquoted
 from .writes import OPENS_OPERANDS, STAT_ONLY, may_open_armed, writes_of
 
 __all__ = ["Redirect", "SimpleCommand", "normalise_path", "parse_command"]
@@ -68,6 +72,9 @@ MAX_BRACE_WORDS = 64
 _DYNAMIC_NODES = frozenset(
     {"simple_expansion", "expansion", "command_substitution", "process_substitution", "arithmetic_expansion"}
 )
+#: nodes whose text bash never expands (a raw_string may be: :meth:`_Walker.quoting_of`)
+_NEVER_EXPANDED = frozenset({"comment", "heredoc_start", "heredoc_end"})
+_SUBSTITUTION_NODES = frozenset({"command_substitution", "process_substitution"})
 _SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "yash", "fish", "csh", "tcsh", "rbash"})
 _INTERPRETER_RE = re.compile(
     r"^(?:python[0-9.]*|pypy[0-9.]*|perl[0-9.]*|ruby[0-9.]*|node|nodejs|deno|bun|php[0-9.]*|lua[0-9.]*|"
@@ -96,7 +103,7 @@ _PY_EXEC_HINT = re.compile(r"os\.system|subprocess|os\.exec|os\.spawn|os\.popen|
 # Variables whose value changes which program runs or what a shell/interpreter executes at start-up (named in the
 # reason), and the ones the login environment usually exports (so even an unexported assignment reaches children).
 _DANGEROUS_VAR_RE = re.compile(
-    r"^(?:PATH|IFS|ENV|BASH_ENV|BASH_CMDS|BASH_ALIASES|SHELLOPTS|BASHOPTS|PS4|PROMPT_COMMAND|CDPATH|GLOBIGNORE|"
+    r"^(?:PATH|IFS|ENV|BASH_ENV|BASH_CMDS|BASH_ALIASES|SHELLOPTS|BASHOPTS|PS4|PROMPT_COMMAND|CDPATH|OLDPWD|PWD|DIRSTACK|GLOBIGNORE|"
     r"BASH_LOADABLES_PATH|"
     r"BASH_XTRACEFD|EXECIGNORE|FUNCNEST|HOME|SHELL|USER|LOGNAME|TMPDIR|XDG_[A-Z_]+|"
     r"LD_[A-Z_]+|DYLD_[A-Z_]+|GCONV_PATH|HOSTALIASES|LOCPATH|NLSPATH|GLIBC_TUNABLES|MALLOC_[A-Z_]+|"
@@ -123,6 +130,8 @@ _TRUSTED_DIRS = frozenset(
     {"/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin", "/usr/lib/systemd"}
 )
 _GLOB_CHARS = frozenset("*?[")
+_OLDPWD_RE = re.compile(rb"\bOLDPWD\b")
+_CDPATH_RE = re.compile(rb"\bCDPATH\b")
 _ALLEXPORT_RE = re.compile(r"\bset\s+(?:-[A-Za-z]*a|-o\s+allexport)")
 #: `set -k` / `set -o keyword`: every NAME=VALUE word of a command, not only those before its name, is an assignment
 #: in its environment (bash(1), The Set Builtin: "-k All arguments in the form of assignment statements are placed
@@ -436,6 +445,8 @@ class _Ctx:
     text: str = ""
     cwds: tuple[str | None, ...] = ("~",)  # the directories the command may run in (None: unknown)
     tainted: frozenset[str] = frozenset()  # variables that may hold text the policy cannot see (sinks.py)
+    oldpwd_set: bool = False  # the command line (or one around it) names OLDPWD: `cd -` may go anywhere
+    cdpath_set: bool = False  # ... names CDPATH: `cd NAME` may go anywhere
     budget: _Budget = field(default_factory=lambda: _Budget())
 
 
@@ -923,11 +934,11 @@ def _wrap_su(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
         if word.static and word.text.startswith("--command="):
             script = _Word.literal(word.text.split("=", 1)[1])
             break
-    if script is None and name == "runuser" and any(w.static and w.text == "-u" for w in args):
-        return _wrap_suffixes(name, args, ctx)  # `runuser -u USER -- CMD` runs CMD
-    if script is None:
-        return [_Self(f"{name} without -c opens an interactive shell")]
-    return [_Script(script.text if script.static else None, f"{name} -c")]
+    found: list[_Result] = [] if script is None else [_Script(script.text if script.static else None, f"{name} -c")]
+    if name == "runuser" and any(w.static and w.text == "-u" for w in args):
+        # `runuser -u USER -- CMD` runs CMD (a `-c` after it is CMD's own: `runuser -u u -- vim -c 'w! F'`)
+        return [*_wrap_suffixes(name, args, ctx), *found]
+    return found or [_Self(f"{name} without -c opens an interactive shell")]
 
 
 def _wrap_shell(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
@@ -1116,11 +1127,13 @@ def _find_reaches_devices(starts: list[_Word], ctx: _Ctx) -> str | None:
     for start in starts or [_Word.literal(".")]:
         if not start.static:
             return start.text
+        indirect = indirect_names(start.text, ctx.cwds)  # `find ~sys`, `find /proc/1/cwd/dev`: any directory
         for cwd in ctx.cwds:
             joined, above = join_dir(cwd, start.text), climbed(cwd, start.text)
-            places: list[str | None] = [w for w in (joined, above) if w is not None]
+            places: list[str | None] = [w for w in (joined, above) if w is not None] if indirect is None else [
+                *indirect]
             for where in places or [None]:
-                if where is None or where in ("/", "/dev") or where.startswith(("/dev/", "/proc")) or (
+                if where is None or where in ("/", "/dev", ANY_DIR) or where.startswith(("/dev/", "/proc", "/*/")) or (
                         may_open_armed(where + "/watchdog", ["/"])):
                     return start.text
     return None
@@ -1235,7 +1248,12 @@ class _Walker:
         #: `set -a` / `set -o allexport` anywhere: every assignment is exported
         self.allexport = bool(_ALLEXPORT_RE.search(source.decode("utf-8", "surrogateescape")))
         self.keyword = bool(_KEYWORD_RE.search(source.decode("utf-8", "surrogateescape")))
+        #: OLDPWD or CDPATH named anywhere (assigned, read into, declared): `cd -` and `cd NAME` may go anywhere
+        self.oldpwd_set = ctx.oldpwd_set or bool(_OLDPWD_RE.search(source))
+        self.cdpath_set = ctx.cdpath_set or bool(_CDPATH_RE.search(source))
         self.tainted: frozenset[str] = ctx.tainted
+        #: byte ranges of the substitutions :meth:`hidden_substitutions` found (their text is decided as a whole)
+        self.covered: list[tuple[int, int]] = []
 
     def text(self, node: tree_sitter.Node) -> str:
         # bytes that are not UTF-8 come back as the lone surrogates they were given as (shown as \udcff)
@@ -1329,7 +1347,9 @@ class _Walker:
             op = next((c.type for c in node.children if c.type in ("<<", "<<-")), "<<")
             quoted_delim = start is not None and any(q in self.text(start) for q in "'\"\\")
             body_text = self.text(body) if body is not None else ""
-            dynamic = body is not None and not quoted_delim and any(c.type in _DYNAMIC_NODES for c in body.children)
+            # a backquote in the body is run too, though tree-sitter leaves it in the text (substitutions.py)
+            dynamic = body is not None and not quoted_delim and (
+                any(c.type in _DYNAMIC_NODES for c in body.children) or bool(find_substitutions(body_text, "heredoc")))
             if op == "<<-":
                 body_text = re.sub(r"(?m)^\t+", "", body_text)
             heredoc_text = None if dynamic else body_text
@@ -1440,15 +1460,21 @@ class _Walker:
             return  # `builtin cd DIR` and `command cd DIR` change this shell's directory too
         args = [(a, d) for a, d in zip(command.argv[1:], command.dynamic[1:], strict=False)
                 if not (a.startswith("-") and len(a) > 1 and not d) and not a.startswith("+")]
-        if not args:
-            new: list[str | None] = ["~"]
-        elif args[0][1]:
-            new = [None]
-        elif args[0][0] == "-":
-            return  # back to a directory already counted
+        target = args[0][0] if args else "~"
+        if args and args[0][1]:
+            new: list[str | None] = [None]
+        elif target == "-":
+            if not self.oldpwd_set:
+                return  # back to a directory already counted
+            new = list(indirect_names("~-", self.cwds) or [])  # `OLDPWD=/dev; cd -`: wherever OLDPWD says
+        elif (indirect := indirect_names(target, self.cwds)) is not None:
+            new = list(indirect)  # `cd ~sys` (on Debian /dev), `cd /proc/1/cwd`, `cd ~+/x`
         else:
-            new = [j for c in self.cwds for j in (join_dir(c, args[0][0]), climbed(c, args[0][0]))
-                   if j is not None or join_dir(c, args[0][0]) is None]
+            new = [j for c in self.cwds for j in (join_dir(c, target), climbed(c, target))
+                   if j is not None or join_dir(c, target) is None]
+            if self.cdpath_set and not target.startswith(("/", "~", "./", "../")) and target not in (".", ".."):
+                # `CDPATH=/ cd dev`: cd looks the name up in CDPATH's directories first (bash(1), cd)
+                new += [j for j in (indirect_names(f"~-/{target}", self.cwds) or []) if j not in new]
         self.cwds = list(dict.fromkeys([*self.cwds, *new]))
         if len(self.cwds) > 16:
             self.cwds = [*self.cwds[:15], None]
@@ -1478,6 +1504,10 @@ class _Walker:
         while stack:
             node = stack.pop()
             kind = node.type
+            if node.is_named and kind not in _NEVER_EXPANDED:
+                self.hidden_substitutions(node)
+            if kind == "command_substitution" and node.children and node.children[0].type == "`":
+                self.backquoted(node)
             if kind == "command":
                 self.command(node)
             elif kind == "redirected_statement" and not _has_command(node.child_by_field_name("body")):
@@ -1496,11 +1526,81 @@ class _Walker:
                 self.assignment(node)
             elif kind == "function_definition":
                 self.function(node)
+            elif kind in _LOOPS:
+                self.loop(node)
             elif kind == "declaration_command":
                 self.declaration(node)
             elif kind == "unset_command":
                 self.unset(node)
             stack.extend(reversed(node.children))
+
+    def quoting_of(self, node: tree_sitter.Node) -> Quoting | None:
+        """How bash reads the text of ``node`` (:data:`~.substitutions.Quoting`), or None where it expands nothing
+        (single quotes outside double quotes, the body of a here-document whose delimiter is quoted). A substitution
+        starts a quoting context of its own."""
+        cur: tree_sitter.Node | None = node
+        while cur is not None and cur.type != "program" and (
+                cur == node or cur.type not in _SUBSTITUTION_NODES):
+            if cur.type == "heredoc_body":
+                siblings = cur.parent.children if cur.parent is not None else []
+                start = next((c for c in siblings if c.type == "heredoc_start"), None)
+                quoted = start is not None and any(q in self.text(start) for q in "'\"\\")
+                return None if quoted else "heredoc"
+            if cur.type in ("string", "translated_string"):
+                return "double"  # `"${x:-'`cmd`'}"`: the single quotes are ordinary characters there
+            cur = cur.parent
+        return None if node.type in ("raw_string", "ansi_c_string") else "unquoted"
+
+    def hidden_substitutions(self, node: tree_sitter.Node) -> None:
+        """Substitutions bash runs in the text of ``node`` outside its child nodes, which tree-sitter-bash leaves as
+        plain text (a backquote in ``${x:-...}`` or in a here-document, ``${x:-<(cmd)}``): each is opaque (at least
+        ``ask``) and its script is decided as commands (:mod:`agent_tools.policy.substitutions`)."""
+        own: list[tuple[int, int]] = []
+        pos = node.start_byte
+        for child in node.children:
+            if child.start_byte > pos:
+                own.append((pos, child.start_byte))
+            pos = max(pos, child.end_byte)
+        if node.end_byte > pos:
+            own.append((pos, node.end_byte))
+        if not any(o.encode() in self.source[a:b] for a, b in own for o in OPENERS):
+            return
+        quoting = self.quoting_of(node)
+        if quoting is None:
+            return
+        text = self.text(node)
+        for sub in find_substitutions(text, quoting):
+            start = node.start_byte + len(text[: sub.start].encode("utf-8", "surrogateescape"))
+            if not any(a <= start < b for a, b in own) or any(a <= start < b for a, b in self.covered):
+                continue  # a child node's own substitution (decided where the walk reaches it), or part of one found
+            self.covered.append((start, start + len(sub.text.encode("utf-8", "surrogateescape"))))
+            what = "process substitution" if sub.opener in ("<(", ">(") else "command substitution"
+            where = {"heredoc": "a here-document", "double": "double quotes", "unquoted": "a word"}[quoting]
+            self.out.append(self.pseudo(
+                f"bash runs the {what} {sub.text[:60]!r} in {where}, which the shell parser reads as plain text",
+                sub.text))
+            if sub.script is not None:
+                self.nested(sub.script, sub.text)
+
+    def backquoted(self, node: tree_sitter.Node) -> None:
+        """```...```: bash removes the backslash of ``\\$``, ``\\``` and ``\\\\`` before it runs the text (```echo
+        \\`cmd\\```` runs ``cmd``), which tree-sitter does not: that script is decided too."""
+        first, last = node.children[0], node.children[-1]
+        if last.type != "`" or last == first:
+            return
+        raw = self.gap(first.end_byte, last.start_byte)
+        script = unescape_backquoted(raw, in_double=self.quoting_of(node) == "double")
+        if script != raw:
+            self.nested(script, self.text(node))
+
+    def nested(self, script: str, text: str) -> None:
+        """Decide ``script``, run by a substitution in this one, as commands of their own."""
+        if self.ctx.depth >= MAX_DEPTH:
+            self.out.append(self.pseudo(f"substitutions nested deeper than {MAX_DEPTH} levels", text))
+            return
+        inner = replace(self.ctx, depth=self.ctx.depth + 1, assignments=(), text="", cwds=tuple(self.cwds),
+                        tainted=self.tainted, oldpwd_set=self.oldpwd_set, cdpath_set=self.cdpath_set)
+        self.out.extend(_Walker(script.encode("utf-8", "surrogateescape"), inner).run())
 
     def unset(self, node: tree_sitter.Node) -> None:
         """``unset [-v] NAME...``: unsetting PATH makes bash look commands up in the current directory (``unset PATH;
@@ -1601,6 +1701,8 @@ class _Walker:
             text=self.text(node),
             cwds=tuple(self.cwds),
             tainted=self.tainted,
+            oldpwd_set=self.oldpwd_set,
+            cdpath_set=self.cdpath_set,
         )
         expanded: list[_Word] = []
         for word in [*words, *extra]:
@@ -1608,6 +1710,56 @@ class _Walker:
         for command in _resolve(expanded, ctx):
             self.out.append(command)
             self.track_cd(command)
+            endless = _endless_input(command)
+            if endless is not None and not self.stopped_later(node):
+                self.out.append(self.pseudo(
+                    f"{command.program} reads {endless}, which never ends, and nothing after it in the pipeline stops "
+                    "reading (head, dd count=, read): what it keeps or writes grows until memory or the disk is full",
+                    command.text))
+
+    def stopped_later(self, node: tree_sitter.Node) -> bool:
+        """Whether a later stage of the pipeline ``node`` is in reads a bounded amount and then stops (``head``,
+        ``dd count=``, ``read``, ``od -N``...): the stages before it get SIGPIPE once it is done."""
+        cur = node
+        while cur.parent is not None and cur.parent.type == "redirected_statement":
+            cur = cur.parent
+        pipeline = cur.parent
+        if pipeline is None or pipeline.type != "pipeline":
+            return False
+        stages = [c for c in pipeline.children if c.is_named]
+        later = stages[next(i for i, c in enumerate(stages) if c == cur) + 1 :]
+        for stage in later:
+            first = stage if stage.type == "command" else next(
+                (c for c in _descendants(stage) if c.type == "command"), None)
+            if first is not None:
+                words = self.command_words(first)
+                if words and words[0].static and _bounded_reader(_normalise_program(words[0].text)[0],
+                                                                  [w.text for w in words[1:]]):
+                    return True
+        return False
+
+    def loop(self, node: tree_sitter.Node) -> None:
+        """A loop that starts a background process (``&``) on every pass starts processes without bound (``while :;
+        do sleep 9 & done`` is a fork bomb made of allowed commands): opaque, unless it is a ``for`` over at most
+        :data:`MAX_BRACE_WORDS` static words."""
+        body = next((c for c in node.children if c.type in ("do_group", "compound_statement")), None)
+        if body is None or not any(c.type == "&" for c in _descendants(body)):
+            return
+        if node.type == "for_statement":
+            values = [self.word(c) for i, c in enumerate(node.children) if node.field_name_for_child(i) == "value"]
+            count = 0
+            for word in values:
+                expanded = len(_brace_expand(word))
+                if not word.static or word.has_unquoted(_GLOB_CHARS) or (
+                        word.has_unquoted(frozenset("{")) and expanded == 1):  # {1..1000000}: past the cap
+                    count = MAX_BRACE_WORDS + 1
+                    break
+                count += expanded
+            if count <= MAX_BRACE_WORDS:
+                return
+        header = self.text(node).split("\n", 1)[0][:80]
+        self.out.append(self.pseudo("starts a background process (&) on every pass of a loop that may not end: the "
+                                    "number of processes has no bound (a fork bomb)", header))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -1661,6 +1813,55 @@ def _emit(words: list[_Word], ctx: _Ctx, reason: str | None, defines: tuple[str,
         text=ctx.text,
         cwds=list(dict.fromkeys(ctx.cwds)),
     )
+
+
+_LOOPS = frozenset({"while_statement", "for_statement", "c_style_for_statement", "select_statement"})
+#: devices that never run out when read
+_ENDLESS_DEVICES = frozenset({"/dev/zero", "/dev/urandom", "/dev/random", "/dev/full"})
+
+
+def _descendants(node: tree_sitter.Node) -> list[tree_sitter.Node]:
+    out: list[tree_sitter.Node] = []
+    stack = list(node.children)
+    while stack:
+        cur = stack.pop()
+        out.append(cur)
+        stack.extend(cur.children)
+    return out
+
+
+def _bounded_reader(program: str, args: Sequence[str]) -> bool:
+    """Whether ``program ARGS`` reads a bounded amount of its input and then stops: ``head``, ``dd count=``, ``od
+    -N``, ``xxd -l``, ``hexdump -n``, ``cmp -n``, ``read``."""
+    if program in ("head", "read"):
+        return True
+    if program in ("dd", "dcfldd", "dc3dd"):
+        return any(a.startswith("count=") for a in args)
+    flags = {"od": ("-N", "--read-bytes"), "xxd": ("-l", "-len"), "hexdump": ("-n", "--length"),
+             "cmp": ("-n", "--bytes")}.get(program, ())
+    return any(a.startswith(f) for a in args for f in flags)
+
+
+def _endless_input(command: SimpleCommand) -> str | None:
+    """What endless input ``command`` reads (``/dev/zero``, ``/dev/urandom``...) or is (``yes``, ``seq inf``) when it
+    does not stop reading by itself, else None."""
+    program, args = command.program, command.argv[1:]
+    if command.writes:
+        return None  # a command that writes a file asks anyway (`dd if=/dev/zero of=F` fills the disk)
+    if program == "yes":
+        return "yes' endless output"
+    if program == "seq" and any(a.lower().lstrip("+") in ("inf", "infinity") for a in args):
+        return "seq's endless output"
+    if not program or _bounded_reader(program, args):
+        return None
+    for redirect in command.redirects:
+        if redirect.op in ("<", "<>") and redirect.fd in (None, 0) and normalise_path(redirect.target) in (
+                _ENDLESS_DEVICES):
+            return normalise_path(redirect.target)
+    if program in STAT_ONLY:
+        return None
+    return next((normalise_path(w) for a in args if not a.startswith("-")
+                 and normalise_path(w := a.split("=", 1)[-1]) in _ENDLESS_DEVICES), None)
 
 
 def _has_command(node: tree_sitter.Node | None) -> bool:

@@ -11,9 +11,15 @@ machine reboots): ``cat /dev/watchdog`` and ``< /dev/watchdog`` count as writes 
 
 A long option may be abbreviated (getopt_long(3): ``sort --outp=F`` is ``--output=F``); a glob counts for a watchdog
 when it may expand to one (``cat /dev/watch*``), and so do ``/dev/char/MAJOR:MINOR`` and ``/proc/PID/root/dev/...``;
-``du --files0-from=F`` and ``file -s`` open what they name. ``tar -tf``/``-xf``/``-df`` read the archive (only
-``-c``, ``-r``, ``-u``, ``-A`` and ``--delete`` write it). A link to ``/``, ``/dev`` or a directory of device nodes
-counts as a write of every device under it (``ln -s /dev X; cp y X/sda``).
+``du --files0-from=F`` and ``file -s`` open what they name; ``grep -D read -r`` opens every device below its start
+(``/dev/*``). ``tar -tf``/``-xf``/``-df`` read the archive (only ``-c``, ``-r``, ``-u``, ``-A`` and ``--delete``
+write it), and an extraction (``tar -x``, ``unzip``, ``cpio -i``) writes every name below its directory (``-C DIR/*``).
+A link to ``/``, ``/dev`` or a directory of device nodes counts as a write of every device under it (``ln -s /dev X;
+cp y X/sda``). Files a program's own script names count too: sed's ``w``/``r`` commands and ``s///w`` flag, awk's
+``print > "F"``, an editor's operands and ``-c`` commands, an interpreter's inline code (every absolute or ``./``
+name in it), ``perl -i``/``gawk -i inplace`` operands, ``script``'s typescript, ``logsave``'s log. ``cp -vt /dev``
+is ``-v -t /dev``. A name only the host resolves (``~sys/sda``, ``/proc/1/cwd/dev/sda``) is every name it may stand
+for (:func:`~agent_tools.policy.paths.indirect_names`).
 
 A relative file name is also listed resolved against every directory the command may run in (the call's ``cwd``
 and each ``cd`` before it in the command line: ``cd /dev && cp zero sda`` writes ``/dev/sda``). ``~`` stands for
@@ -28,7 +34,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from .options import is_long_abbreviation
-from .paths import climbed, join_dir, normalise_path
+from .paths import climbed, indirect_names, join_dir, normalise_path
 
 __all__ = ["BENIGN_WRITE_TARGETS", "OPENS_OPERANDS", "OUTPUT_OPS", "STAT_ONLY", "may_open_armed", "program_writes",
            "writes_of"]
@@ -51,8 +57,8 @@ class _Redirect(Protocol):
 
 
 #: programs that write the file named by their last operand (or by -t/--target-directory)
-_WRITES_LAST = frozenset({"cp", "mv", "install", "rsync", "scp", "ln", "link", "ddrescue", "xxd", "xfs_copy",
-                          "e2image", "lz4", "objcopy", "ntfscp"})
+_WRITES_LAST = frozenset({"cp", "mv", "install", "rsync", "scp", "ln", "link", "ddrescue", "dd_rescue", "myrescue",
+                          "xxd", "xfs_copy", "e2image", "lz4", "objcopy", "ntfscp"})
 #: programs that write every file operand
 _WRITES_ALL = frozenset({"truncate", "shred", "badblocks", "fallocate"})
 #: dd-like programs: ``of=FILE``
@@ -73,6 +79,7 @@ _OUTPUT_OPTIONS: dict[str, tuple[str, ...]] = {
     "ntfsclone": ("-o", "-O", "--output", "--overwrite"), "ssh-keygen": ("-f",), "find": ("-fprint", "-fprint0",
     "-fprintf", "-fls"), "strace": ("-o", "--output"), "ltrace": ("-o", "--output"), "script": ("-O", "--log-out"),
     "ss": ("-D", "--diag"), "wget2": ("-O", "--output-document", "-o", "--output-file"),
+    "sg_raw": ("-o", "--outfile"),
 }  # fmt: skip
 #: single-dash options that are whole words (``find -fprint FILE``, ``openssl -out FILE``), never getopt clusters
 _WORD_OPTIONS = frozenset({"find", "openssl"})
@@ -120,7 +127,7 @@ def program_writes(program: str, args: Sequence[str]) -> list[str]:
     """
     args = list(args)
     operands = [a for a in args if not a.startswith("-")]
-    out: list[str] = []
+    out: list[str] = _script_writes(program, args)
     if program in _DD_LIKE or (program == "qemu-img" and args[:1] == ["dd"]):
         out += [a[3:] for a in args if a.startswith("of=")]
     if program in _LINKERS and (program != "cp" or any(a in ("-s", "-l", "--symbolic-link", "--link") or
@@ -132,7 +139,7 @@ def program_writes(program: str, args: Sequence[str]) -> list[str]:
             if to in ("/", "/dev", "/proc") or _PROC_ROOT_RE.match(to) or _DEVICE_DIR_RE.match(to):
                 out.append(to + "/*" if to.startswith("/dev") else "/dev/*")
     if program in _WRITES_LAST or (program == "qemu-img" and args[:1] == ["convert"]):
-        target = _target_directory(args)
+        target = _target_directory(program, args)
         if target is not None:  # `cp -t /dev sda` writes /dev/sda
             sources = [o for o in operands if o != target]
             return [*out, target, *(_into(target, o) for o in sources)]
@@ -197,6 +204,142 @@ _TAR_LONG_WRITE = ("--create", "--append", "--update", "--catenate", "--concaten
 _TAR_LONG_READ = ("--list", "--extract", "--get", "--diff", "--compare")
 
 
+#: programs whose own script (an operand or an option's value) names files they write: sed's ``w FILE`` (also the
+#: ``s///w FILE`` flag) and ``r FILE`` (an open), awk's ``print > "FILE"`` / ``getline < "FILE"``, an editor's ex
+#: commands (``vim -c 'w! FILE'``), an interpreter's inline code (``python3 -c 'open("/dev/sda","wb")'``: every
+#: absolute or ``./``, ``../`` name in it counts, as the policy cannot tell a read from a write there)
+_AWK_FILE_RE = re.compile(r"(?:>>?|<)\s*\"([^\"]+)\"")
+_CODE_NAME_RE = re.compile(r"((?<![A-Za-z0-9_.~$])/[A-Za-z0-9_.+:@%-][A-Za-z0-9_.+:@%/-]*|"
+                           r"(?<![A-Za-z0-9_./])\.\.?/[A-Za-z0-9_.+:@%/-]+)")
+_AWKS = frozenset({"awk", "gawk", "mawk", "nawk"})
+#: editors: they save to the files they open (``ed -s /dev/sda <<< w``, ``vim -c wq /dev/sda``)
+_EDITORS = frozenset({"vi", "vim", "nvim", "ex", "view", "vim.basic", "vim.tiny", "ed", "red", "nano", "emacs",
+                      "mcedit", "joe", "jed"})
+#: interpreters and the short options whose value is inline code
+_CODE_OPTIONS = {"python": "c", "pypy": "c", "perl": "eE", "ruby": "e", "node": "ep", "nodejs": "ep", "bun": "e",
+                 "php": "r", "lua": "e", "luajit": "e", "Rscript": "e", "pwsh": "c"}
+#: archive extractors: `tar -x -C DIR`, `unzip -d DIR`, `cpio -i` write every name below the directory
+_EXTRACT_DIR_OPTIONS = {"tar": ("-C", "--directory"), "unzip": ("-d",), "cpio": ("-D", "--directory")}
+
+
+def _option_values(args: Sequence[str], short: str, longs: Sequence[str] = ()) -> list[str]:
+    """The values of short options ``short`` (letters; ``-e V``, ``-eV``, last in a cluster ``-ne V``) and of long
+    options ``longs`` (``--expression=V``, ``--expression V``, or an abbreviation)."""
+    out: list[str] = []
+    for i, a in enumerate(args):
+        if a == "--":
+            break
+        if a.startswith("--"):
+            if any(is_long_abbreviation(a, long) for long in longs):
+                out.extend([a.split("=", 1)[1]] if "=" in a else args[i + 1 : i + 2])
+            continue
+        if a.startswith("-") and len(a) > 1:
+            for j, letter in enumerate(a[1:], 1):
+                if letter in short:
+                    out.extend([a[j + 1 :]] if a[j + 1 :] else args[i + 1 : i + 2])
+                    break
+    return out
+
+
+def _script_writes(program: str, args: Sequence[str]) -> list[str]:
+    """Files a program's own script (sed, awk, an editor's commands, inline interpreter code) names as outputs, and
+    what an in-place edit or an archive extraction writes."""
+    family = re.sub(r"[0-9.]+$", "", program)
+    operands = [a for a in args if not a.startswith("-")]
+    if program == "sed":
+        scripts = _option_values(args, "e", ("--expression",))
+        return [f for text in scripts or operands[:1] for f in _sed_files(text)]
+    if program in _AWKS or program.endswith("awk"):
+        programs = _option_values(args, "e", ("--source",)) or operands[:1]
+        out = [m.group(1) for text in programs for m in _AWK_FILE_RE.finditer(text)]
+        if any(v == "inplace" for v in _option_values(args, "i", ("--include",))):
+            out += operands[1:]  # gawk -i inplace: every file operand is rewritten
+        return out
+    if program in _EDITORS:
+        commands = [a[1:] for a in args if a.startswith("+")]
+        commands += _option_values(args, "cS", ("--cmd",))
+        named = [m.group(1) for text in commands for m in _CODE_NAME_RE.finditer(text)]
+        return [*named, *(o for o in operands if not o.startswith("+") and o not in commands)]
+    if family in _CODE_OPTIONS:
+        code = _option_values(args, _CODE_OPTIONS[family], ("--eval", "--print", "--command"))
+        named = [m.group(1) for text in code for m in _CODE_NAME_RE.finditer(text)]
+        in_place = family in ("perl", "ruby") and any(a.startswith("-") and not a.startswith("--") and "i" in
+                                                        a[1:].split("e", 1)[0] for a in args)
+        return [*named, *(o for o in operands if o not in code)] if in_place else named
+    if program in _EXTRACT_DIR_OPTIONS and _extracts(program, args):
+        options = _EXTRACT_DIR_OPTIONS[program]
+        dirs = _option_values(args, "".join(o[1] for o in options if len(o) == 2),
+                              [o for o in options if o.startswith("--")]) or ["."]
+        return [d.rstrip("/") + "/*" for d in dirs]
+    if program == "script":  # the typescript and every log file it names (not the -c command)
+        skip = set(_option_values(args, "cEm", ("--command", "--echo", "--logging-format")))
+        return [a for a in operands if a not in skip]
+    if program == "logsave":  # logsave [-asv] LOGFILE PROGRAM...
+        return operands[:1]
+    if program == "bmaptool" and "copy" in operands:
+        return operands[-1:]
+    return []
+
+
+def _sed_delimited(script: str, i: int, delimiter: str) -> int:
+    """Index just past the unescaped ``delimiter`` closing the field that starts at ``i``."""
+    while i < len(script) and script[i] != delimiter:
+        i += 2 if script[i] == "\\" else 1
+    return i + 1
+
+
+def _sed_files(script: str) -> list[str]:
+    """The files a sed script writes or reads by name: ``w FILE``, ``W FILE``, ``r FILE``, ``R FILE`` and the
+    ``s///w FILE`` flag (each file name runs to the end of its line: sed(1), GNU sed manual "Commands")."""
+    out: list[str] = []
+    i, n = 0, len(script)
+    while i < n:
+        ch = script[i]
+        if ch in " \t\n;{}!,0123456789$~+":
+            i += 1
+            continue
+        if ch == "/" or (ch == "\\" and i + 1 < n):  # an address /re/ or \cREc
+            delimiter = "/" if ch == "/" else script[i + 1]
+            i = _sed_delimited(script, i + (1 if ch == "/" else 2), delimiter)
+            continue
+        end = script.find("\n", i)
+        end = n if end == -1 else end
+        if ch in "sy" and i + 1 < n:
+            delimiter = script[i + 1]
+            j = _sed_delimited(script, _sed_delimited(script, i + 2, delimiter), delimiter)
+            flags = re.match(r"[gpiImMe0-9]*", script[j:])
+            j += flags.end() if flags else 0
+            if ch == "s" and script[j : j + 1] == "w":
+                out.append(script[j + 1 : end].strip())
+                i = end
+            else:
+                i = j
+        elif ch in "rRwW":
+            out.append(script[i + 1 : end].strip())
+            i = end
+        elif ch in "aice":  # text, or a command, to the end of the line
+            i = end
+        elif ch in "btT:":  # a label, to `;` or the end of the line
+            semicolon = script.find(";", i, end)
+            i = end if semicolon == -1 else semicolon
+        else:
+            i += 1
+    return [f for f in out if f]
+
+
+def _extracts(program: str, args: Sequence[str]) -> bool:
+    """Whether an archiver extracts: ``tar -x``/``xf``/``--extract``/``--get``, ``cpio -i``/``--extract``, ``unzip``
+    (unless it only lists, tests or prints)."""
+    if program == "unzip":
+        return not any(a in ("-l", "-t", "-v", "-Z", "-p", "-c") for a in args)
+    longs = ("--extract", "--get") if program == "tar" else ("--extract",)
+    if any(is_long_abbreviation(a, long) for a in args for long in longs):
+        return True
+    letter = "x" if program == "tar" else "i"
+    return any(letter in a.lstrip("-") for i, a in enumerate(args)
+               if (a.startswith("-") and not a.startswith("--")) or (i == 0 and program == "tar"))
+
+
 def _tar_only_reads(args: Sequence[str]) -> bool:
     """Whether ``tar ARGS`` surely only reads its archive (a list, extract or compare mode, and no mode that writes
     it): tar(1) "-c, -r, -u, -A, --delete" write the archive, "-t, -x, -d" read it."""
@@ -240,8 +383,8 @@ def _glob_re(pattern: str) -> re.Pattern[str]:
 def may_open_armed(word: str, cwds: Sequence[str | None]) -> bool:
     """Whether ``word`` names a device that acts when opened (a watchdog), also relative to one of ``cwds``,
     through ``/proc/PID/root``, or as a glob that may expand to one (``/dev/watch*``)."""
-    names = [word] if word.startswith("/") else [j for c in cwds for j in (join_dir(c, word), climbed(c, word))
-                                                 if j is not None]
+    names = indirect_names(word, cwds) or ([word] if word.startswith("/") else [
+        j for c in cwds for j in (join_dir(c, word), climbed(c, word)) if j is not None])
     for name in names:
         normal = normalise_path(name)
         root = _PROC_ROOT_RE.match(normal)
@@ -257,6 +400,35 @@ def may_open_armed(word: str, cwds: Sequence[str | None]) -> bool:
             if any(glob.match(sample) for sample in _ARMED_SAMPLES):
                 return True
     return False
+
+
+_GREPS = frozenset({"grep", "egrep", "fgrep", "rgrep", "zgrep"})
+
+
+def _grep_reads_devices(program: str, args: Sequence[str]) -> bool:
+    """GNU grep opens the devices it finds while recursing only with ``-D read`` (``--devices=read``); grep(1):
+    "if an input file is a device ... By default, devices are read if they are on the command line or if the -R or
+    -r option is not used"."""
+    if program not in _GREPS or not any(v == "read" for v in _option_values(args, "D", ("--devices",))):
+        return False
+    return program == "rgrep" or "recurse" in _option_values(args, "d", ("--directories",)) or any(
+        is_long_abbreviation(a, "--recursive") or is_long_abbreviation(a, "--dereference-recursive")
+        or (a.startswith("-") and not a.startswith("--") and ("r" in a or "R" in a)) for a in args)
+
+
+def _devices_below(word: str, cwds: Sequence[str | None]) -> str | None:
+    """``/dev/*`` (or the device directory below it) when the directory ``word`` may hold device nodes: ``/``,
+    ``/dev``, a directory below ``/dev``, ``/proc/PID/root``, one the policy cannot know."""
+    names = indirect_names(word, cwds) or ([word] if word.startswith("/") else [
+        j for c in cwds for j in (join_dir(c, word), climbed(c, word)) if j is not None])
+    if not names and any(c is None for c in cwds):
+        return "/dev/*"
+    for name in map(normalise_path, names):
+        if name in ("/", "/*") or name.startswith("/*/"):
+            return "/dev/*"
+        if name == "/dev" or name.startswith("/dev/"):
+            return name + "/*"
+    return None
 
 
 def _opened_by_stat_only(program: str, args: Sequence[str]) -> list[str]:
@@ -280,14 +452,30 @@ def _opened_by_stat_only(program: str, args: Sequence[str]) -> list[str]:
     return out
 
 
-def _target_directory(args: Sequence[str]) -> str | None:
+#: programs whose ``-t DIR`` is the target directory, and the short options of each that take a value (getopt(3):
+#: in a cluster such as ``-vt /dev`` or ``-vt/dev`` the ``t`` takes the rest of the word or the next one)
+_TARGET_DIRECTORY_VALUES = {"cp": "S", "mv": "S", "install": "gmoS", "ln": "S"}
+
+
+def _target_directory(program: str, args: Sequence[str]) -> str | None:
+    """The directory of ``-t DIR`` / ``--target-directory=DIR`` (also inside a cluster: ``cp -vt /dev x``)."""
+    values = _TARGET_DIRECTORY_VALUES.get(program, "")
     for i, a in enumerate(args):
-        if (a == "-t" or (is_long_abbreviation(a, "--target-directory") and "=" not in a)) and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith("-t") and not a.startswith("--") and len(a) > 2:
-            return a[2:]
-        if is_long_abbreviation(a, "--target-directory") and "=" in a:
-            return a.split("=", 1)[1]
+        if a == "--":
+            break
+        if is_long_abbreviation(a, "--target-directory"):
+            if "=" in a:
+                return a.split("=", 1)[1]
+            return args[i + 1] if i + 1 < len(args) else None
+        if not a.startswith("-") or a.startswith("--") or len(a) < 2:
+            continue
+        letters = a[1:] if program in _TARGET_DIRECTORY_VALUES else a[1:2]  # others: only a bare `-t`
+        for j, letter in enumerate(letters):
+            if letter == "t":
+                rest = letters[j + 1 :] if program in _TARGET_DIRECTORY_VALUES else a[2:]
+                return rest or (args[i + 1] if i + 1 < len(args) else None)
+            if letter in values:
+                break  # the rest of the word is this option's value
     return None
 
 
@@ -307,10 +495,6 @@ def _into(directory: str, source: str) -> str:
     """The file ``source`` is copied to inside ``directory`` (its last component there)."""
     name = source.rstrip("/").rsplit("/", 1)[-1] or source
     return directory.rstrip("/") + "/" + name
-
-
-#: ``~NAME/REST``: REST below the login directory of user NAME (bash(1) Tilde Expansion)
-_USER_HOME_RE = re.compile(r"^~[A-Za-z0-9_.][A-Za-z0-9_.-]*/(.*)$")
 
 
 def writes_of(argv: Sequence[str], redirects: Sequence[_Redirect], cwds: Sequence[str | None]) -> list[str]:
@@ -334,6 +518,8 @@ def writes_of(argv: Sequence[str], redirects: Sequence[_Redirect], cwds: Sequenc
         targets.extend(a for a in argv[1:] if not a.startswith("-"))
     elif program:
         targets.extend(program_writes(program, argv[1:]))
+    if _grep_reads_devices(program, argv[1:]):  # `grep -D read -r x /dev` opens every device below /dev
+        targets.extend(d for a in argv[1:] if not a.startswith("-") and (d := _devices_below(a, cwds)) is not None)
     if program not in STAT_ONLY:  # `ls -l /dev/watchdog` looks at the node, `cat` and `dd if=` open it
         targets.extend(w for a in argv[1:] if may_open_armed(w := a.split("=", 1)[-1], cwds))
     elif program:
@@ -345,11 +531,10 @@ def writes_of(argv: Sequence[str], redirects: Sequence[_Redirect], cwds: Sequenc
         # absolute names lexically normalised before any rule sees them: `/dev/shm/../sda` is /dev/sda, not a file
         # under the harmless /dev/shm
         out.append(normalise_path(target) if target.startswith("/") else target)
-        user_home = _USER_HOME_RE.match(target)
-        if user_home is not None:  # `~root/../dev/sda`: another user's home, at a depth the policy cannot know
-            resolved_home = climbed(None, user_home.group(1))
-            if resolved_home is not None:
-                out.append(resolved_home)
+        indirect = indirect_names(target, cwds)
+        if indirect is not None:  # `~sys/sda` (on Debian /dev/sda), `/proc/1/cwd/dev/sda`, `~+/sda`, /proc/1/root
+            out.extend(n for n in indirect if n not in out)
+            continue
         root = _PROC_ROOT_RE.match(normalise_path(target))
         if root is not None:  # /proc/self/root/dev/sda is /dev/sda
             out.append(normalise_path("/" + (root.group(1) or "")))

@@ -224,8 +224,10 @@ class Cassette:
 
     # ------------------------------------------------------------------ text form
     def dumps(self) -> str:
-        """The JSON-lines text (header, then events; long shell words of commands stored once as blobs)."""
-        lines = [json.dumps(self.header, ensure_ascii=False)]
+        """The JSON-lines text (header, then events; long shell words of commands stored once as blobs). A line
+        holding a lone surrogate (bytes that were not UTF-8, or a transcript's ``\\udcff``) is written with
+        ``\\u`` escapes, which UTF-8 cannot hold as they are."""
+        lines = [_json_line(self.header)]
         defined: set[str] = set()
         for ev in self.events:
             ev = {k: v for k, v in ev.items() if k != "_line"}
@@ -234,11 +236,10 @@ class Cassette:
                 for ref, word in blob_words(command):
                     if ref not in defined:
                         defined.add(ref)
-                        lines.append(json.dumps({"t": ev["t"], "ev": "blob", "ref": ref, "text": word},
-                                                ensure_ascii=False))
+                        lines.append(_json_line({"t": ev["t"], "ev": "blob", "ref": ref, "text": word}))
                     command = command.replace(shlex.quote(word), "@{" + ref + "}")
                 ev["command"] = command
-            lines.append(json.dumps(ev, ensure_ascii=False))
+            lines.append(_json_line(ev))
         return "\n".join(lines) + "\n"
 
     @classmethod
@@ -295,3 +296,13 @@ class Cassette:
         tmp = p.with_name(p.name + ".tmp")
         tmp.write_text(self.dumps(), encoding="utf-8")
         os.replace(tmp, p)
+
+
+def _json_line(obj: Any) -> str:
+    """``obj`` as one JSON line: UTF-8 text as it is, ``\\u`` escapes only for a line UTF-8 cannot hold."""
+    text = json.dumps(obj, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(obj, ensure_ascii=True)
+    return text

@@ -22,9 +22,11 @@ import anyio
 import structlog
 from pydantic import BaseModel, ValidationError
 
-from ..errors import AgentToolsError, BadArguments
+from ..errors import AgentToolsError, ApprovalUsed, BadArguments
+from ..hosts.base import Host, run_on
 from ..hosts.reach import check_same_machine, host_identity
 from ..hosts.registry import HostRegistry
+from ..jobs.discover import split_env_values
 from ..jobs.journal import Journal
 from ..jobs.manager import JobRunner, _answer_within, _error, killed_by
 from ..outcomes import (
@@ -42,7 +44,7 @@ from ..outcomes import (
     NeedsInput,
     result_view,
 )
-from ..redact import add_secret_values, redact, redact_obj, secret_env_values
+from ..redact import MARK, add_secret_values, redact, redact_obj, secret_env_values
 from . import ops
 from .args import (
     EditFileArgs,
@@ -68,6 +70,8 @@ PolicySet = Any
 ApprovalStore = Any
 Decision = Any
 
+#: the idempotency key of a run under an approval (``approval:ID``): the job a used approval started is found by it
+APPROVAL_KEY_PREFIX = "approval:"
 #: an approver callback: given the needs_approval outcome, return True to approve (Python API / CLI prompt)
 Approver = Callable[[NeedsApproval], Awaitable[bool]]
 
@@ -163,6 +167,8 @@ class Toolkit:
             approvals = ApprovalStore()
         self.approvals = approvals
         self.approver = approver
+        #: jobs whose call's secrets this process knows (it launched them, or read them back: :meth:`_secrets_of`)
+        self._secrets_known: set[str] = set()
         self.default_budget_s = default_budget_s
         self._specs: dict[str, tuple[ToolSpec, Callable[..., Awaitable[BaseModel]]]] = {}
         self.register(ToolSpec("run_command", RUN_COMMAND_DESC, RunCommandArgs), self.run_command)
@@ -319,11 +325,13 @@ class Toolkit:
                     self.approvals.consume(host, command, cwd=cwd, env=env, approval_id=approval_id, payload=payload)
                     return None
                 except ApprovalRefused as exc:
+                    if exc.code == "used":  # it ran once already: never ask (and run) again for it
+                        raise self._approval_used(host, approval_id) from exc
                     refused = f" (approval {approval_id} not usable: {exc})"
             else:
                 refused = ""
             appr = self.approvals.request(host, command, decision.rule_id, cwd=cwd, env=env, payload=payload,
-                                          shown_payload=shown_payload)
+                                          shown_payload=shown_payload, reason=decision.reason)
             outcome = NeedsApproval(host=host, command=shown, cwd=cwd, env=dict(env) if env else None,
                                     approval_id=appr.id,
                                     command_digest=appr.command_sha256[:12], rule_id=decision.rule_id,
@@ -349,6 +357,18 @@ class Toolkit:
             blocked = self.check_policy(host, command, blocked.approval_id, decision, cwd=cwd, env=env,
                                         payload=payload, shown_payload=shown_payload, same_args=same_args)
         return blocked
+
+    def _approval_used(self, host: str, approval_id: str) -> ApprovalUsed:
+        """The error for an approval presented after its one use, naming the job that use started (found by the
+        idempotency key ``approval:ID`` a run under an approval carries) when the journal has it."""
+        rec = self.journal.find_idempotent(host, APPROVAL_KEY_PREFIX + approval_id)
+        if rec is not None:
+            return ApprovalUsed(f"approval {approval_id} was already used: the command ran once under it, as job "
+                                f"{rec.job_id} (follow it with job_status(job_id='{rec.job_id}')); it is not run "
+                                "again and needs no new approval", job_id=rec.job_id)
+        return ApprovalUsed(f"approval {approval_id} was already used: the call it approved ran once (or is starting) "
+                            f"under it; it is not run again and needs no new approval (list_jobs(host='{host}') shows "
+                            "a command's job)")
 
     # ---------------------------------------------------------------- registry
     def register(self, spec: ToolSpec, handler: Callable[..., Awaitable[BaseModel]]) -> None:
@@ -467,9 +487,17 @@ class Toolkit:
         try:
             h = self.hosts.get(host)
             decision = self.decide(host, command, cwd=cwd, env=env)
-            blocked = await self.gate(host, command, approval_id, decision, cwd=cwd, env=env)
+            used = approval_id if decision is not None and decision.decision == "ask" else None
+            blocked = self.check_policy(host, command, approval_id, decision, cwd=cwd, env=env)
+            if isinstance(blocked, NeedsApproval) and self.approver is not None and await self.approver(blocked):
+                assert self.approvals is not None
+                self.approvals.approve(blocked.approval_id, by="approver")
+                used = blocked.approval_id
+                blocked = self.check_policy(host, command, blocked.approval_id, decision, cwd=cwd, env=env)
             if blocked is not None:
                 return blocked
+            if used is not None and idempotency_key is None:  # a second use is told which job the first started
+                idempotency_key = APPROVAL_KEY_PREFIX + used
             probes = list(_probes or [])
             ready_deadline_s = _deadline_s
             unit_deadline_s: float | None = None
@@ -485,7 +513,7 @@ class Toolkit:
                     unit_deadline_s = await _unit_deadline(h, probes)
                     ready_deadline_s = unit_deadline_s or ready_deadline_s
             hard_s, hard_why = kill_deadline(decision, deadline_s, unit_deadline_s)
-            return self._explained(await self.runner.run(
+            return self._launched(await self.runner.run(
                 h, command,
                 budget_s=budget_s if budget_s is not None else self.default_budget_s,
                 on_timeout=on_timeout or "detach",  # type: ignore[arg-type]
@@ -494,6 +522,13 @@ class Toolkit:
                 hard_deadline_s=hard_s, hard_deadline_why=hard_why))
         except AgentToolsError as exc:
             return self._explained(_error(exc, host, shown))
+
+    def _launched(self, outcome: _M) -> _M:
+        """:meth:`_explained`, and the job counted among those whose secrets this process knows (it launched it)."""
+        job_id = getattr(outcome, "job_id", None)
+        if isinstance(job_id, str):
+            self._secrets_known.add(job_id)
+        return self._explained(outcome)
 
     async def _job_host(self, job_id: str, notes: list[str]) -> Any:
         """The host a job runs on, reached the way it was at launch (the journal remembers the SSH config files:
@@ -514,11 +549,38 @@ class Toolkit:
             await check_same_machine(host, remembered, job_id=job_id)
         return host
 
+    async def _secrets_of(self, host: Host, job_id: str) -> None:
+        """Make this process hide the secrets of ``job_id``'s call wherever its output shows them, also when another
+        process launched it (a restarted MCP server, a later CLI call): the values of the call's secret ``env``
+        variables and the values a certain rule finds in its command (``mysql -pVALUE``, then ``VALUE`` bare in the
+        output). The journal keeps only the redacted command, so they are read back from the job's ``command`` file
+        on the host (where the raw bytes stay), once per job and process, for a job whose stored command hid
+        something, that had ``env``, or that was rediscovered. A failed read leaves it to the next call (the
+        output's own read then fails or shows what the shapes find)."""
+        if job_id in self._secrets_known:
+            return
+        rec = self.journal.get(job_id)
+        if MARK not in rec.command and not rec.meta.get("env") and not rec.meta.get("rediscovered"):
+            self._secrets_known.add(job_id)
+            return
+        try:
+            with anyio.fail_after(self.runner.answer_timeout_s):
+                res = await run_on(host, f'exec cat "{rec.base}"/{job_id}/command 2>/dev/null',
+                                   max_output_bytes=1 << 20)
+        except (AgentToolsError, TimeoutError) as exc:
+            log.info("job.secrets_not_read", job_id=job_id, error=repr(exc))
+            return
+        command, env = split_env_values(res.stdout.decode("utf-8", "surrogateescape"))
+        add_secret_values(secret_env_values(env))
+        redact(command)  # learns what a certain rule finds, as at launch
+        self._secrets_known.add(job_id)
+
     async def job_status(self, job_id: str, wait_s: float = 0.0) -> JobStatus | ErrorOutcome:
         """State of a job and its new output; long-polls up to ``wait_s`` seconds."""
         notes: list[str] = []
         try:
             host = await self._job_host(job_id, notes)
+            await self._secrets_of(host, job_id)
             note = notes[0] if notes else None
             status = await self.runner.job_status(host, job_id, wait_s=wait_s)
             if note:
@@ -534,6 +596,7 @@ class Toolkit:
         notes: list[str] = []
         try:
             host = await self._job_host(job_id, notes)
+            await self._secrets_of(host, job_id)
             return await self.runner.job_output(host, job_id, stream=stream,  # type: ignore[arg-type]
                                                 offset=offset, limit=limit, tail_lines=tail_lines, grep=grep)
         except AgentToolsError as exc:

@@ -339,9 +339,12 @@ def test_writes_seen_through_abbreviations_paths_links_and_globs(command: str, w
 
 
 def test_reads_are_not_writes() -> None:
-    for command in ("tar -tf /dev/sda", "tar tf /dev/sda", "tar -xvf /dev/sda", "tar --list --file=/dev/sda",
+    for command in ("tar -tf /dev/sda", "tar tf /dev/sda", "tar --list --file=/dev/sda",
                     "file /dev/watchdog", "du -sh /dev", "ls /dev/watch*", "cat /dev/sda", "cat ~/x"):
         assert parse_command(command)[-1].writes == [], command
+    # an extraction reads the archive and writes what it holds below the working directory
+    assert parse_command("tar -xvf /dev/sda")[-1].writes == ["./*", "~/*"]
+    assert parse_command("tar -xvf /dev/sda -C /dev")[-1].writes == ["/dev/*"]
     assert parse_command("ls ~/../x")[-1].argv == ["ls", "~/../x"]
     assert normalise_path("~/../../dev/sda") == "~/../../dev/sda"  # not ~/dev/sda: the login directory's parent
 
