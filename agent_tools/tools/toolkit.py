@@ -537,11 +537,19 @@ class Toolkit:
             if never:
                 notes.append(f"{never} launch(es) that never started (nothing ran) are not listed")
             end = offset + len(jobs)
-            return JobList(jobs=[JobInfo(job_id=r.job_id, host=r.host, command=r.command, state=r.state,
-                                         readiness=r.readiness, exit_status=r.exit_status, by=killed_by(r),
-                                         created_at=r.created_at)
-                                 for r in jobs], total=total, next_offset=end if end < total else None,
-                           note="; ".join(notes))
+            rows = [JobInfo(job_id=r.job_id, host=r.host, command=r.command, state=r.state, readiness=r.readiness,
+                            exit_status=r.exit_status, by=killed_by(r),
+                            leftovers=[p for p, _ in r.meta.get("leftovers") or []], created_at=r.created_at)
+                    for r in jobs]
+            left = [j.job_id for j in rows if j.leftovers]
+            if left:
+                notes.append("what an ended command left running (leftovers) stops with "
+                             + ", ".join(f"job_cancel(job_id='{j}')" for j in left))
+            if host is None and any(j.state == "running" or j.leftovers or (j.readiness in ("pending", "ready") and
+                                                                           j.state != "not_started") for j in rows):
+                notes.append("states, readiness and leftovers as last recorded, not looked at on the hosts now: "
+                             "list_jobs(host=...) refreshes them")
+            return JobList(jobs=rows, total=total, next_offset=end if end < total else None, note="; ".join(notes))
         except AgentToolsError as exc:
             return _error(exc, host, None)
 
