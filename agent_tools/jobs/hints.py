@@ -198,8 +198,9 @@ def _guide(f: JobFacts) -> Guidance:
             ready_why = "it had been ready before it ended" + (f" ({ready_why})" if ready_why else "")
         return Guidance(summary, both(), (*nexts, *inspect), True)
     if f.readiness == "pending":
-        note = ("to keep following: the command exited 0 but readiness is still pending (the service is loading)"
-                if f.state == "exited" else "to keep following until readiness is ready, failed or deadline_exceeded")
+        note = ("to keep following: the command exited 0 but readiness is still pending (why says what the probes "
+                "see)" if f.state == "exited" else "to keep following until readiness is ready, failed or "
+                "deadline_exceeded")
         nexts = (NextCall(follow.tool, follow.args, note),)
         if f.state == "running":
             nexts += (cancel,)
