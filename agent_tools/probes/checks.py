@@ -130,7 +130,7 @@ async def _http(host: Host, p: HttpProbe) -> ProbeResult:
     except ConnectionRefusedError:
         return ProbeResult("http", p.url, "not_yet", "connection refused (normal while the server loads)")
     except TimeoutError:
-        return ProbeResult("http", p.url, "not_yet", f"no answer within {p.timeout_s:g} s")
+        return ProbeResult("http", p.url, "not_yet", f"no answer within {p.timeout_s:g} s", details={"timeout": True})
     except (OSError, h11.ProtocolError) as exc:
         return ProbeResult("http", p.url, "not_yet", f"{type(exc).__name__}: {exc}")
     text = body[:200].decode("utf-8", "replace").strip()
@@ -265,7 +265,8 @@ async def _port(host: Host, p: PortProbe) -> ProbeResult:
             stream = await host.open_tcp(p.address, p.port)
         await stream.aclose()
     except (OSError, TimeoutError) as exc:
-        return ProbeResult("port", target, "not_yet", f"not accepting connections ({type(exc).__name__})")
+        return ProbeResult("port", target, "not_yet", f"not accepting connections ({type(exc).__name__})",
+                           details={"timeout": isinstance(exc, TimeoutError)})
     return ProbeResult("port", target, "passed", "accepting connections")
 
 
@@ -467,8 +468,8 @@ async def check_probe(host: Host, spec: dict[str, Any] | Any, *, gate: str | Non
             return await _gpu(host, p)
         return await _hostmem(host, p)
     except HostError as exc:
-        return ProbeResult(p.kind, getattr(p, "unit", None) or getattr(p, "url", "") or p.kind, "not_yet",
-                           f"host error: {exc.message}")
+        return ProbeResult(p.kind, _target(spec if isinstance(spec, dict) else p.model_dump()), "not_yet",
+                           f"host error: {exc.message}", details={"host_error": exc})
 
 
 async def port_holder(h: Host, port: int, unit: str, main_pid: int | None = None

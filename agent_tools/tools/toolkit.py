@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import structlog
 from pydantic import BaseModel, ValidationError
 
-from ..errors import AgentToolsError, BadArguments
+from ..errors import AgentToolsError, BadArguments, ConnectionLost, ExecUnconfirmed, HostChanged, HostError
 from ..hosts.reach import check_same_machine, host_identity
 from ..hosts.registry import HostRegistry
 from ..jobs.journal import Journal
@@ -441,11 +441,13 @@ class Toolkit:
         except AgentToolsError as exc:
             return self._explained(_error(exc, host, shown))
 
-    async def _job_host(self, job_id: str, notes: list[str]) -> Any:
+    async def _job_host(self, job_id: str, notes: list[str], limit_s: float, what: str) -> Any:
         """The host a job runs on, reached the way it was at launch (the journal remembers the SSH config files:
         :meth:`HostRegistry.for_job`), and a note when that config changed since (logged). When the launch
-        recorded the machine's host key, the host reached now must have the same key. The note is appended to
-        ``notes`` (before anything is checked, so an error said next can name the likely cause).
+        recorded the machine's host key, the host reached now must have the same key, checked within the call's
+        own time (``limit_s`` seconds, the call ``what``: its time + the runner's answer time, as
+        the runner bounds its own). The note is appended to ``notes`` (before anything is checked, so an
+        error said next can name the likely cause).
 
         :raises JobNotFound: no such job in the journal.
         :raises HostChanged: the alias now reaches another machine (nothing is concluded about the job).
@@ -457,45 +459,46 @@ class Toolkit:
             log.info("job.connection_note", job_id=job_id, host=rec.host, note=note)
             notes.append(note)
         if rec.state != "not_started":
-            await check_same_machine(host, remembered, job_id=job_id)
+            with _answer_within(host, limit_s, what):
+                await check_same_machine(host, remembered, job_id=job_id)
         return host
 
     async def job_status(self, job_id: str, wait_s: float = 0.0) -> JobStatus | ErrorOutcome:
         """State of a job and its new output; long-polls up to ``wait_s`` seconds."""
         notes: list[str] = []
         try:
-            host = await self._job_host(job_id, notes)
+            host = await self._job_host(job_id, notes, wait_s + self.runner.answer_timeout_s, "job_status")
             note = notes[0] if notes else None
             status = await self.runner.job_status(host, job_id, wait_s=wait_s)
             if note:
                 status.why = f"{status.why} ({note})" if status.why else note
             return status
         except AgentToolsError as exc:
-            return _noted(_error(exc, None, None), notes[0] if notes else None)
+            return _noted(_error(_not_a_launch(exc, "job_status", job_id), None, None), notes[0] if notes else None)
 
     async def job_output(self, job_id: str, stream: str = "stdout", offset: int = 0,
                          limit: int = 16384) -> JobOutput | ErrorOutcome:
         """A page of a job's output by byte offset."""
         notes: list[str] = []
         try:
-            host = await self._job_host(job_id, notes)
+            host = await self._job_host(job_id, notes, self.runner.answer_timeout_s, "job_output")
             return await self.runner.job_output(host, job_id, stream=stream,  # type: ignore[arg-type]
                                                 offset=offset, limit=limit)
         except AgentToolsError as exc:
-            return _noted(_error(exc, None, None), notes[0] if notes else None)
+            return _noted(_error(_not_a_launch(exc, "job_output", job_id), None, None), notes[0] if notes else None)
 
     async def job_cancel(self, job_id: str, grace_s: float = 5.0) -> JobCancelResult | ErrorOutcome:
         """Kill a job's whole process tree and verify nothing of it is left."""
         notes: list[str] = []
         try:
-            host = await self._job_host(job_id, notes)
+            host = await self._job_host(job_id, notes, grace_s + self.runner.answer_timeout_s, "job_cancel")
             note = notes[0] if notes else None
             result = await self.runner.cancel(host, job_id, grace_s=grace_s)
             if note:
                 result.message = f"{result.message} ({note})"
             return result
         except AgentToolsError as exc:
-            return _noted(_error(exc, None, None), notes[0] if notes else None)
+            return _noted(_error(_not_a_launch(exc, "job_cancel", job_id), None, None), notes[0] if notes else None)
 
     async def list_jobs(self, host: str | None = None, state: str | None = None, limit: int = 10,
                         offset: int = 0) -> JobList | ErrorOutcome:
@@ -570,7 +573,8 @@ class Toolkit:
                     if isinstance(r.meta.get("connection"), dict) and r.meta["connection"].get("host_key")}
         if not recorded:
             return set()
-        now_key = await host_identity(host)
+        with _answer_within(host, self.runner.answer_timeout_s, "list_jobs"):  # as the listing itself is
+            now_key = await host_identity(host)
         return {j for j, k in recorded.items() if now_key is not None and k != now_key}
 
     async def aclose(self) -> None:
@@ -616,6 +620,36 @@ def _valid_unicode(value: Any) -> Any:
     if isinstance(value, list):
         return [_valid_unicode(v) for v in value]
     return value
+
+
+#: what the host seam says about a command it could not start or confirm: true of a launch, but the command of a
+#: job_status, job_output or job_cancel is the call's own script, not the job
+_LAUNCH_WORDS_RE = re.compile(r"; (?:nothing was started|it may be running)$")
+
+
+def _not_a_launch(exc: AgentToolsError, what: str, job_id: str) -> AgentToolsError:
+    """``exc`` of a call about job ``job_id`` (``what``: job_status, job_output or job_cancel) in words about that
+    call: what the host seam says of its script ("nothing was started", "it may be running") is not about the
+    job. A lost connection is ``connection_lost`` (never ``start_unconfirmed``); a cancel whose request may have
+    reached the host says it may have taken effect."""
+    if not isinstance(exc, HostError) or isinstance(exc, HostChanged):
+        return exc
+    if not isinstance(exc, ConnectionLost):
+        return exc
+    text = _LAUNCH_WORDS_RE.sub("", exc.message)
+    if what == "job_cancel":
+        # lost before the session opened: nothing was sent; else the cancel script may have run on the host
+        if exc.message.endswith("nothing was started"):
+            tail = (f"; the cancel was not sent: the job is untouched; job_cancel(job_id='{job_id}') again once the "
+                    "host answers")
+        else:
+            tail = (f"; the cancel may have reached the host and taken effect: job_status(job_id='{job_id}') tells "
+                    "whether the job still runs")
+    elif text != exc.message or isinstance(exc, ExecUnconfirmed):
+        tail = f"; the job on the host is untouched by this {what}: ask again once the host answers"
+    else:
+        return exc
+    return ConnectionLost(exc.host, text + tail)
 
 
 def _noted(error: ErrorOutcome, note: str | None) -> ErrorOutcome:
