@@ -496,7 +496,7 @@ def jobs(
 
     d = _run(go)
     if as_json or d.get("outcome") == "error":
-        _emit(d, True)
+        _emit(d, as_json)
         raise typer.Exit(1 if d.get("outcome") == "error" else 0)
     from rich.table import Table
 
@@ -506,7 +506,9 @@ def jobs(
         first = command.split("\n", 1)[0]
         cut = first[:70] + (f" … ({len(command)} chars)" if len(first) > 70 or len(first) < len(command) else "")
         table.add_row(_shown(j["job_id"]), _shown(j["host"]),
-                      _shown(j["state"] + (f" by {j['by']}" if j.get("by") else "")),
+                      _shown(j["state"] + (f" by {j['by']}" if j.get("by") else "")
+                             + (f", readiness {j['readiness']}" if j.get("readiness") not in (None, "none") else "")
+                             + (f", {len(j['leftovers'])} left running" if j.get("leftovers") else "")),
                       "" if j.get("exit_status") is None else _shown(j["exit_status"]), _shown(cut))
     out.print(table)
     shown = f"jobs {offset + 1}-{offset + len(d['jobs'])} of {d['total']}" if d["jobs"] else f"no job of {d['total']}"
@@ -632,14 +634,15 @@ def policy_explain(
 
 
 def _deadline_words(d: Any) -> str:
-    """A decision's deadlines in words (never ``None``): the probes' deadline, and the hard one if any."""
+    """A decision's deadlines in words (never ``None``): the probes' (readiness) deadline, and the hard (kill) one
+    if any."""
     if d.deadline_from == "unit_timeout":
-        words = "deadline: the unit's TimeoutStartSec + 30 s" + (
+        words = "readiness deadline: the unit's TimeoutStartSec + 30 s" + (
             f" (else {d.deadline_s:g} s)" if d.deadline_s is not None else "")
     elif d.deadline_s is not None:
-        words = f"deadline {d.deadline_s:g} s"
+        words = f"readiness deadline {d.deadline_s:g} s"
     else:
-        words = "no deadline"
+        words = "no readiness deadline"
     if getattr(d, "hard_deadline_s", None) is not None:
         source = getattr(d, "hard_deadline_from", "")
         words += (f"; killed on the host {d.hard_deadline_s:g} s after it starts, detached or not (hard deadline"

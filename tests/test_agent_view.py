@@ -555,7 +555,7 @@ def test_cli_hints_are_cli_commands(tmp_path: Path) -> None:
 def test_policy_explain_never_prints_none_and_check_names_the_unknown_key(tmp_path: Path) -> None:
     plain_cmd = cli("policy", "explain", "gpu-node-1", "--", "uptime", tmp_path=tmp_path)
     assert plain_cmd.returncode == 0 and "None" not in plain_cmd.stdout, plain_cmd.stdout
-    assert "no deadline" in plain_cmd.stdout
+    assert "no readiness deadline" in plain_cmd.stdout and "killed on the host" in plain_cmd.stdout
     restart = cli("policy", "explain", "gpu-node-1", "--", "systemctl", "restart", "sglang", tmp_path=tmp_path)
     assert "deadline: the unit's TimeoutStartSec + 30 s" in restart.stdout and "None" not in restart.stdout, \
         restart.stdout
