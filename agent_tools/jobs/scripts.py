@@ -95,7 +95,8 @@ Every script is a shell function (``at_launch``, ``at_status``, ``at_cancel``) r
   directory of a reserved job id and waits on stdin; the client writes one request (:func:`warm_request`,
   the line count, then ``at_x ARGS``) and reads the same report. This takes the channel open, the exec
   request, the login shell and the ``mkdir`` off the call's path (see docs/performance.md). A warm session
-  not used removes its empty directory when its stdin ends.
+  not used removes its empty directory and exits when its stdin ends, or after ``WARM_IDLE_S`` (300 s) without a
+  request (a client gone in a partition: the host's sshd keeps such a session until TCP gives up).
 
 Wire format (stdout of the scripts): header lines ``@@AT <word> <fields...>\\n``; a ``view`` header is
 followed by exactly ``head_len + tail_len`` raw bytes.
@@ -676,7 +677,14 @@ else
   at_rid=
 fi
 printf '@@AT ready\n'
+# unused for IDLE_S seconds (the client vanished in a partition and the host's sshd has not noticed: it keeps the
+# session until TCP gives up, hours): exit, removing the directory; the idle watcher is stopped when a request comes
+at_is=$3; s=; read -r s < /proc/self/stat 2>/dev/null; s=${s##*) }; set -- $s; at_ms=${20:--}
+( trap 'kill "$sp" 2>/dev/null; exit 0' TERM; sleep "$at_is" & sp=$!; wait "$sp"; at_alive $$ "$at_ms" && kill -HUP $$ ) \
+  </dev/null >/dev/null 2>&1 &
+at_idle=$!
 n=; IFS= read -r n || exit 0
+kill "$at_idle" 2>/dev/null
 case $n in ''|*[!0-9]*) exit 98;; esac
 r=; while [ "$n" -gt 0 ]; do IFS= read -r l || exit 0; r="$r$l
 "; n=$(( n - 1 )); done
@@ -791,17 +799,23 @@ def cancel_request(base: str, job_id: str, *, grace_s: float, reason: str) -> by
     return warm_request("at_cancel " + _cancel_args(base, job_id, grace_s, reason))
 
 
-def warm_script(base: str, reserved_id: str) -> str:
+#: seconds a warm session waits for its request before it exits by itself (see :func:`warm_script`)
+WARM_IDLE_S = 300
+
+
+def warm_script(base: str, reserved_id: str, idle_s: float = WARM_IDLE_S) -> str:
     """The command line of a warm session: a ``sh`` that defines every job script as a function, makes the
     directory of job ``reserved_id`` under ``base`` (so a launch with that id skips the ``mkdir``), prints
     ``@@AT ready`` (the line :meth:`SshHost.take_warm` waits for), then reads one request
-    (:func:`warm_request`) from stdin and runs it. Without a request (EOF) it removes the empty directory and
-    exits 0.
+    (:func:`warm_request`) from stdin and runs it. Without a request (EOF), or when none came within ``idle_s``
+    seconds (a client gone in a partition, unnoticed by the host's sshd), it removes the empty directory and
+    exits (the client drops a warm session whose channel closed).
 
     :param base: the jobs directory (shell-expanded on the host, as for the other scripts).
     :param reserved_id: the job id whose directory is made ahead of time.
+    :param idle_s: seconds to wait for the request (> 0).
     """
-    return f"{_WARM_PREFIX}\"{base}\" {_q(reserved_id)}"
+    return f"{_WARM_PREFIX}\"{base}\" {_q(reserved_id)} {deadline_word(idle_s)}"
 
 
 def warm_request(call: str) -> bytes:
