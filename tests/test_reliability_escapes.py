@@ -256,7 +256,7 @@ async def test_hard_deadline_covers_what_the_command_left_running(systemd_hosts:
 
             t0 = anyio.current_time()
             await wait_until(gone, 15, f"sleep {n} to be killed at the job's deadline")
-            assert anyio.current_time() - t0 < 6
+            assert anyio.current_time() - t0 < 10  # at the deadline (3 s from the start), not later
             st = await tk.job_status(job_id=out.job_id)
             assert st.state == "exited" and st.exit_status == 0 and st.leftovers == [], result_view(st)
             assert "left running were killed" in st.why and "3 s deadline" in st.why, result_view(st)
@@ -285,7 +285,8 @@ async def test_an_interrupted_deadline_kill_does_not_read_being_killed_for_ever(
                 return (await on_host(pool, name, f"test -s {base}/deadline && echo y || true")).stdout.strip() == "y"
 
             await wait_until(fired, 15, "the deadline to fire")
-            await on_host(pool, name, f"pkill -KILL -f 'at-watch {base} ' ; true")
+            # the watcher that fires a deadline records its own pid (the deadline file's third word)
+            await on_host(pool, name, f"kill -KILL $(cut -d' ' -f3 {base}/deadline | head -1); true")
             st: Any = None
             for _ in range(10):
                 st = await tk.job_status(job_id=out.job_id, wait_s=1)

@@ -45,11 +45,12 @@ SSH connection: ``logout``). ``systemd-run --scope`` executes the command itself
 be made is found out at launch: systemd-run then exits without running the command (no ``cgroup`` path written),
 and the monitor starts it without one.
 
-The job's first process (the ``at_job`` trampoline, before it becomes the command) starts an audit session of
-its own: it writes its loginuid back to ``/proc/self/loginuid``, and the kernel gives it a new session id that it
-and every process it starts keep, whatever they do to their cgroup, session or environment (a process may set
-its loginuid while it is unset; once it is set, only one with CAP_AUDIT_CONTROL, i.e. root, may: a user whose
-login set it gets none, ``tag`` says why). Each such write is a LOGIN record in the audit log, if one is kept.
+The job's first process (before it becomes the command: the ``at_job`` trampoline in a scope, else the monitor's
+subshell, ``at_tagself``) starts an audit session of its own: it writes its loginuid back to
+``/proc/self/loginuid``, and the kernel gives it a new session id that it and every process it starts keep,
+whatever they do to their cgroup, session or environment (a process may set its loginuid while it is unset; once
+it is set, only one with CAP_AUDIT_CONTROL, i.e. root, may: a user whose login set it gets none, ``tag`` says
+why). Each such write is a LOGIN record in the audit log, if one is kept.
 
 A *look* for the job's processes (``at_targets``: a cancel, a deadline, the look for leftovers) counts a process
 as the job's when it is in the job's cgroup; in its process group or session (both ids are the command's pid);
@@ -61,19 +62,21 @@ of sight: one that left the job's cgroup (or the job has none), its session and 
 before any look saw it, and whose parent is gone; every check then says so (the ``how`` and ``tag`` lines give
 what the look could go by).
 
-The *watcher* runs beside the monitor for every job, as a shell of its own (``/bin/sh -c "$at_lib ..." at-watch
-DIR ID DEADLINE T0``: the launcher got the functions it needs, ``_WLIB``, as its first argument, so its command
-line holds no user command). While the command runs it looks for the job's processes at growing intervals (50
-ms, doubling to 10 s), recording them in ``lineage``, unless the job has an audit session (nothing to record).
-When the command ends, the monitor writes ``exit``, looks for what the command left running (``left``) and tells
-the watcher (USR1), which then follows those processes (a look every 0.5 s, doubling to 10 s) until none is
-left. A launch with a deadline (:func:`launch_script`'s ``deadline_s``): at that many seconds from the command's
-start the watcher writes ``deadline`` and kills everything of the job exactly as a cancel does (``at_cancel``:
-TERM, a 2 s grace, KILL, survivors checked), with the reason ``deadline: ...`` — the command and what it left
-running, or, once the command has ended, what it left running (the kill's report then starts with ``was RC``).
-It runs on the host, so the deadline holds when the controller is gone; when it fired while the command ran the
-monitor writes ``exit`` only after the kill was checked. ``sleep`` must take fractions of a second (GNU
-coreutils, busybox).
+A *watcher* runs beside the monitor while the command runs when the job has a deadline, or when its first
+process is not expected to get an audit session of its own (the launcher's loginuid is set and it is not root):
+a subshell of the monitor that looks for the job's processes at growing intervals (50 ms, doubling to 10 s),
+recording them in ``lineage`` (unless the job got an audit session after all: nothing to record), and is stopped
+by the monitor when the command ends. The monitor then writes ``exit`` and looks for what the command left
+running (``left``); when something is left, a watcher of its own follows it, as a shell of its own (``/bin/sh
+-c "$at_lib ..." at-watch DIR ID DEADLINE T0 left``: the launcher got the functions it needs, ``_WLIB``, as its
+first argument, so this long-lived process's command line holds no user command), looking every 0.5 s doubling
+to 10 s and keeping ``left`` current, until none is left. A launch with a deadline (:func:`launch_script`'s
+``deadline_s``): at that many seconds from the command's start the watcher writes ``deadline`` and kills
+everything of the job exactly as a cancel does (``at_cancel``: TERM, a 2 s grace, KILL, survivors checked), with
+the reason ``deadline: ...`` — the command and what it left running, or, once the command has ended, what it
+left running (the kill's report then starts with ``was RC``). It runs on the host, so the deadline holds when the
+controller is gone; when it fired while the command ran the monitor writes ``exit`` only after the kill was
+checked. ``sleep`` must take fractions of a second (GNU coreutils, busybox).
 
 When the command ends within the launch's budget, the launcher reports what still runs (``left`` lines) after
 waiting, up to 2 s, for those of them that hold the job's output files open and are running (a ``tee`` fed by
@@ -265,18 +268,21 @@ at_scope "$d"
 (
   t0=-; read -r t0 _ 2>/dev/null </proc/uptime
   at_spawn "$d" "$id" "$sh_" "$cmd"
-  /bin/sh -c "$at_lib
-at_watch \"\$@\"" at-watch "$d" "$id" "$dl" "$t0" 2>/dev/null &  # the watcher (module docstring)
-  wp=$!
+  wp=  # the watcher while the command runs (module docstring): for a deadline, or to keep the lineage
+  if [ -n "$dl" ] || [ -z "$at_tagok" ]; then at_watch "$d" "$id" "$dl" "$t0" run 2>/dev/null & wp=$!; fi
   wait "$pid"
   rc=$?
   if at_unscoped "$d"; then at_spawn "$d" "$id" "$sh_" "$cmd" plain; wait "$pid"; rc=$?; fi
   at_ended "$d" "$pid" "$rc"
   t1=-; read -r t1 _ 2>/dev/null </proc/uptime
-  [ ! -e "$d/deadline" ] || wait "$wp"  # its deadline passed: the kill is checked before the exit is written
+  [ -z "$wp" ] || { kill "$wp" 2>/dev/null; wait "$wp"; }  # (once it fired: after its kill is checked)
   printf '%s\n%s %s\n%s\n' "$rc" "$t0" "$t1" "$how" > "$d/exit"
   at_left "$d" "$id"  # what the command left running (until DIR/left is written, a status says it is being looked at)
-  kill -USR1 "$wp" 2>/dev/null  # the watcher follows what is left (or ends)
+  if [ -n "$at_t" ]; then  # followed by a watcher of its own, whose command line holds no user command
+    [ ! -e "$d/deadline" ] || dl=
+    /bin/sh -c "$at_lib
+at_watch \"\$@\"" at-watch "$d" "$id" "$dl" "$t0" left 2>/dev/null &
+  fi
 ) </dev/null >/dev/null 2>"$d/monitor.err" &
 mpid=$!
 [ -z "$at_lo" ] || printf '@@AT logout %s\n' "$at_lo"
@@ -313,7 +319,13 @@ at_deadline() { # DIR [ID] -> "@@AT deadline [ID] LIMIT DONE [SURVIVORS...]" (DO
 }
 at_scope() { # DIR -> at_sc: --system or --user when the command is to run in a transient scope of its own, else ""
               # (DIR/cgroup then says why); at_lo: why the job dies when this login ends, else ""
-  at_sc=; at_lo=
+  at_sc=; at_lo=; at_tagok=
+  # the job's trampoline can start an audit session of its own while the loginuid is unset, or as root
+  u=; { read -r u < /proc/self/loginuid; } 2>/dev/null
+  if [ "$u" = 4294967295 ]; then at_tagok=1
+  elif [ -n "$u" ]; then
+    while read -r k u _; do [ "$k" = Uid: ] && break; done < /proc/self/status; [ "$u" != 0 ] || at_tagok=1
+  fi
   if [ ! -d /run/systemd/system ]; then printf '%s\n' "- the host does not run systemd" > "$1/cgroup"
   elif ! command -v systemd-run >/dev/null 2>&1; then printf '%s\n' "- systemd-run is not installed" > "$1/cgroup"
   elif [ -w /run/systemd/system ]; then at_sc=--system
@@ -354,7 +366,7 @@ at_spawn() { # DIR ID SHELL COMMAND [plain]: start the command as the job, in th
       --description="agent-tools job $2" /bin/sh -c "$at_job" at-job "$1" "$3" "$4" scope \
       </dev/null >"$1/stdout" 2>"$1/scope.err" &
   else
-    AGENT_TOOLS_JOB=$2 setsid /bin/sh -c "$at_job" at-job "$1" "$3" "$4" </dev/null >"$1/stdout" 2>"$1/stderr" &
+    ( at_tagself "$1"; AGENT_TOOLS_JOB=$2 exec setsid "$3" -c "$4" ) </dev/null >"$1/stdout" 2>"$1/stderr" &
   fi
   pid=$!
   cs=-; s=; if read -r s < "/proc/$pid/stat" 2>/dev/null; then s=${s##*) }; set -- $s; cs=${20}; fi
@@ -383,6 +395,20 @@ fi
 printf "%s\n" "$t" > "$d/tag"
 [ "${4:-}" != scope ] || exec setsid "$2" -c "$3"
 exec "$2" -c "$3"'
+at_tagself() { # DIR: the at_job trampoline's audit session, for a job started without a scope (this subshell then
+               # becomes the command)
+  d=$1
+  t="- the kernel keeps no audit sessions"; s0=; u0=; s=
+  { read -r s0 < /proc/self/sessionid; read -r u0 < /proc/self/loginuid; } 2>/dev/null
+  if [ -n "$s0" ]; then
+    u=$u0; [ "$u" != 4294967295 ] || while read -r k u _; do [ "$k" = Uid: ] && break; done < /proc/self/status
+    { printf %s "$u" > /proc/self/loginuid && read -r s < /proc/self/sessionid; } 2>/dev/null
+    if [ -n "$s" ] && [ "$s" != "$s0" ] && [ "$s" != 4294967295 ]; then t=$s
+    elif [ "$u0" = 4294967295 ]; then t="- the kernel did not let it start an audit session of its own"
+    else t="- its login set its audit loginuid, which only root may change"; fi
+  fi
+  printf "%s\n" "$t" > "$d/tag"
+}
 at_unscoped() { # DIR: 0 when a scope was asked for and systemd-run ended without starting the command (it said why
                 # in DIR/scope.err): then the command is to be started without one (unless cancelled meanwhile)
   [ -n "$at_sc" ] && [ ! -s "$1/cgroup" ] && [ ! -e "$1/cancel" ] || return 1
@@ -468,28 +494,30 @@ at_left() { # DIR ID: the job's processes still running -> DIR/left, one "PID ST
     lb="$lb$p $at_st $(tr '\000\n' '  ' < "/proc/$p/cmdline" 2>/dev/null | head -c 200)
 "
   done
-  printf '%s' "$lb" > "$1/left.new" && mv -f "$1/left.new" "$1/left"  # (a reader never sees it half written)
+  if [ -z "$lb" ]; then : > "$1/left"  # (else written whole: a reader never sees it half written)
+  else printf '%s' "$lb" > "$1/left.new" && mv -f "$1/left.new" "$1/left"; fi
 }
 at_alive_st() { # PID -> at_st: its start time (status 1 when it is gone)
   at_st=; s=; read -r s < "/proc/$1/stat" 2>/dev/null || return 1
   s=${s##*) }; set -- $s; at_st=${20}; [ "$1" != Z ]
 }
-at_watch() { # DIR ID DEADLINE_S T0: the watcher (module docstring). While the command runs it looks for the job's
-             # processes (recording them in DIR/lineage) unless the job has an audit session of its own; once the
-             # command ended it follows what it left running (DIR/left), until nothing is left; at the deadline it
-             # kills all of it.
-  w_d=$1; w_id=$2; w_dl=$3; w_sp=; w_ended=; w_iv=50; w_end=
+at_watch() { # DIR ID DEADLINE_S T0 MODE: the watcher (module docstring). MODE "run": while the command runs, look for
+             # the job's processes (recording them in DIR/lineage) unless the job has an audit session of its own;
+             # stopped (TERM) when the command ends. MODE "left": follow what the ended command left running
+             # (DIR/left) until nothing is left. Either kills all of the job at the deadline.
+  w_d=$1; w_id=$2; w_dl=$3; w_mode=$5; w_sp=; w_iv=50; w_end=
+  [ "$w_mode" = run ] || w_iv=500
   if [ -n "$w_dl" ]; then
     if [ "$4" != - ]; then at_msof "$4"; else at_now; fi
     w_end=$at_ms; at_msof "$w_dl"; w_end=$(( w_end + at_ms ))
   fi
-  trap 'w_ended=${w_ended:-1}; [ -z "$w_sp" ] || kill "$w_sp" 2>/dev/null' USR1
+  trap '[ -z "$w_sp" ] || kill "$w_sp" 2>/dev/null; exit 0' TERM
   while :; do
     w_rem=
     if [ -n "$w_end" ]; then
       at_now; w_rem=$(( w_end - at_ms ))
       if [ "$w_rem" -le 0 ]; then
-        trap '' USR1  # it fired: the monitor no longer interrupts the kill
+        trap '' TERM  # it fired: the monitor's stop no longer interrupts the kill
         tn=-; read -r tn _ 2>/dev/null </proc/uptime
         s=; read -r s < /proc/self/stat; w_pid=${s%% *}; at_alive_st "$w_pid"
         printf '%s %s %s %s\n' "$w_dl" "$tn" "$w_pid" "${at_st:--}" > "$w_d/deadline"
@@ -497,16 +525,11 @@ at_watch() { # DIR ID DEADLINE_S T0: the watcher (module docstring). While the c
           >> "$w_d/deadline"
       fi
     fi
-    if [ -z "$w_ended" ] && [ -e "$w_d/exit" ]; then  # ended, and no word from the monitor: is it gone?
-      l=; read -r l < "$w_d/pid" 2>/dev/null; set -- $l; at_alive "${4:-}" "${5:-}" || w_ended=1
-    fi
-    if [ "$w_ended" = 2 ]; then  # following what the command left running
-      at_left "$w_d" "$w_id"; [ -n "$at_t" ] || return 0
-    elif [ -n "$w_ended" ]; then  # it just ended: the monitor looked then (DIR/left) and told the watcher
-      w_ended=2; w_iv=500; l=; read -r l < "$w_d/left" 2>/dev/null; [ -n "$l" ] || return 0
+    if [ "$w_mode" = left ]; then
+      [ "$w_iv" = 500 ] || { at_left "$w_d" "$w_id"; [ -n "$at_t" ] || return 0; }  # (the monitor just looked)
     else
       l=; read -r l < "$w_d/tag" 2>/dev/null
-      case $l in [0-9]*) [ -n "$w_end" ] || w_iv=600000;; *) at_targets "$w_d" "$w_id";; esac  # lineage
+      case $l in [0-9]*) [ -n "$w_end" ] || return 0; w_iv=600000;; *) at_targets "$w_d" "$w_id";; esac
     fi
     w_s=$w_iv; [ -z "$w_rem" ] || [ "$w_rem" -ge "$w_s" ] || w_s=$w_rem
     f=$(( w_s % 1000 )); case ${#f} in 1) f=00$f;; 2) f=0$f;; esac
