@@ -543,7 +543,9 @@ def jobs(
         first = command.split("\n", 1)[0]
         cut = first[:70] + (f" … ({len(command)} chars)" if len(first) > 70 or len(first) < len(command) else "")
         table.add_row(_shown(j["job_id"]), _shown(j["host"]),
-                      _shown(j["state"] + (f" by {j['by']}" if j.get("by") else "")),
+                      _shown(j["state"] + (f" by {j['by']}" if j.get("by") else "")
+                             + (f", readiness {j['readiness']}" if j.get("readiness") not in (None, "none") else "")
+                             + (f", {len(j['leftovers'])} left running" if j.get("leftovers") else "")),
                       "" if j.get("exit_status") is None else _shown(j["exit_status"]), _shown(cut))
     out.print(table)
     shown = f"jobs {offset + 1}-{offset + len(d['jobs'])} of {d['total']}" if d["jobs"] else f"no job of {d['total']}"
@@ -669,9 +671,10 @@ def policy_explain(
 
 
 def _deadline_words(d: Any) -> str:
-    """A decision's deadlines in words (never ``None``): the probes' deadline, and the hard one if any."""
+    """A decision's deadlines in words (never ``None``): the probes' (readiness) deadline, and the hard (kill) one
+    if any."""
     if d.deadline_from == "unit_timeout":
-        words = "deadline: the unit's TimeoutStartSec + 30 s" + (
+        words = "readiness deadline: the unit's TimeoutStartSec + 30 s" + (
             f" (else {d.deadline_s:g} s)" if d.deadline_s is not None else "")
     elif d.deadline_s is not None:
         words = f"readiness deadline {d.deadline_s:g} s"

@@ -107,6 +107,7 @@ class Finished(ResultModel):
     job_id: str = Field(description="job id under which the full output stays on the host")
     leftovers: list[Leftover] = Field(default_factory=list, description="processes it started that still run "
                                                                         "(first 20); job_cancel stops them")
+    unchecked: str = Field(default="", description="what the look for leftovers could not see")
     next: str = ""
 
 
@@ -164,7 +165,7 @@ class Killed(ResultModel):
     survivors: Annotated[list[int], SHOWN] = Field(default_factory=list,
                                                   description="pids of the job still alive (should be [])")
     unchecked: str = Field(default="", description="what the survivor check could not see (empty: it could see "
-                                                   "every process of the job, by its cgroup)")
+                                                   "every process of the job)")
     duration_s: float
     exit_status: int | None = None
     stdout: OutputView = Field(default_factory=OutputView)
@@ -238,7 +239,8 @@ class JobStatus(ResultModel):
     exit_status: int | None = None
     signal: str | None = None
     readiness: Literal["none", "pending", "ready", "failed", "deadline_exceeded", "superseded"] = "none"
-    by: Literal["budget", "deadline", "cancel"] | None = None
+    by: Literal["budget", "deadline", "cancel"] | None = Field(default=None, description="who killed it (absent: not "
+                                                                                        "agent-tools)")
     elapsed_s: float = Field(description="seconds since the job started while it runs or its readiness is "
                                          "pending; once it is over, frozen at its end (the host's record of the "
                                          "run time) or at the readiness verdict: the same on every later look; 0 "
@@ -250,6 +252,9 @@ class JobStatus(ResultModel):
     probes: list[ProbeReport] = Field(default_factory=list)
     new_stdout: OutputView = Field(default_factory=OutputView)
     new_stderr: OutputView = Field(default_factory=OutputView)
+    leftovers: list[Leftover] = Field(default_factory=list, description="what its ended command left running; "
+                                                                        "job_cancel stops them")
+    unchecked: str = Field(default="", description="what the look for its processes could not see")
     next: str = ""
 
 
@@ -279,7 +284,7 @@ class JobCancelResult(ResultModel):
     survivors: Annotated[list[int], SHOWN] = Field(default_factory=list,
                                                   description="pids still alive afterwards (want [])")
     unchecked: str = Field(default="", description="what the survivor check could not see (empty: it could see "
-                                                   "every process of the job, by its cgroup)")
+                                                   "every process of the job)")
     message: str
 
 
@@ -293,6 +298,7 @@ class JobInfo(ResultModel):
     readiness: str = "none"
     exit_status: int | None = None
     by: str | None = Field(default=None, description="who killed a killed job: budget | deadline | cancel")
+    leftovers: list[int] = Field(default_factory=list, description="pids its ended command left running (last seen)")
     created_at: float = Field(description="when the job was started, UTC (ISO 8601 in JSON; unix seconds in "
                                           "Python)")
 

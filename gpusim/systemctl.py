@@ -1058,6 +1058,14 @@ def spawn_supervisor(name: str, job_id: str) -> int:
                 # client's: the caller's agent-tools job marker must not reach it (the unit is not the job's)
                 env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_TOOLS_")}
                 env["SIM_SYSTEMD_ROOT"] = str(root())
+                # nor its audit session (proc(5) /proc/PID/sessionid): systemd's services are PID 1's children, in
+                # none; a caller's job started one of its own that this child would keep. Unsetting the loginuid
+                # (4294967295) takes it out of it; it needs CAP_AUDIT_CONTROL (root), else the session stays.
+                try:
+                    with open("/proc/self/loginuid", "w") as f:
+                        f.write("4294967295")
+                except OSError:
+                    pass
                 os.execve(
                     sys.executable,
                     [sys.executable, os.path.abspath(__file__), "__supervise", name, job_id],

@@ -348,6 +348,7 @@ class RealSshd:
                 stdout=log,
                 stderr=log,
                 start_new_session=True,
+                preexec_fn=_set_loginuid,
             )
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
@@ -367,6 +368,16 @@ class RealSshd:
 
     def _log_tail(self, offset: int) -> str:
         return "\n".join(self.log_text()[offset:].splitlines()[-20:])
+
+
+def _set_loginuid() -> None:
+    """In sshd's child before its exec: set its audit loginuid (proc(5) ``/proc/self/loginuid``), as pam_loginuid
+    does for a login on a host with PAM (this sshd runs ``UsePAM no``). Its sessions inherit it, and the unprivileged
+    test user cannot change it (that needs CAP_AUDIT_CONTROL once it is set), so its jobs get no audit session of
+    their own, as on such a host, whatever loginuid the test run itself has (unset when started from no login)."""
+    with contextlib.suppress(OSError):
+        with open("/proc/self/loginuid", "w") as f:
+            f.write("0")
 
 
 def _banner_ok(port: int) -> bool:

@@ -48,7 +48,7 @@ def _alive(marker: str) -> list[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
                 stat = Path(f"/proc/{entry}/stat").read_text()
             except OSError:
                 continue
@@ -98,7 +98,10 @@ async def test_policy_deadline_kills_with_the_controller_gone(real_sshd: RealSsh
         st = looks[0]
         assert st["state"] == "killed" and st["by"] == "deadline", st
         assert "3 s deadline" in st["why"] and "defaults of policy.yaml" in st["why"], st["why"]
-        assert "no survivors" in st["why"], st["why"]
+        # nothing of what the kill found survived; this host (no systemd, a login that set the audit loginuid) gives
+        # the job no cgroup and no audit session, so the check says what it could not see instead of "no survivors"
+        assert "none of what it found survived" in st["why"] and "no survivors" not in st["why"], st["why"]
+        assert "does not run systemd" in st["unchecked"] and "env -i" in st["unchecked"], st
         assert st["exit_status"] in (143, 137), st
         page = dump(await tk.job_output(job_id=out["job_id"]))
         assert page["text"] == "started\n", page  # the output is kept; nothing ran past the kill

@@ -181,6 +181,7 @@ async def test_host_reboot_mid_job(systemd_hosts: HostPool, tmp_path: Path, rel:
         assert st.get("state") in ("lost", "killed"), st
         assert "reboot" in st["why"] and boot_before[:8] in st["why"], st
         assert st["exit_status"] is None if st["state"] == "lost" else st["exit_status"] > 128, st
+        assert st["by"] is None, st  # nobody of agent-tools killed it (it read "by: cancel")
         rel.set(evidence=st["why"])
         again = dump(await tk.job_status(job_id=done["job_id"]))
         assert (again["state"], again["exit_status"]) == ("exited", 0), again

@@ -276,3 +276,33 @@ async def test_a_command_too_long_for_the_hosts_shell_is_refused_up_front(real_s
             await runner.run(host, "true " + "'x' " * 20000, budget_s=10)
     finally:
         await host.aclose()
+
+
+async def test_an_unused_warm_session_ends_by_itself(real_sshd: RealSshd, jobs_dir: str) -> None:
+    """qa12 #21: a warm session whose client vanished (a partition: the host's sshd keeps the session until TCP gives
+    up, hours) exits after its idle time, removing its reserved directory; a request in time stops that clock."""
+    from agent_tools.jobs.scripts import status_request, warm_script
+
+    host = ssh_host_for(real_sshd, warm_sessions=0)
+    try:
+        idle = await host.start(warm_script(jobs_dir, "j_idleidleidle0001", idle_s=1.5))
+        used = await host.start(warm_script(jobs_dir, "j_idleidleidle0002", idle_s=1.5))
+        for proc in (idle, used):
+            assert b"@@AT ready" in await proc.read_stdout()
+        assert set(await listing(host, jobs_dir)) == {"j_idleidleidle0001", "j_idleidleidle0002"}
+        await anyio.sleep(0.5)
+        await used.write_stdin(status_request(jobs_dir, [("j_idleidleidle0002", 0, 0, 0, 0)]))
+
+        async def idle_gone() -> bool:
+            return "j_idleidleidle0001" not in await listing(host, jobs_dir)
+
+        await wait_until(idle_gone, "the unused warm session to remove its directory", timeout_s=10)
+        seen = b""
+        while b"@@AT end" not in seen:  # the used one answered its request, after the idle time too
+            chunk = await used.read_stdout()
+            assert chunk, seen
+            seen += chunk
+        for proc in (idle, used):
+            await proc.close()
+    finally:
+        await host.aclose()

@@ -638,7 +638,7 @@ class SshHost:
         if not task.done():
             self._unanswered = True
             raise HostUnreachable(self.name, f"{self.name}: no SSH connection within {wait_s:g} s (the host does "
-                                             "not answer; a connect attempt goes on in the background)")
+                                             "not answer)")
         return task.result()
 
     def _target(self) -> str:

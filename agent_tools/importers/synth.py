@@ -483,7 +483,10 @@ class TranscriptHost:
         for marker, handler in (("at-launch", self._launch), ("at-status", self._status),
                                 ("at-cancel", self._cancel)):
             if marker in argv:
-                return handler(argv[argv.index(marker) + 1:], now)
+                args = argv[argv.index(marker) + 1:]
+                if marker == "at-launch" and args and "\n" in args[0]:
+                    args = args[1:]  # the functions the launcher hands its watcher (jobs/scripts.py: _WLIB)
+                return handler(args, now)
         return _Process([], stderr=b"sh: this command is not in the transcript\n", status=127)
 
     def _launch(self, args: list[str], now: float) -> HostProcess:

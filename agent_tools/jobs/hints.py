@@ -71,6 +71,8 @@ class JobFacts:
     :param killed_by: who killed a ``killed`` job: ``budget`` | ``deadline`` | ``cancel`` (``""``: not known).
     :param needs: what a command that failed wanted from a person or a terminal and what to run instead
         (:func:`agent_tools.jobs.terminal.interactive_need`'s ``next``; ``""``: nothing of the kind).
+    :param leftovers: how many processes the job's ended command left running still run (``job_cancel`` stops
+        them); 0 while it runs; -1 while its monitor is still looking for them (another look tells).
     """
 
     job_id: str
@@ -87,6 +89,7 @@ class JobFacts:
     output_cut: bool = True
     killed_by: str = ""
     needs: str = ""
+    leftovers: int = 0
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,23 @@ def _state_phrase(f: JobFacts) -> str:
 
 def guide(f: JobFacts) -> Guidance:
     """The summary, why and next calls for a job in the state ``f`` describes (see the module docstring for the
-    rules). Pure: the same facts give the same guidance."""
+    rules), with, once the command ended, the call that stops what it left running (``leftovers``). Pure: the
+    same facts give the same guidance."""
+    g = _guide(f)
+    if not f.leftovers or f.state == "running":
+        return g
+    if f.leftovers < 0:
+        look = NextCall("job_status", {"job_id": f.job_id, "wait_s": 5.0}, "shows what it left running (its monitor "
+                                                                            "on the host is looking)")
+        return Guidance(g.summary, g.why, (*(c for c in g.next if c.note != "done"), look), g.final)
+    n = f.leftovers
+    stop = NextCall("job_cancel", {"job_id": f.job_id}, f"stops the {n} process(es) it left running (leave them if "
+                                                         "they are meant to run on)")
+    nexts = tuple(c for c in g.next if c.note != "done")
+    return Guidance(f"{g.summary}; {n} process(es) it started still run", g.why, (*nexts, stop), g.final)
+
+
+def _guide(f: JobFacts) -> Guidance:
     jid = {"job_id": f.job_id}
     follow = NextCall("job_status", {**jid, "wait_s": follow_wait_s(f.deadline_s)}, "to keep following")
     cancel = NextCall("job_cancel", dict(jid), "to stop it")
@@ -190,8 +209,9 @@ def guide(f: JobFacts) -> Guidance:
             ready_why = "it had been ready before it ended" + (f" ({ready_why})" if ready_why else "")
         return Guidance(summary, both(), (*nexts, *inspect), True)
     if f.readiness == "pending":
-        note = ("to keep following: the command exited 0 but readiness is still pending (the service is loading)"
-                if f.state == "exited" else "to keep following until readiness is ready, failed or deadline_exceeded")
+        note = ("to keep following: the command exited 0 but readiness is still pending (why says what the probes "
+                "see)" if f.state == "exited" else "to keep following until readiness is ready, failed or "
+                "deadline_exceeded")
         nexts = (NextCall(follow.tool, follow.args, note),)
         if f.state == "running":
             nexts += (cancel,)

@@ -259,6 +259,13 @@ class Journal:
         rows = self._exec("SELECT job_id, state FROM jobs WHERE host=? ORDER BY created_at DESC", (host,))
         return {str(r[0]): str(r[1]) for r in rows}
 
+    def with_leftovers(self, host: str) -> set[str]:
+        """Ids of ``host``'s jobs whose ended command left processes running, as last seen (``meta.leftovers``), or
+        whose monitor was still looking for them (``meta.leftovers_pending``)."""
+        rows = self._exec("SELECT job_id FROM jobs WHERE host=? AND (meta LIKE '%\"leftovers\": [[%' OR "
+                          "meta LIKE '%\"leftovers_pending\": true%')", (host,))
+        return {str(r[0]) for r in rows}
+
     def get(self, job_id: str) -> JobRecord:
         """:raises JobNotFound: no such job in this journal."""
         rows = self._exec(f"SELECT {','.join(_COLUMNS)} FROM jobs WHERE job_id=?", (job_id,))

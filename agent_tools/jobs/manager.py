@@ -346,7 +346,11 @@ class JobRunner:
         written = False  # the launch request was written to a warm session (not yet answered)
         exit_code: int | None = None
         at_deadline: tuple[float | None, list[int] | None] | None = None  # the monitor killed it at its deadline
-        deadline_how = ""  # how that kill found the job's processes (see HostJobState.deadline_how)
+        deadline_how = deadline_tag = ""  # how that kill found the job's processes (HostJobState.deadline_how, _tag)
+        deadline_was: int | None = None  # the command had ended before that kill (it was of its leftovers)
+        cover = {"how": "", "tag": ""}  # how the look for leftovers found the job's processes (see _unchecked)
+        writing: list[int] = []  # leftovers that still hold the job's output files open
+        logout = ""  # why the job dies when this login ends (see scripts.at_logout)
         views: dict[str, RawView] = {}
         leftovers: list[Leftover] = []
         ended = "-"  # how the command ended: exit | signal | - (see HostJobState.ended)
@@ -393,6 +397,16 @@ class JobRunner:
                                 at_deadline = parse_deadline(words[1:])
                             elif words[0] == "deadline_how":
                                 deadline_how = " ".join(words[1:])
+                            elif words[0] == "deadline_tag":
+                                deadline_tag = " ".join(words[1:])
+                            elif words[0] == "deadline_was":
+                                deadline_was = int(words[1]) if words[1].lstrip("-").isdigit() else None
+                            elif words[0] in ("how", "tag"):
+                                cover[words[0]] = " ".join(words[1:])
+                            elif words[0] == "writing":
+                                writing = [int(w) for w in words[1:] if w.isdigit()]
+                            elif words[0] == "logout":
+                                logout = " ".join(words[1:])
                             elif words[0] == "view":
                                 name, raw = await read_view(reader, words)
                                 views[name] = raw
@@ -501,14 +515,20 @@ class JobRunner:
                 host, f"{host.name}: no session within the {budget_s:g} s budget (connect + channel open); "
                       "nothing was started", budget_s, "budget"))
 
-        if exit_code is not None and not detach_immediately and at_deadline is not None and exit_code > 128:
-            return self._deadline_killed(rec, exit_code, views, elapsed, *at_deadline, how=deadline_how)
+        if logout:
+            rec.meta = {**rec.meta, "logout": logout}
+            self.journal.update(job_id, meta=rec.meta)
+        if (exit_code is not None and not detach_immediately and at_deadline is not None and exit_code > 128
+                and deadline_was is None):
+            return self._deadline_killed(rec, exit_code, views, elapsed, *at_deadline, how=deadline_how,
+                                         tag=deadline_tag)
         if exit_code is not None and not detach_immediately:
-            return self._finished(rec, exit_code, views, elapsed, leftovers, ended)
+            return self._finished(rec, exit_code, views, elapsed, leftovers, ended,
+                                  unchecked=_unchecked(cover["how"], cover["tag"]), writing=writing)
 
         if detach_immediately and started:
-            return self._detached(rec, elapsed, None, why="the rule says detach at once; the job runs on "
-                                                          "the host", at_once=True)
+            return self._detached(rec, elapsed, None, why="the rule says detach at once; " + _runs_on(rec),
+                                  at_once=True)
 
         # Budget ran out.
         if on_timeout == "kill":
@@ -521,15 +541,17 @@ class JobRunner:
             except (HostError, WireError) as exc:
                 log.warning("job.status_after_budget_failed", job_id=job_id, error=str(exc))
         if st is not None and st.present and st.exit_code is not None:
-            if st.deadline_s is not None and st.cancelled and st.exit_code > 128:
+            if st.deadline_s is not None and st.cancelled and st.exit_code > 128 and st.deadline_was is None:
                 return self._deadline_killed(rec, st.exit_code, st.views, anyio.current_time() - t0, st.deadline_s,
-                                             st.deadline_survivors, how=st.deadline_how)
-            return self._finished(rec, st.exit_code, st.views, anyio.current_time() - t0, ended=st.ended)
+                                             st.deadline_survivors, how=st.deadline_how, tag=st.deadline_tag)
+            return self._finished(rec, st.exit_code, st.views, anyio.current_time() - t0,
+                                  [Leftover(pid=p, command=redact(c)) for p, c in st.leftovers], ended=st.ended,
+                                  unchecked=_unchecked(st.how, st.tag), left_pending=st.leftovers_pending)
         if written and not sent and (st is None or not st.present):
             return self._unconfirmed(rec, f"{host.name}: no answer from the host within the {budget_s:g} s budget "
                                           "to a launch request written to a ready session (hung, overloaded, or "
                                           "the connection stopped answering)")
-        why = "still running when its budget ran out; the job keeps running on the host"
+        why = f"still running when its {budget_s:g} s budget ran out; " + _runs_on(rec)
         if not started:
             why += " (the start was not confirmed before the budget ran out)"
         return self._detached(rec, anyio.current_time() - t0, st, why=why)
@@ -568,16 +590,25 @@ class JobRunner:
                     "command again before that, unless with the same idempotency_key")
 
     def _finished(self, rec: JobRecord, code: int, views: dict[str, RawView],
-                  elapsed: float, leftovers: list[Leftover] | None = None, ended: str = "-") -> Finished | NeedsInput:
+                  elapsed: float, leftovers: list[Leftover] | None = None, ended: str = "-", *,
+                  unchecked: str = "", writing: list[int] | None = None,
+                  left_pending: bool = False) -> Finished | NeedsInput:
         """``ended``: how the command ended (``exit``, ``signal``, ``-``: :attr:`HostJobState.ended`); a status above
         128 names a signal unless the command is known to have exited with it, and a job a signal killed is
-        journalled ``killed``."""
+        journalled ``killed``. ``unchecked``: what the look for leftovers could not see (:func:`_unchecked`);
+        ``writing``: leftovers that still hold the job's output files open (more output may come); ``left_pending``:
+        the monitor was still looking for leftovers (``leftovers`` not known yet). ``next`` comes
+        from :func:`~agent_tools.jobs.hints.guide`, as ``job_status``'s does (none for a plain success)."""
         out = views.get("stdout", RawView(0, b"", b""))
         err = views.get("stderr", RawView(0, b"", b""))
         ov, ev = out.view(budget=self.view_bytes), err.view(budget=self.view_bytes)
         sig = _signal_name(code) if ended != "exit" else None
-        self.journal.update(rec.job_id, state="killed" if ended == "signal" else "exited", exit_status=code,
-                            signal=sig, finished_at=now(), stdout_seen=out.size, stderr_seen=err.size)
+        state = "killed" if ended == "signal" else "exited"
+        left = leftovers or []
+        meta = _with_leftovers(rec.meta, [(p.pid, p.command) for p in left], left_pending)
+        self.journal.update(rec.job_id, state=state, exit_status=code, signal=sig, finished_at=now(),
+                            stdout_seen=out.size, stderr_seen=err.size, meta=meta)
+        rec.state, rec.exit_status, rec.signal, rec.meta = state, code, sig, meta
         log.debug("job.finished", host=rec.host, job_id=rec.job_id, exit_status=code, duration_s=round(elapsed, 3))
         if code != 0:
             need = interactive_need(rec.command, ev.text, ov.text)
@@ -588,19 +619,27 @@ class JobRunner:
                 return NeedsInput(host=rec.host, command=rec.command, prompt=need.prompt, exit_status=code,
                                   duration_s=round(elapsed, 3), stdout=shown, stderr=ev, job_id=rec.job_id,
                                   next=need.next)
-        left = leftovers or []
         if left:
             log.info("job.leftovers", host=rec.host, job_id=rec.job_id, pids=[p.pid for p in left])
+        cut = ov.truncated or ev.truncated
+        n_left = -1 if left_pending else len(left)
+        nexts = "" if code == 0 and not n_left else guide(facts_of(rec, state=state, output_cut=cut,
+                                                                   leftovers=n_left)).next_text()
+        if left and _hard_deadline(rec) is not None:
+            nexts += _kill_words(rec, "them at the job's deadline:")
+        if writing:
+            nexts += (f"; process(es) {writing} still hold its output open: job_output(job_id='{rec.job_id}') "
+                      "later shows what they add")
         return Finished(host=rec.host, command=rec.command, exit_status=code, signal=sig,
                         duration_s=round(elapsed, 3), stdout=ov, stderr=ev, job_id=rec.job_id, leftovers=left,
-                        next=(f"{len(left)} process(es) it started still run (leftovers): "
-                              f"job_cancel(job_id='{rec.job_id}') stops them; leave them if they are meant to run on"
-                              if left else ""))
+                        unchecked=unchecked, next=nexts.removeprefix("; "))
 
     def _deadline_killed(self, rec: JobRecord, code: int, views: dict[str, RawView], elapsed: float,
-                         limit_s: float | None, survivors: list[int] | None, *, how: str = "") -> Killed:
+                         limit_s: float | None, survivors: list[int] | None, *, how: str = "",
+                         tag: str = "") -> Killed:
         """The launcher reported the exit of a job its monitor killed at the job's deadline: ``killed`` by
-        ``deadline``, its output kept; ``how``: how the kill found the job's processes (its ``unchecked``)."""
+        ``deadline``, its output kept; ``how``, ``tag``: how the kill found the job's processes (its
+        ``unchecked``: :func:`_unchecked`)."""
         out = views.get("stdout", RawView(0, b"", b""))
         err = views.get("stderr", RawView(0, b"", b""))
         sig = _signal_name(code)
@@ -610,8 +649,8 @@ class JobRunner:
         rec.meta = meta
         log.info("job.deadline_killed", host=rec.host, job_id=rec.job_id, exit_status=code, deadline_s=limit_s)
         return Killed(host=rec.host, command=rec.command, job_id=rec.job_id, signal=sig or "TERM", by="deadline",
-                      reason=deadline_why(rec, limit_s, survivors), survivors=survivors or [],
-                      unchecked=_unchecked(how),
+                      reason=deadline_why(rec, limit_s, survivors, _unchecked(how, tag)), survivors=survivors or [],
+                      unchecked=_unchecked(how, tag),
                       duration_s=round(elapsed, 3), exit_status=code, stdout=out.view(budget=self.view_bytes),
                       stderr=err.view(budget=self.view_bytes))
 
@@ -768,7 +807,9 @@ class JobRunner:
         :raises HostError: the host cannot be reached, or did not answer within ``answer_timeout_s``.
         """
         known = self.journal.states(host.name)
-        final = [j for j, s in known.items() if s in _SETTLED][:max_skip]
+        # settled jobs whose command left processes running are asked about again (what still runs of them)
+        left = self.journal.with_leftovers(host.name)
+        final = [j for j, s in known.items() if s in _SETTLED and j not in left][:max_skip]
         with _answer_within(host, self.answer_timeout_s, "the job listing"):
             proc = await host.start(discover_script(self.jobs_dir, final))
             try:
@@ -792,7 +833,7 @@ class JobRunner:
         listed = {f.job_id for f in found}
         skipped = set(final)
         for job_id, state in known.items():
-            if state in _SETTLED or job_id in skipped or job_id in exclude:
+            if (state in _SETTLED and job_id not in left) or job_id in skipped or job_id in exclude:
                 continue
             st = states.get(job_id) or HostJobState(job_id, present=job_id in listed)
             self.apply_state(self.journal.get(job_id), st)
@@ -811,6 +852,7 @@ class JobRunner:
         state: str
         code: int | None = None
         sig: str | None = None
+        by = ""  # who killed a killed job, when agent-tools did: deadline | cancel
         if rec.state == "not_started":  # provably never reached the host (see run): nothing to ask it
             return "not_started", None, None, _not_started_why(rec)
         if (not st.present and rec.state in ("running", "unconfirmed")
@@ -834,43 +876,71 @@ class JobRunner:
         elif st.exit_code is not None:
             code = st.exit_code
             sig = _signal_name(code) if st.ended != "exit" else None
-            if st.cancelled and sig and st.deadline_s is not None:
-                state, why = "killed", deadline_why(rec, st.deadline_s, st.deadline_survivors)
-            elif st.cancelled and sig:
-                state, why = "killed", f"cancelled: {st.cancel_reason or rec.cancel_reason or 'on request'}"
+            by_deadline = st.deadline_s is not None and st.deadline_was is None
+            if st.cancelled and sig and by_deadline:
+                state, why, by = "killed", deadline_why(rec, st.deadline_s, st.deadline_survivors,
+                                                        _unchecked(st.deadline_how, st.deadline_tag),
+                                                        interrupted=st.deadline_interrupted), "deadline"
+            elif st.cancelled and sig and st.deadline_s is None:
+                state, why, by = "killed", f"cancelled: {st.cancel_reason or rec.cancel_reason or 'on request'}", \
+                    "cancel"
             elif sig and st.boot_id and st.current_boot and st.boot_id != st.current_boot:
                 # systemd stops a job's scope at shutdown: the monitor saw the signal and wrote the exit status
                 state, why = "killed", (f"killed by signal {sig} when the host shut down: the host rebooted (boot id "
                                         f"{st.boot_id[:8]}… → {st.current_boot[:8]}…); it did not exit by itself")
             elif st.ended == "signal" and sig:
                 state, why = "killed", (f"killed by signal {sig} from outside agent-tools (kill, the OOM killer, a "
-                                        "shutdown): it did not exit by itself")
+                                        "shutdown" + (", or logind at the end of the login that started it: "
+                                                      + st.logout if st.logout else "") + "): it did not exit by "
+                                        "itself")
             elif st.ended == "exit" and code > 128:
                 state, why = "exited", f"exited with status {code} (it exited by itself: no signal killed it)"
             else:
                 state, why = "exited", f"exited with status {code}" + (
                     f" (signal {sig} by the shell's 128+N convention; whether a signal killed it or it exited with "
                     "that status, this host's shell does not tell)" if sig else "")
+            if st.deadline_was is not None and st.deadline_s is not None:
+                # the command had ended by itself; what it left running was killed at its deadline
+                why = deadline_why(rec, st.deadline_s, st.deadline_survivors,
+                                   _unchecked(st.deadline_how, st.deadline_tag), was=st.deadline_was,
+                                   interrupted=st.deadline_interrupted)
         elif st.boot_id and st.current_boot and st.boot_id != st.current_boot:
             state, why = "lost", (f"the host rebooted (boot id {st.boot_id[:8]}… → {st.current_boot[:8]}…) and "
                                   "no exit status was written: the job died with it")
         elif st.alive or st.monitor_alive:
             state, why = "running", "running"
-            if st.deadline_s is not None:
+            if st.deadline_s is not None and st.deadline_interrupted:
+                why = (f"still running past its {st.deadline_s:g} s deadline: the kill was interrupted before it was "
+                       "checked (its watcher on the host is gone): job_cancel stops it")
+            elif st.deadline_s is not None and st.deadline_survivors and st.alive:
+                why = (f"still running past its {st.deadline_s:g} s deadline: the kill left SURVIVORS "
+                       f"{st.deadline_survivors}: job_cancel tries again")
+            elif st.deadline_s is not None and st.deadline_survivors is not None:
+                why = f"killed at its {st.deadline_s:g} s deadline; its end is being recorded on the host"
+            elif st.deadline_s is not None:
                 why = f"being killed on the host: it ran past its {st.deadline_s:g} s deadline"
         elif st.pid is None and now() - rec.created_at < 10:
             state, why = "running", "starting"
         elif st.cancelled:
             reason = st.cancel_reason or rec.cancel_reason or "on request"
-            state, why = "killed", f"cancelled ({reason}); no exit status"
+            state, why, by = "killed", f"cancelled ({reason}); no exit status", "cancel"
+        elif st.logout:
+            state, why = "lost", ("the job's processes are gone and no exit status was written; most likely logind "
+                                  "killed them when the SSH connection that started it closed: "
+                                  f"{st.logout} (never counted as success)")
         else:
             state, why = "lost", ("the job's processes are gone and no exit status was written: it was killed "
                                   "from outside or the host lost it (never counted as success)")
+        meta = rec.meta
+        if st.present and st.exit_code is not None:
+            meta = _with_leftovers(meta, [(p, redact(c)) for p, c in st.leftovers], st.leftovers_pending)
+        if state == "killed" and by and meta.get("killed_by") != by:
+            meta = {**meta, "killed_by": by}
+        if meta != rec.meta:
+            rec.meta = meta
+            self.journal.update(rec.job_id, meta=meta)
         if state != "running" and rec.state != state:
             finished = _finished_at(rec, st)
-            if state == "killed" and st.deadline_s is not None and rec.meta.get("killed_by") != "deadline":
-                rec.meta = {**rec.meta, "killed_by": "deadline"}
-                self.journal.update(rec.job_id, meta=rec.meta)
             self.journal.update(rec.job_id, state=state, exit_status=code, signal=sig, finished_at=finished)
             rec.state, rec.exit_status, rec.signal, rec.finished_at = state, code, sig, finished
         elif state == "running" and rec.state in ("lost", "unconfirmed") and st.present:
@@ -925,7 +995,8 @@ class JobRunner:
             if first is None:
                 first = (state, rec.readiness)
             remaining = t_end - anyio.current_time()
-            settled = rec.readiness != "pending" if rec.probes else state not in ("running", "unconfirmed")
+            settled = rec.readiness != "pending" if rec.probes else (state not in ("running", "unconfirmed")
+                                                                     and not st.leftovers_pending)
             if (state, rec.readiness) != first or settled or remaining <= 0:
                 break
             await anyio.sleep(min(delay, remaining))
@@ -953,16 +1024,24 @@ class JobRunner:
         cut = new_out.truncated or new_err.truncated or max(vst.stdout_bytes, vst.stderr_bytes) > self.view_bytes
         need = (interactive_need(rec.command, new_err.text, new_out.text)
                 if state == "exited" and code not in (None, 0) else None)
+        left = [Leftover(pid=p, command=redact(c)) for p, c in st.leftovers] if state != "running" else []
+        unchecked = ""
+        if state in ("exited", "killed"):
+            if st.deadline_s is not None and st.deadline_how:
+                unchecked = _unchecked(st.deadline_how, st.deadline_tag)
+            elif st.how:
+                unchecked = _unchecked(st.how, st.tag)
         g = guide(facts_of(rec, state=state, detail=why, readiness_detail=ready_why, output_cut=cut,
-                           needs=need.next if need is not None else ""))
-        # the kill deadline matters while the command runs, and once it killed it
-        kill_s = _hard_deadline(rec) if state == "running" or killed_by(rec, state) == "deadline" else None
+                           needs=need.next if need is not None else "",
+                           leftovers=-1 if st.leftovers_pending and state != "running" else len(left)))
+        # the kill deadline matters while the command runs, once it killed it, and while its leftovers run
+        kill_s = (_hard_deadline(rec) if state == "running" or killed_by(rec, state) == "deadline" or left
+                  else None)
         return JobStatus(job_id=job_id, host=rec.host, command=rec.command, state=state,
                          exit_status=code, signal=sig, readiness=rec.readiness, by=killed_by(rec, state),
-                         elapsed_s=elapsed_of(rec), deadline_s=rec.deadline_s,
-                         hard_deadline_s=kill_s,
-                         why=g.why, probes=reports,
-                         new_stdout=new_out, new_stderr=new_err, next=g.next_text())
+                         elapsed_s=elapsed_of(rec), deadline_s=rec.deadline_s, hard_deadline_s=kill_s,
+                         why=g.why, probes=reports, new_stdout=new_out, new_stderr=new_err, leftovers=left,
+                         unchecked=unchecked, next=g.next_text())
 
     async def _evaluate_probes(self, host: Host, rec: JobRecord, state: str, code: int | None,
                                why: str) -> tuple[list[ProbeReport], str]:
@@ -1185,7 +1264,7 @@ class JobRunner:
         signalled: list[int] = []
         escalated: list[int] = []
         survivors: list[int] = []
-        how = ""  # "cgroup PATH" or "- REASON" (see the cancel script)
+        how = tag = ""  # "cgroup PATH" or "- REASON"; "ses N" or "- REASON" (see the cancel script)
         was: int | None = None  # the command's exit status, when it had ended before the cancel
         missing = False
         with _answer_within(host, limit_s, "job_cancel"):
@@ -1206,6 +1285,8 @@ class JobRunner:
                             was = int(words[1]) if words[1].lstrip("-").isdigit() else None
                         elif words[0] == "how":
                             how = " ".join(words[1:])
+                        elif words[0] == "tag":
+                            tag = " ".join(words[1:])
                         elif words[0] == "targets":
                             signalled = pids
                         elif words[0] == "escalated":
@@ -1240,7 +1321,7 @@ class JobRunner:
                 await anyio.sleep(0.05)
         if state == "running":
             state = "killed"
-        unchecked = _unchecked(how)
+        unchecked = _unchecked(how, tag)
         if not signalled:
             msg = ("nothing of the job was running; no signal sent" if not unchecked else
                    "nothing of the job was found running; no signal sent (see unchecked for what could not be "
@@ -1267,15 +1348,40 @@ class JobRunner:
                                escalated=escalated, survivors=survivors, unchecked=unchecked, message=msg)
 
 
-def _unchecked(how: str) -> str:
-    """What a survivor check could not see, from the cancel script's ``how`` line (``cgroup PATH``: nothing was out
-    of its sight; ``- REASON``: the job has no cgroup, so processes that left both its session and its environment
-    marker, e.g. by ``env -i setsid``, could not be found)."""
-    if how.startswith("cgroup "):
+def _unchecked(how: str, tag: str) -> str:
+    """What a look for a job's processes could not see (see :func:`agent_tools.jobs.scripts.cancel_script`), from
+    the scripts' ``how`` (``cgroup PATH``, or ``- REASON`` without one) and ``tag`` (``ses N``: the job's own audit
+    session, or ``- REASON``) lines. With an audit session nothing is out of sight: every process the job starts
+    keeps it, whatever it does to its cgroup, session or environment. Without one, a process that left the job's
+    cgroup (when it has one), session and process group and dropped its environment marker, before any look saw it
+    and after its parent ended, cannot be found; "" when nothing was out of sight."""
+    if tag.startswith("ses ") or not (how or tag):  # (neither: the report did not say, as a replay's)
         return ""
+    why_tag = tag.removeprefix("-").strip() or "not recorded"
+    if how.startswith("cgroup "):
+        return ("a process that left its cgroup, its session and its environment (systemd-run --scope or su, with "
+                f"setsid and env -i) before a look saw it cannot be found: no audit session of its own: {why_tag}")
     reason = how.removeprefix("-").strip() or "the host did not say how it looked"
-    return (f"processes of the job that left both its session and its environment (env -i with setsid) cannot be "
-            f"found without a cgroup, and the job has none ({reason})")
+    return (f"processes that left both its session and its environment (env -i with setsid) cannot be found: no "
+            f"cgroup for it: {reason}; no audit session of its own: {why_tag}")
+
+
+def _with_leftovers(meta: dict[str, Any], leftovers: list[tuple[int, str]], pending: bool = False) -> dict[str, Any]:
+    """``meta`` with the processes a job's ended command left running (``leftovers``: [pid, command line] pairs, as
+    last seen; left out when there are none) and whether its monitor was still looking for them (``pending``):
+    ``list_jobs`` shows them and asks the host about such jobs again."""
+    out = {k: v for k, v in meta.items() if k not in ("leftovers", "leftovers_pending")}
+    if leftovers:
+        out["leftovers"] = [[pid, command] for pid, command in leftovers]
+    if pending:
+        out["leftovers_pending"] = True
+    return out
+
+
+def _recorded_leftovers(rec: JobRecord) -> list[Leftover]:
+    """The leftovers last seen of a job (see :func:`_with_leftovers`)."""
+    return [Leftover(pid=int(p), command=str(c)) for p, c in rec.meta.get("leftovers") or []
+            if isinstance(p, int)]
 
 
 def _dead_on_arrival(warmed: bool, answered: bool, t_open: float) -> bool:
@@ -1421,34 +1527,62 @@ def _hard_deadline(rec: JobRecord) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def _kill_words(rec: JobRecord) -> str:
-    """``; killed on the host after N s (why)`` for a job launched with a deadline, else ``""``."""
+def _runs_on(rec: JobRecord) -> str:
+    """What becomes of a detached job: it keeps running on the host, or, when logind kills the user's processes at
+    the end of the login that started it (``meta.logout``: scripts.at_logout), only while that login lasts."""
+    logout = rec.meta.get("logout")
+    if logout:
+        return (f"the job runs on only while this SSH connection stays open: {logout}; it dies when the connection "
+                "closes (a CLI call closes it at once)")
+    return "the job keeps running on the host"
+
+
+def _kill_words(rec: JobRecord, what: str = "it") -> str:
+    """``; the host kills WHAT N s after its start (why)`` for a job launched with a deadline, else ``""``."""
     limit = _hard_deadline(rec)
     if limit is None:
         return ""
     source = rec.meta.get("hard_deadline_why")
-    return f"; the host kills it {limit:g} s after its start" + (f" ({source})" if source else "")
+    return f"; the host kills {what} {limit:g} s after its start" + (f" ({source})" if source else "")
 
 
-def deadline_why(rec: JobRecord, limit_s: float | None, survivors: list[int] | None) -> str:
-    """Why a job killed at its deadline ended, in words: the deadline, where it came from, what is left."""
+def deadline_why(rec: JobRecord, limit_s: float | None, survivors: list[int] | None, unchecked: str = "", *,
+                 was: int | None = None, interrupted: bool = False) -> str:
+    """Why a job killed at its deadline ended, in words: the deadline, where it came from, what is left.
+
+    :param unchecked: what the kill's survivor check could not see (:func:`_unchecked`): "no survivors" only
+        without it.
+    :param was: the command's exit status when it had ended before the deadline (the kill was of its leftovers).
+    :param interrupted: the kill's watcher is gone before it checked the kill.
+    """
     limit = limit_s if limit_s is not None else _hard_deadline(rec)
     source = rec.meta.get("hard_deadline_why")
-    text = ("killed on the host by its monitor: still running at its "
-            + (f"{limit:g} s " if limit is not None else "") + "deadline"
-            + (f" ({source})" if source else "") + "; TERM to its whole tree, KILL 2 s later to anything left")
+    at = (f"{limit:g} s " if limit is not None else "") + "deadline" + (f" ({source})" if source else "")
+    if was is not None:
+        text = (f"exited with status {was}; the processes it left running were killed on the host by its monitor at "
+                f"its {at}: TERM, KILL 2 s later to anything left")
+    else:
+        text = (f"killed on the host by its monitor: still running at its {at}; TERM to its whole tree, KILL 2 s "
+                "later to anything left")
+    if interrupted:
+        return text + ("; the kill was interrupted before it was checked (its watcher on the host is gone): "
+                       "job_cancel finishes it")
     if survivors is None:
         return text + " (the check for survivors had not finished)"
-    return text + ("; no survivors" if not survivors else f"; SURVIVORS: {survivors}")
+    if survivors:
+        return text + f"; SURVIVORS: {survivors}"
+    return text + ("; no survivors" if not unchecked else
+                   "; none of what it found survived (unchecked says what it could not see)")
 
 
 def killed_by(rec: JobRecord, state: str | None = None) -> Literal["budget", "deadline", "cancel"] | None:
     """Who killed a ``killed`` job (``budget``: on_timeout=kill, ``deadline``: its monitor on the host,
-    ``cancel``: job_cancel); None for a job in any other state."""
+    ``cancel``: job_cancel); None for a job in any other state, and for one something outside agent-tools killed
+    (a signal from another program, a shutdown: its ``why`` says what)."""
     if (state or rec.state) != "killed":
         return None
     by = rec.meta.get("killed_by")
-    return by if by in ("budget", "deadline") else "cancel"
+    return by if by in ("budget", "deadline", "cancel") else None
 
 
 def _restarted_unit(rec: JobRecord) -> str | None:
@@ -1460,15 +1594,19 @@ def _restarted_unit(rec: JobRecord) -> str | None:
 
 
 def facts_of(rec: JobRecord, *, state: str | None = None, detail: str = "", readiness_detail: str = "",
-             output_cut: bool = True, needs: str = "") -> JobFacts:
+             output_cut: bool = True, needs: str = "", leftovers: int | None = None) -> JobFacts:
     """:class:`~agent_tools.jobs.hints.JobFacts` of a journal row (``state`` overrides the recorded one;
-    ``output_cut``, ``needs``: see :class:`~agent_tools.jobs.hints.JobFacts`)."""
+    ``output_cut``, ``needs``: see :class:`~agent_tools.jobs.hints.JobFacts`; ``leftovers``: how many processes its
+    ended command left running still run, default as last recorded)."""
+    if leftovers is None:
+        leftovers = len(rec.meta.get("leftovers") or [])
     units = tuple(str(p["unit"]) for p in rec.probes if p.get("kind") == "systemd_unit" and p.get("unit"))
     return JobFacts(job_id=rec.job_id, host=rec.host, state=state or rec.state, readiness=rec.readiness,
                     exit_status=rec.exit_status, signal=rec.signal, detail=detail,
                     readiness_detail=readiness_detail or str(rec.meta.get("readiness_why", "")), units=units,
                     deadline_s=rec.deadline_s, superseded_by=str(rec.meta.get("superseded_by", "")),
-                    output_cut=output_cut, killed_by=killed_by(rec, state) or "", needs=needs)
+                    output_cut=output_cut, killed_by=killed_by(rec, state) or "", needs=needs,
+                    leftovers=leftovers)
 
 
 def _reached(host: Host) -> dict[str, Any]:

@@ -18,43 +18,73 @@ Layout of a job directory ``$STATE/jobs/<job_id>/`` (created 0700 under umask 07
               The run time is taken from the host's own clock.
     jobs      the monitor's ``jobs -l`` (only when the status was above 128)
     cancel    why the job was cancelled (written before any signal is sent)
-    cgroup    how the job's processes are found: the path of its cgroup (``/sys/fs/cgroup/...scope``), or
-              ``- REASON`` when it has none (no systemd, no systemd-run, a user manager that stops at logout,
-              systemd-run refused: then ``scope.err`` holds what systemd-run said)
-    deadline  written by the monitor's deadline watcher when the job's deadline passed, before any signal: the
-              deadline in seconds and the host's uptime then, then the kill's report (``@@AT targets`` ...
-              ``@@AT survivors``, see :func:`cancel_script`) as it goes
+    cgroup    the path of the job's cgroup (``/sys/fs/cgroup/...scope``), or ``- REASON`` when it has none (no
+              systemd, no systemd-run, a user manager that stops at logout, systemd-run refused: then ``scope.err``
+              holds what systemd-run said)
+    tag       the job's own audit session id (proc(5) ``/proc/PID/sessionid``), or ``- REASON`` when it could not
+              start one
+    lineage   ``PID START`` of every process of the job a look found (the watcher's, a cancel's): a process seen
+              once stays the job's, wherever it goes
+    left      ``PID START COMMAND-LINE`` of each process the ended command left running (first 20, command lines
+              cut at 200 bytes), written by the monitor when the command ended and kept current by the watcher
+              (empty: none); absent while the command runs and for an instant after its end
+    logout    why the job dies when the login that started it ends (logind ``KillUserProcesses=yes``, no linger)
+    deadline  written by the watcher when the job's deadline passed, before any signal: the deadline in seconds,
+              the host's uptime then and the watcher's own pid and start time, then the kill's report (``@@AT
+              was``/``how``/``tag``/``targets`` ... ``@@AT survivors``, see :func:`cancel_script`) as it goes
 
 Process layout: the launcher (one SSH session, or one local ``sh``) forks a *monitor* subshell with
 stdin/stdout on /dev/null; the monitor starts the command in a session of its own (``setsid``), so the
 command's process group id equals its pid and the monitor survives a kill of that group. Where the host runs
 systemd, the command runs in a transient scope of its own, ``agent-tools-<job_id>.scope``: ``systemd-run
 --scope`` as root, ``systemd-run --user --scope`` for a user whose manager lingers (without linger the user's
-manager, and every scope in it, is stopped at the last logout: ``loginctl enable-linger``; logind.conf(5)).
-``systemd-run --scope`` executes the command itself once the scope exists (systemd-run(1)), so the pid is the
-job's; its cgroup (cgroups(7), v2) holds every descendant whatever they do to their environment or session, and
-is what cancel lists (``cgroup.procs``) and kills (``cgroup.kill``, Linux 5.14+). Costs one D-Bus round trip
-(~30-40 ms) per job. A scope that cannot be made is found out at launch: systemd-run then exits without
-running the command (no ``cgroup`` path written), and the monitor starts it without one. Without a scope the
-job is followed by its session and process group (both ids are the command's pid) and by the marker: the command
-and every descendant carry ``AGENT_TOOLS_JOB=<job_id>`` in their environment, so descendants that left the
-process group (``setsid``, double-forked daemons) are still found by a scan of ``/proc/*/environ``; one that
-left both (``env -i setsid``) is out of sight, and every survivor check says so (``- REASON``). When the command
-ends, the launcher lists what of the job still runs (``left`` lines) after waiting, up to 2 s, for those of them
-that hold the job's output files open and are running (a ``tee`` fed by the command) to settle. Nothing
+manager, and every scope in it, is stopped at the last logout: ``loginctl enable-linger``; logind.conf(5); when
+logind also kills the user's processes at logout, ``KillUserProcesses=yes``, the launch says the job dies with the
+SSH connection: ``logout``). ``systemd-run --scope`` executes the command itself once the scope exists
+(systemd-run(1)), so the pid is the job's. Costs one D-Bus round trip (~30-40 ms) per job. A scope that cannot
+be made is found out at launch: systemd-run then exits without running the command (no ``cgroup`` path written),
+and the monitor starts it without one.
+
+The job's first process (before it becomes the command: the ``at_job`` trampoline in a scope, else the monitor's
+subshell, ``at_tagself``) starts an audit session of its own: it writes its loginuid back to
+``/proc/self/loginuid``, and the kernel gives it a new session id that it and every process it starts keep,
+whatever they do to their cgroup, session or environment (a process may set its loginuid while it is unset; once
+it is set, only one with CAP_AUDIT_CONTROL, i.e. root, may: a user whose login set it gets none, ``tag`` says
+why). Each such write is a LOGIN record in the audit log, if one is kept.
+
+A *look* for the job's processes (``at_targets``: a cancel, a deadline, the look for leftovers) counts a process
+as the job's when it is in the job's cgroup; in its process group or session (both ids are the command's pid);
+the command itself; in the lineage; in the job's audit session; carrying the marker ``AGENT_TOOLS_JOB=<job_id>``
+in its environment (the command and every descendant get it, unless they drop their environment); or a child of
+any of those. So ``systemd-run --scope`` and ``su``/``su -`` (pam_systemd moves them to another scope or a login
+session) do not hide a process, nor ``setsid`` or ``env -i``. Only without an audit session can a process be out
+of sight: one that left the job's cgroup (or the job has none), its session and group, and its environment
+before any look saw it, and whose parent is gone; every check then says so (the ``how`` and ``tag`` lines give
+what the look could go by).
+
+A *watcher* runs beside the monitor while the command runs when the job has a deadline, or when its first
+process is not expected to get an audit session of its own (the launcher's loginuid is set and it is not root):
+a subshell of the monitor that looks for the job's processes at growing intervals (50 ms, doubling to 10 s),
+recording them in ``lineage`` (unless the job got an audit session after all: nothing to record), and is stopped
+by the monitor when the command ends. The monitor then writes ``exit`` and looks for what the command left
+running (``left``); when something is left, a watcher of its own follows it, as a shell of its own (``/bin/sh
+-c "$at_lib ..." at-watch DIR ID DEADLINE T0 left``: the launcher got the functions it needs, ``_WLIB``, as its
+first argument, so this long-lived process's command line holds no user command), looking every 0.5 s doubling
+to 10 s and keeping ``left`` current, until none is left. A launch with a deadline (:func:`launch_script`'s
+``deadline_s``): at that many seconds from the command's start the watcher writes ``deadline`` and kills
+everything of the job exactly as a cancel does (``at_cancel``: TERM, a 2 s grace, KILL, survivors checked), with
+the reason ``deadline: ...`` — the command and what it left running, or, once the command has ended, what it
+left running (the kill's report then starts with ``was RC``). It runs on the host, so the deadline holds when the
+controller is gone; when it fired while the command ran the monitor writes ``exit`` only after the kill was
+checked. ``sleep`` must take fractions of a second (GNU coreutils, busybox).
+
+When the command ends within the launch's budget, the launcher reports what still runs (``left`` lines) after
+waiting, up to 2 s, for those of them that hold the job's output files open and are running (a ``tee`` fed by
+the command) to settle, and names those that still hold them open then (``writing``: more output may come). Nothing
 of the job holds the SSH channel's pipes, so a background grandchild holding stdout can never hang the call,
 and closing the channel (SSH drop, detach) leaves the job running: without a pty neither sshd nor the kernel
 signals the session's processes when the channel or the launcher goes away (sshd(8): a session without a
 pty gets no SIGHUP).
-
-A launch with a deadline (:func:`launch_script`'s ``deadline_s``) gets a *deadline watcher*: a subshell of the
-monitor that sleeps that many seconds from the command's start and then, unless the command has ended, writes
-``deadline`` and kills the job's whole tree exactly as a cancel does (``at_cancel``: by its cgroup when it has
-one, so processes that left its session and environment die too; else by its session, group and marker; TERM, a
-2 s grace, KILL, survivors checked), with the reason ``deadline: ...``. It runs on the host, so the deadline
-holds when the controller is gone; the monitor stops it when the command ends first (once it fired it finishes
-the kill, and the monitor writes ``exit`` after it). ``sleep`` must take fractions of a second (GNU coreutils,
-busybox).
 
 The launcher waits for the monitor and, when it ends, prints the exit status and a bounded view of the
 output in one round trip. When the client sends EOF on stdin (it detached), the launcher exits at once
@@ -62,20 +92,27 @@ and only the monitor and the command remain.
 
 Every script is a shell function (``at_launch``, ``at_status``, ``at_cancel``) run one of two ways:
 
-* *exec*: ``exec /bin/sh -c 'LIB; at_x "$@"' at-x ARGS`` on a fresh session channel;
+* *exec*: ``exec /bin/sh -c 'LIB; at_x "$@"' at-x ARGS`` on a fresh session channel (a launch: ``exec /bin/sh
+  -c 'at_lib=$1; shift; eval "$at_lib"; ...; at_launch "$@"' at-launch WLIB ARGS``, see the watcher);
 * *warm*: on a session started earlier (:func:`warm_script`) that defined every function, made the job
   directory of a reserved job id and waits on stdin; the client writes one request (:func:`warm_request`,
   the line count, then ``at_x ARGS``) and reads the same report. This takes the channel open, the exec
   request, the login shell and the ``mkdir`` off the call's path (see docs/performance.md). A warm session
-  not used removes its empty directory when its stdin ends.
+  not used removes its empty directory and exits when its stdin ends, or after ``WARM_IDLE_S`` (300 s) without a
+  request (a client gone in a partition: the host's sshd keeps such a session until TCP gives up).
 
 Wire format (stdout of the scripts): header lines ``@@AT <word> <fields...>\\n``; a ``view`` header is
 followed by exactly ``head_len + tail_len`` raw bytes.
-The launch report adds ``left PID CMDLINE`` for each process the command left running (first 20, command lines
-cut at 200 bytes); the cancel report ``was RC`` (the command had ended before), ``how cgroup PATH`` or ``how -
-REASON``, then ``targets``, ``escalated`` and ``survivors`` pid lists. A job its deadline killed adds, to the
-launch report and its status, ``deadline [ID] LIMIT DONE [SURVIVORS...]`` (DONE 1 once survivors were checked)
-and ``deadline_how [ID] HOW`` (the cancel report's ``how``).
+The launch report adds ``logout REASON`` (before ``started``), ``left PID CMDLINE`` for each process the command
+left running (first 20, command lines cut at 200 bytes), ``writing PIDS`` and ``how``/``tag`` (what the look for
+them could go by: ``how cgroup PATH`` or ``how - REASON``, ``tag ses N`` or ``tag - REASON``); the cancel report
+``was RC`` (the command had ended before), ``how``, ``tag``, then ``targets``, ``escalated`` and ``survivors`` pid
+lists. A job its deadline killed adds, to the launch report and its status, ``deadline [ID] LIMIT DONE
+[SURVIVORS...]`` (DONE 1 once survivors were checked, 2 when the watcher is gone before that: the kill was
+interrupted), ``deadline_how``/``deadline_tag [ID] ...`` and ``deadline_was [ID] RC`` (the kill's ``how``, ``tag``
+and ``was``). The status report adds, for an ended command, ``left ID PID CMDLINE`` (those of ``left`` still
+alive) or ``left_pending ID`` (the monitor is still looking), and ``how ID ...``/``tag ID ...``; and ``logout ID
+REASON``.
 """
 
 from __future__ import annotations
@@ -115,58 +152,90 @@ at_sizes() { # DIR -> sets os es (bytes of stdout and stderr); no wc when both a
   [ "$2" = stdout ] && os=$1 && [ "$4" = stderr ] && es=$3
   return 0
 }
-at_targets() { # DIR ID -> at_t: live pids of the job; at_how: "cgroup PATH" (its cgroup's members were listed) or
-               # "- REASON" (no cgroup: its session, process group and marker were searched); at_grp: its group id
-  at_t=; at_grp=; l=; read -r l < "$1/cgroup" 2>/dev/null
-  case $l in /*)
-    at_how="cgroup $l"
-    for p in $(cat "$l/cgroup.procs" "$l"/*/cgroup.procs "$l"/*/*/cgroup.procs 2>/dev/null); do at_add "$p"; done
-    return 0;;
+at_cover() { # DIR -> at_how: "cgroup PATH" or "- REASON" (no cgroup, and why); at_tag: "ses N" (the job's own audit
+             # session) or "- REASON": what a look for the job's processes can go by (module docstring)
+  l=; read -r l < "$1/cgroup" 2>/dev/null
+  case $l in /*) at_how="cgroup $l";; '') at_how="- the job directory has no record of a cgroup";; *) at_how="- ${l#- }";; esac
+  l=; read -r l < "$1/tag" 2>/dev/null
+  case $l in [0-9]*) at_tag="ses $l";; '') at_tag="- the job directory has no record of an audit session";;
+    *) at_tag="- ${l#- }";; esac
+}
+at_targets() { # DIR ID -> at_t: live pids of the job; at_grp: its process group id (while that group can be its);
+               # at_how, at_tag (at_cover). Processes found that DIR/lineage did not hold are added to it.
+  at_t=; at_grp=; at_cover "$1"
+  cgf=; case $at_how in cgroup\ *)
+    l=${at_how#cgroup }
+    for f in "$l/cgroup.procs" "$l"/*/cgroup.procs "$l"/*/*/cgroup.procs; do [ -e "$f" ] && cgf="$cgf
+$f"; done;;
   esac
-  at_how="- ${l#- }"; [ -n "$l" ] || at_how="- the job directory has no record of a cgroup"
+  tg=; case $at_tag in ses\ *) tg=${at_tag#ses };; esac
   pl=; read -r pl < "$1/pid" 2>/dev/null
-  # One awk reads every /proc/PID/stat. The command leads its session and process group (setsid), so both ids are
-  # its pid: they name the job's processes unless that pid now belongs to another process (the kernel does not
-  # reuse a pid while a group or session has that id, so a live process with that pid and another start time
-  # means the job's group is gone). Only processes started since the command can carry its marker: the awk reads
-  # their environments itself when it can split a file at NUL bytes (checked on its own environment), else it
-  # names them ("c" lines) for grep.
-  cand=
-  for p in $(AT_NUL=1 awk -v pl="$pl" -v want="AGENT_TOOLS_JOB=$2" 'function marked(pid,   e, env, n, E, k) {
+  # One awk reads the cgroup's member lists and every /proc/PID/stat. A process is the job's when it is in the
+  # job's cgroup; in its process group or session (the command leads both: their ids are its pid, unless that
+  # pid now belongs to another process: the kernel does not reuse a pid while a group or session has that id, so
+  # a live process with that pid and another start time means the job's group is gone); the command itself; in
+  # the lineage (pid and start time seen by an earlier look); in the job's audit session; carrying the job's
+  # marker in its environment (read by the awk itself when it can split a file at NUL bytes, checked on its own
+  # environment, else named on "c" lines for grep); or a child of any of those. Only processes started since the
+  # command are looked at for the last three.
+  cand=; new=; d_=$1; id_=$2
+  oifs=$IFS; IFS='
+'; set -f; set -- $cgf; set +f; IFS=$oifs
+  for p in $(AT_NUL=1 awk -v pl="$pl" -v want="AGENT_TOOLS_JOB=$id_" -v tag="$tg" -v lin="$d_/lineage" '
+    function marked(pid,   e, env, n, E, k) {
       e = "/proc/" pid "/environ"; env = ""; RS = "\001"; getline env < e; close(e); RS = "\n"
       n = split(env, E, "\000"); for (k = 1; k <= n; k++) if (E[k] == want) return 1
       return 0 }
+    function ses(pid,   f, s) { f = "/proc/" pid "/sessionid"; s = ""; getline s < f; close(f); return s }
     BEGIN {
       nul = 0; RS = "\001"; env = ""; getline env < "/proc/self/environ"; close("/proc/self/environ"); RS = "\n"
       n = split(env, E, "\000"); for (k = 1; k <= n; k++) if (E[k] == "AT_NUL=1") nul = 1
-      split(pl, P, " "); cp = P[1]; cs = P[2]; grp = (cp ~ /^[0-9]+$/)
+      split(pl, P, " "); cp = P[1]; cs = P[2]; grp = (cp ~ /^[0-9]+$/); since = (cs ~ /^[0-9]+$/)
       if (grp) {
         f = "/proc/" cp "/stat"; line = ""
         if ((getline line < f) > 0) { sub(/.*\) /, "", line); split(line, F, " "); if (cs != "-" && F[20] != cs) grp = 0 }
         close(f)
       }
       if (grp) print "g" cp
+      while ((getline line < lin) > 0) { split(line, W, " "); seen[W[1]] = W[2] }
+      close(lin)
       for (i = 1; i < ARGC; i++) {
+        if (ARGV[i] !~ /^\/proc\//) {  # a cgroup.procs file
+          while ((getline line < ARGV[i]) > 0) if (line ~ /^[0-9]+$/) cg[line] = 1
+          close(ARGV[i]); continue
+        }
         line = ""; r = (getline line < ARGV[i]); close(ARGV[i])
         if (r <= 0) continue
         pid = line; sub(/ .*/, "", pid); sub(/.*\) /, "", line); split(line, F, " ")
         if (F[1] == "Z") continue
-        if (grp && (F[3] == cp || F[4] == cp)) print pid
-        else if (cs !~ /^[0-9]+$/ || F[20] + 0 >= cs + 0) { if (!nul) print "c" pid; else if (marked(pid)) print pid }
+        st[pid] = F[20]; pp[pid] = F[2]
+        if ((pid in cg) || (grp && (F[3] == cp || F[4] == cp)) || (pid == cp && (cs == "-" || F[20] == cs)) ||
+            ((pid in seen) && seen[pid] == F[20])) S[pid] = 1
+        else if (!since || F[20] + 0 >= cs + 0) {
+          if (tag != "" && ses(pid) == tag) S[pid] = 1
+          else if (!nul) C[pid] = 1
+          else if (marked(pid)) S[pid] = 1
+        }
       }
-      exit }' /proc/[0-9]*/stat 2>/dev/null); do
-    case $p in g*) at_grp=${p#g};; c*) cand="$cand /proc/${p#c}/environ";; *) at_add "$p";; esac
+      do { more = 0
+        for (pid in pp) if (!(pid in S) && (pp[pid] in S) && (!since || st[pid] + 0 >= cs + 0)) { S[pid] = 1; more = 1 }
+      } while (more)
+      for (pid in S) { print pid; if (!((pid in seen) && seen[pid] == st[pid])) print "n" pid ":" st[pid] }
+      for (pid in C) if (!(pid in S)) print "c" pid
+      exit }' "$@" /proc/[0-9]*/stat 2>/dev/null); do
+    case $p in g*) at_grp=${p#g};; c*) cand="$cand /proc/${p#c}/environ";; n*) new="$new ${p#n}";; *) at_t="$at_t $p";; esac
   done
-  [ -n "$cand" ] || return 0
-  for f in $(grep -lzxF "AGENT_TOOLS_JOB=$2" $cand 2>/dev/null); do
-    p=${f#/proc/}; at_add "${p%/environ}"
-  done
+  if [ -n "$cand" ]; then
+    for f in $(grep -lzxF "AGENT_TOOLS_JOB=$id_" $cand 2>/dev/null); do
+      p=${f#/proc/}; at_add "${p%/environ}"
+    done
+  fi
+  [ -z "$new" ] || for p in $new; do printf '%s %s\n' "${p%%:*}" "${p#*:}"; done >> "$d_/lineage" 2>/dev/null
   return 0
 }
-at_add() { # PID: add it to at_t when it is alive (not a zombie) and not there yet
-  case " $at_t " in *" $1 "*) return 0;; esac
+at_add() { # PID: add it to at_t when it is alive (not a zombie) and not there yet (status 1 when not added)
+  case " $at_t " in *" $1 "*) return 1;; esac
   at_alive "$1" - && at_t="$at_t $1"
-  return 0
 }
 """
 
@@ -194,24 +263,13 @@ fi
 sh_=/bin/sh; command -v bash >/dev/null 2>&1 && sh_=bash
 export PAGER=cat SYSTEMD_PAGER= GIT_PAGER=cat GIT_EDITOR=true TERM=dumb DEBIAN_FRONTEND=noninteractive
 export SYSTEMD_COLORS=0 NO_COLOR=1 GIT_TERMINAL_PROMPT=0 PIP_NO_INPUT=1 LESS=FRX
+at_scope "$d"
 # the monitor: starts the command in a session of its own, records its pid, waits, records the exit status
 (
   t0=-; read -r t0 _ 2>/dev/null </proc/uptime
   at_spawn "$d" "$id" "$sh_" "$cmd"
-  wp=
-  if [ -n "$dl" ]; then  # the deadline watcher (module docstring): past DL seconds, kill the job's whole tree
-    (
-      sp=; trap 'kill "$sp" 2>/dev/null; exit 0' TERM
-      sleep "$dl" & sp=$!
-      wait "$sp"
-      trap '' TERM  # it fired: the monitor's stop no longer interrupts the kill
-      [ -e "$d/exit" ] && exit 0
-      tn=-; read -r tn _ 2>/dev/null </proc/uptime
-      printf '%s %s\n' "$dl" "$tn" > "$d/deadline"
-      at_cancel "$d" "$id" 20 "deadline: still running at its $dl s deadline, killed on the host" >> "$d/deadline"
-    ) 2>/dev/null &
-    wp=$!
-  fi
+  wp=  # the watcher while the command runs (module docstring): for a deadline, or to keep the lineage
+  if [ -n "$dl" ] || [ -z "$at_tagok" ]; then at_watch "$d" "$id" "$dl" "$t0" run 2>/dev/null & wp=$!; fi
   wait "$pid"
   rc=$?
   if at_unscoped "$d"; then at_spawn "$d" "$id" "$sh_" "$cmd" plain; wait "$pid"; rc=$?; fi
@@ -219,8 +277,15 @@ export SYSTEMD_COLORS=0 NO_COLOR=1 GIT_TERMINAL_PROMPT=0 PIP_NO_INPUT=1 LESS=FRX
   t1=-; read -r t1 _ 2>/dev/null </proc/uptime
   [ -z "$wp" ] || { kill "$wp" 2>/dev/null; wait "$wp"; }  # (once it fired: after its kill is checked)
   printf '%s\n%s %s\n%s\n' "$rc" "$t0" "$t1" "$how" > "$d/exit"
+  at_left "$d" "$id"  # what the command left running (until DIR/left is written, a status says it is being looked at)
+  if [ -n "$at_t" ]; then  # followed by a watcher of its own, whose command line holds no user command
+    [ ! -e "$d/deadline" ] || dl=
+    /bin/sh -c "$at_lib
+at_watch \"\$@\"" at-watch "$d" "$id" "$dl" "$t0" left 2>/dev/null &
+  fi
 ) </dev/null >/dev/null 2>"$d/monitor.err" &
 mpid=$!
+[ -z "$at_lo" ] || printf '@@AT logout %s\n' "$at_lo"
 printf '@@AT started %s %s\n' "$id" "$mpid"
 [ "$mode" = bg ] && exit 0
 # wait for the monitor; EOF on stdin (the client detached) ends this wait and this shell, the job goes on
@@ -233,22 +298,37 @@ wait "$mpid"
 kill "$rpid" 2>/dev/null
 at_report "$d" "$hb" "$tb" "$id"
 }
-at_deadline() { # DIR [ID] -> "@@AT deadline [ID] LIMIT DONE [SURVIVORS...]" (DONE: 1 once the kill was checked),
-                # then "@@AT deadline_how [ID] HOW" once the kill said how it found the job (see at_targets)
-  l=; sv=; dn=0; dh=
-  { read -r l; while read -r w k rest; do
-      case $k in survivors) dn=1; sv=$rest;; how) dh=$rest;; esac
-    done; } < "$1/deadline" 2>/dev/null
+at_deadline() { # DIR [ID] -> "@@AT deadline [ID] LIMIT DONE [SURVIVORS...]" (DONE: 0 while the kill is under way, 1
+                # once it was checked, 2 when its watcher is gone before that), then, once the kill said so, "@@AT
+                # deadline_how [ID] HOW" and "@@AT deadline_tag [ID] TAG" (how it found the job: at_targets), and
+                # "@@AT deadline_was [ID] RC" when the command had ended before (the kill was of what it left running)
+  for at_i in 1 2; do
+    l=; sv=; dn=0; dh=; dt=; dw=
+    { read -r l; while read -r w k rest; do
+        case $k in survivors) dn=1; sv=$rest;; how) dh=$rest;; tag) dt=$rest;; was) dw=$rest;; esac
+      done; } < "$1/deadline" 2>/dev/null
+    [ "$dn" = 0 ] || break
+    set -- "$1" "${2:-}" $l
+    [ -z "${5:-}" ] || at_alive "$5" "${6:--}" || { dn=2; continue; }  # gone: its last words may be in now
+    break
+  done
   printf '@@AT deadline %s%s %s%s\n' "${2:+$2 }" "${l%% *}" "$dn" "${sv:+ $sv}"
   [ -z "$dh" ] || printf '@@AT deadline_how %s%s\n' "${2:+$2 }" "$dh"
+  [ -z "$dt" ] || printf '@@AT deadline_tag %s%s\n' "${2:+$2 }" "$dt"
+  [ -z "$dw" ] || printf '@@AT deadline_was %s%s\n' "${2:+$2 }" "$dw"
 }
-at_spawn() { # DIR ID SHELL COMMAND [plain]: start the command as the job, in a transient systemd scope (a cgroup of
-             # its own) when the host has one for this user, else (or with "plain") as it is; write DIR/pid; set pid
-  sd=$1 sc=
-  if [ -n "${5:-}" ]; then :
-  elif [ ! -d /run/systemd/system ]; then printf '%s\n' "- the host does not run systemd" > "$1/cgroup"
+at_scope() { # DIR -> at_sc: --system or --user when the command is to run in a transient scope of its own, else ""
+              # (DIR/cgroup then says why); at_lo: why the job dies when this login ends, else ""
+  at_sc=; at_lo=; at_tagok=
+  # the job's trampoline can start an audit session of its own while the loginuid is unset, or as root
+  u=; { read -r u < /proc/self/loginuid; } 2>/dev/null
+  if [ "$u" = 4294967295 ]; then at_tagok=1
+  elif [ -n "$u" ]; then
+    while read -r k u _; do [ "$k" = Uid: ] && break; done < /proc/self/status; [ "$u" != 0 ] || at_tagok=1
+  fi
+  if [ ! -d /run/systemd/system ]; then printf '%s\n' "- the host does not run systemd" > "$1/cgroup"
   elif ! command -v systemd-run >/dev/null 2>&1; then printf '%s\n' "- systemd-run is not installed" > "$1/cgroup"
-  elif [ -w /run/systemd/system ]; then sc=--system
+  elif [ -w /run/systemd/system ]; then at_sc=--system
   else
     u=${USER:-${LOGNAME:-$(id -un)}}
     if [ ! -S "${XDG_RUNTIME_DIR:-/run/user/$(id -u)}/systemd/private" ]; then
@@ -256,28 +336,78 @@ at_spawn() { # DIR ID SHELL COMMAND [plain]: start the command as the job, in a 
     elif [ ! -e "/var/lib/systemd/linger/$u" ]; then
       printf '%s\n' "- $u's systemd user manager stops at logout (no linger: loginctl enable-linger $u)" > "$1/cgroup"
     else
-      sc=--user; export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/run/user/$(id -u)}"
+      at_sc=--user; export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/run/user/$(id -u)}"
     fi
+    [ -n "$at_sc" ] || at_logout "$1" "$u"
   fi
-  at_sc=$sc
-  if [ -n "$sc" ]; then
+}
+at_logout() { # DIR USER -> at_lo (and DIR/logout): the reason when logind kills USER's processes at the end of
+              # their login session (logind.conf(5) KillUserProcesses=yes, KillOnlyUsers=, KillExcludeUsers=)
+  command -v loginctl >/dev/null 2>&1 || return 0
+  k=; o=; x=
+  for l in $(loginctl show-session -p KillUserProcesses -p KillOnlyUsers -p KillExcludeUsers 2>/dev/null); do
+    case $l in KillUserProcesses=*) k=${l#*=};; KillOnlyUsers=*) o=${l#*=};; KillExcludeUsers=*) x=${l#*=};; esac
+  done
+  [ "$k" = yes ] || return 0
+  [ -z "$o" ] || case " $o " in *" $2 "*) ;; *) return 0;; esac
+  case " $x " in *" $2 "*) return 0;; esac
+  at_lo="logind kills $2's processes when this login ends (KillUserProcesses=yes) and $2 has no lingering user manager (loginctl enable-linger $2)"
+  printf '%s\n' "$at_lo" > "$1/logout"
+}
+at_spawn() { # DIR ID SHELL COMMAND [plain]: start the command as the job, in the transient systemd scope at_scope
+             # chose (a cgroup of its own), else (or with "plain") as it is; write DIR/pid; set pid
+  sd=$1
+  [ -z "${5:-}" ] || at_sc=
+  if [ -n "$at_sc" ]; then
     # systemd-run --scope moves itself into a new scope and then executes the command (so the pid stays the
-    # job's); the trampoline records the scope's cgroup, gives the job its stderr and becomes the command
-    AGENT_TOOLS_JOB=$2 systemd-run "$sc" --scope --quiet --collect --unit="agent-tools-$2" \
-      --description="agent-tools job $2" /bin/sh -c '
-      m=/sys/fs/cgroup; [ -e $m/cgroup.controllers ] || m=/sys/fs/cgroup/unified
-      c=; while IFS= read -r l; do case $l in 0::/*) c=$m${l#0::}; break;; esac; done < /proc/self/cgroup
-      [ -e "$c/cgroup.procs" ] || c="- no cgroup v2 hierarchy to follow the scope by"
-      printf "%s\n" "$c" > "$1/cgroup" || exit 126; exec 2>"$1/stderr"; exec setsid "$2" -c "$3"' at-job "$1" "$3" "$4" \
+    # job's): the trampoline records the scope's cgroup and the job's audit session, gives the job its stderr and
+    # becomes the command
+    AGENT_TOOLS_JOB=$2 systemd-run "$at_sc" --scope --quiet --collect --unit="agent-tools-$2" \
+      --description="agent-tools job $2" /bin/sh -c "$at_job" at-job "$1" "$3" "$4" scope \
       </dev/null >"$1/stdout" 2>"$1/scope.err" &
   else
-    AGENT_TOOLS_JOB=$2 setsid "$3" -c "$4" </dev/null >"$1/stdout" 2>"$1/stderr" &
+    ( at_tagself "$1"; AGENT_TOOLS_JOB=$2 exec setsid "$3" -c "$4" ) </dev/null >"$1/stdout" 2>"$1/stderr" &
   fi
   pid=$!
   cs=-; s=; if read -r s < "/proc/$pid/stat" 2>/dev/null; then s=${s##*) }; set -- $s; cs=${20}; fi
   mp=-; ms=-; s=; if read -r s < /proc/self/stat 2>/dev/null; then mp=${s%% *}; s=${s##*) }; set -- $s; ms=${20}; fi
   boot=-; read -r boot < /proc/sys/kernel/random/boot_id 2>/dev/null
   printf '%s %s %s %s %s\n' "$pid" "$cs" "$boot" "$mp" "$ms" > "$sd/pid"
+}
+# the job's first process (DIR SHELL COMMAND [scope]): in a scope, record its cgroup and take the job's stderr; start
+# an audit session of its own and record its id in DIR/tag (or why not); become the command
+at_job='d=$1
+if [ "${4:-}" = scope ]; then
+  m=/sys/fs/cgroup; [ -e $m/cgroup.controllers ] || m=/sys/fs/cgroup/unified
+  c=; while IFS= read -r l; do case $l in 0::/*) c=$m${l#0::}; break;; esac; done < /proc/self/cgroup
+  [ -e "$c/cgroup.procs" ] || c="- no cgroup v2 hierarchy to follow the scope by"
+  printf "%s\n" "$c" > "$d/cgroup" || exit 126; exec 2>"$d/stderr"
+fi
+t="- the kernel keeps no audit sessions"; s0=; u0=; s=
+{ read -r s0 < /proc/self/sessionid; read -r u0 < /proc/self/loginuid; } 2>/dev/null
+if [ -n "$s0" ]; then
+  u=$u0; [ "$u" != 4294967295 ] || while read -r k u _; do [ "$k" = Uid: ] && break; done < /proc/self/status
+  { printf %s "$u" > /proc/self/loginuid && read -r s < /proc/self/sessionid; } 2>/dev/null
+  if [ -n "$s" ] && [ "$s" != "$s0" ] && [ "$s" != 4294967295 ]; then t=$s
+  elif [ "$u0" = 4294967295 ]; then t="- the kernel did not let it start an audit session of its own"
+  else t="- its login set its audit loginuid, which only root may change"; fi
+fi
+printf "%s\n" "$t" > "$d/tag"
+[ "${4:-}" != scope ] || exec setsid "$2" -c "$3"
+exec "$2" -c "$3"'
+at_tagself() { # DIR: the at_job trampoline's audit session, for a job started without a scope (this subshell then
+               # becomes the command)
+  d=$1
+  t="- the kernel keeps no audit sessions"; s0=; u0=; s=
+  { read -r s0 < /proc/self/sessionid; read -r u0 < /proc/self/loginuid; } 2>/dev/null
+  if [ -n "$s0" ]; then
+    u=$u0; [ "$u" != 4294967295 ] || while read -r k u _; do [ "$k" = Uid: ] && break; done < /proc/self/status
+    { printf %s "$u" > /proc/self/loginuid && read -r s < /proc/self/sessionid; } 2>/dev/null
+    if [ -n "$s" ] && [ "$s" != "$s0" ] && [ "$s" != 4294967295 ]; then t=$s
+    elif [ "$u0" = 4294967295 ]; then t="- the kernel did not let it start an audit session of its own"
+    else t="- its login set its audit loginuid, which only root may change"; fi
+  fi
+  printf "%s\n" "$t" > "$d/tag"
 }
 at_unscoped() { # DIR: 0 when a scope was asked for and systemd-run ended without starting the command (it said why
                 # in DIR/scope.err): then the command is to be started without one (unless cancelled meanwhile)
@@ -302,11 +432,12 @@ at_ended() { # DIR PID RC -> how: "exit" (the command exited, with RC even above
 at_report() { # DIR HEAD TAIL ID: the job's exit status, the processes it left running, its output views; exit
 rc=-; how=-; { read -r rc; read -r _; read -r how; } < "$1/exit" 2>/dev/null
 [ -e "$1/deadline" ] && at_deadline "$1"
-at_targets "$1" "$4"
+at_t=; while read -r p _; do [ -z "$p" ] || at_t="$at_t $p"; done < "$1/left" 2>/dev/null  # the monitor's look
 if [ -n "$at_t" ]; then
   # Processes of the job outlived the command. Those that hold its output files open and are running (R) or in
   # disk sleep (D) may be writing what the command sent them (a tee of `exec > >(tee log)`): wait, up to 2 s, for
-  # them to settle, so that the views below hold it. A writer that sleeps (S) waits for input: not waited for.
+  # them to settle, so that the views below hold it. A writer that sleeps (S) waits for input: not waited for,
+  # but named ("writing": more output may come from it).
   i=0
   while [ "$i" -lt 100 ]; do
     busy=
@@ -319,13 +450,16 @@ if [ -n "$at_t" ]; then
     [ -n "$busy" ] || break
     sleep 0.02 2>/dev/null || sleep 1; i=$(( i + 1 ))
   done
-  at_targets "$1" "$4"
-  n=0
+  at_left "$1" "$4"
+  w=
   for p in $at_t; do
-    n=$(( n + 1 )); [ "$n" -gt 20 ] && break
-    printf '@@AT left %s %s\n' "$p" "$(tr '\000\n' '  ' < "/proc/$p/cmdline" 2>/dev/null | head -c 200)"
+    ls -l "/proc/$p/fd" 2>/dev/null | grep -qF -e " -> $1/stdout" -e " -> $1/stderr" && w="$w $p"
   done
+  while read -r p _ c; do [ -z "$p" ] || printf '@@AT left %s %s\n' "$p" "$c"; done < "$1/left" 2>/dev/null
+  [ -z "$w" ] || printf '@@AT writing%s\n' "$w"
 fi
+at_cover "$1"
+printf '@@AT how %s\n@@AT tag %s\n' "$at_how" "$at_tag"
 at_sizes "$1"
 if [ "$os" = 0 ] && [ "$es" = 0 ]; then  # no output: the whole report in one write
   printf '@@AT exit %s %s\n@@AT view stdout 0 0 0 \n@@AT view stderr 0 0 0 \n@@AT end\n' "$rc" "${how:--}"; exit 0
@@ -335,6 +469,74 @@ at_view stdout "$1/stdout" 0 "$2" "$3" "$os"
 at_view stderr "$1/stderr" 0 "$2" "$3" "$es"
 printf '@@AT end\n'
 exit 0
+}
+"""
+
+# What the watcher needs besides _LIB and _CANCEL (it runs on its own: see _WLIB)
+_WATCH = r"""
+at_msof() { # SECONDS (decimal: 3, 1.5, 0.001, 123.45) -> at_ms: milliseconds (integer)
+  case $1 in *.*) i=${1%%.*}; f=${1#*.}000;; *) i=$1; f=000;; esac
+  f=${f%"${f#???}"}; i=${i:-0}
+  while :; do case $f in 0?*) f=${f#0};; *) break;; esac; done
+  while :; do case $i in 0?*) i=${i#0};; *) break;; esac; done
+  at_ms=$(( i * 1000 + f ))
+}
+at_now() { # -> at_ms: the host's uptime in milliseconds (/proc/uptime)
+  u=0; read -r u _ 2>/dev/null </proc/uptime; at_msof "$u"
+}
+at_left() { # DIR ID: the job's processes still running -> DIR/left, one "PID START COMMAND-LINE" line each (first
+            # 20, command lines cut at 200 bytes; empty: none); at_t as at_targets
+  at_targets "$1" "$2"
+  lb=; ln=0
+  for p in $at_t; do
+    ln=$(( ln + 1 )); [ "$ln" -gt 20 ] && break
+    at_alive_st "$p" || continue
+    lb="$lb$p $at_st $(tr '\000\n' '  ' < "/proc/$p/cmdline" 2>/dev/null | head -c 200)
+"
+  done
+  if [ -z "$lb" ]; then : > "$1/left"  # (else written whole: a reader never sees it half written)
+  else printf '%s' "$lb" > "$1/left.new" && mv -f "$1/left.new" "$1/left"; fi
+}
+at_alive_st() { # PID -> at_st: its start time (status 1 when it is gone)
+  at_st=; s=; read -r s < "/proc/$1/stat" 2>/dev/null || return 1
+  s=${s##*) }; set -- $s; at_st=${20}; [ "$1" != Z ]
+}
+at_watch() { # DIR ID DEADLINE_S T0 MODE: the watcher (module docstring). MODE "run": while the command runs, look for
+             # the job's processes (recording them in DIR/lineage) unless the job has an audit session of its own;
+             # stopped (TERM) when the command ends. MODE "left": follow what the ended command left running
+             # (DIR/left) until nothing is left. Either kills all of the job at the deadline.
+  w_d=$1; w_id=$2; w_dl=$3; w_mode=$5; w_sp=; w_iv=50; w_end=
+  [ "$w_mode" = run ] || w_iv=500
+  if [ -n "$w_dl" ]; then
+    if [ "$4" != - ]; then at_msof "$4"; else at_now; fi
+    w_end=$at_ms; at_msof "$w_dl"; w_end=$(( w_end + at_ms ))
+  fi
+  trap '[ -z "$w_sp" ] || kill "$w_sp" 2>/dev/null; exit 0' TERM
+  while :; do
+    w_rem=
+    if [ -n "$w_end" ]; then
+      at_now; w_rem=$(( w_end - at_ms ))
+      if [ "$w_rem" -le 0 ]; then
+        trap '' TERM  # it fired: the monitor's stop no longer interrupts the kill
+        tn=-; read -r tn _ 2>/dev/null </proc/uptime
+        s=; read -r s < /proc/self/stat; w_pid=${s%% *}; at_alive_st "$w_pid"
+        printf '%s %s %s %s\n' "$w_dl" "$tn" "$w_pid" "${at_st:--}" > "$w_d/deadline"
+        at_cancel "$w_d" "$w_id" 20 "deadline: still running at its $w_dl s deadline, killed on the host" \
+          >> "$w_d/deadline"
+      fi
+    fi
+    if [ "$w_mode" = left ]; then
+      [ "$w_iv" = 500 ] || { at_left "$w_d" "$w_id"; [ -n "$at_t" ] || return 0; }  # (the monitor just looked)
+    else
+      l=; read -r l < "$w_d/tag" 2>/dev/null
+      case $l in [0-9]*) [ -n "$w_end" ] || return 0; w_iv=600000;; *) at_targets "$w_d" "$w_id";; esac
+    fi
+    w_s=$w_iv; [ -z "$w_rem" ] || [ "$w_rem" -ge "$w_s" ] || w_s=$w_rem
+    f=$(( w_s % 1000 )); case ${#f} in 1) f=00$f;; 2) f=0$f;; esac
+    sleep "$(( w_s / 1000 )).$f" & w_sp=$!
+    wait "$w_sp"; w_sp=
+    [ "$w_iv" -ge 10000 ] || w_iv=$(( w_iv * 2 ))
+  done
 }
 """
 
@@ -366,15 +568,39 @@ function alive(pid, start,   f, line, F) {
   if (F[1] == "Z") return 0
   return (start == "-" || F[20] == start) ? 1 : 0
 }
-function deadline(f,   line, W, dn, sv) {
-  dhow = ""
-  if ((getline line < f) <= 0) { close(f); return "" }
-  split(line, W, " "); dn = 0; sv = ""
-  while ((getline line < f) > 0) {
-    if (line ~ /^@@AT survivors/) { dn = 1; sv = substr(line, 15) }
-    else if (line ~ /^@@AT how /) dhow = substr(line, 10)
+function deadline(f,   line, W, dn, sv, k) {
+  dhow = dtag = dwas = ""
+  for (k = 1; k <= 2; k++) {
+    if ((getline line < f) <= 0) { close(f); return "" }
+    split(line, W, " "); dn = 0; sv = ""
+    while ((getline line < f) > 0) {
+      if (line ~ /^@@AT survivors/) { dn = 1; sv = substr(line, 15) }
+      else if (line ~ /^@@AT how /) dhow = substr(line, 10)
+      else if (line ~ /^@@AT tag /) dtag = substr(line, 10)
+      else if (line ~ /^@@AT was /) dwas = substr(line, 10)
+    }
+    close(f)
+    if (dn || W[3] == "" || alive(W[3], W[4] == "" ? "-" : W[4])) break
+    dn = 2  # its watcher is gone before it checked the kill: once more, its last words may be in now
   }
-  close(f); return W[1] " " dn sv
+  return W[1] " " dn sv
+}
+function cover(id,   h, t) {  # how the processes of the job are found (at_cover)
+  h = first(id "/cgroup"); t = first(id "/tag")
+  if (h ~ /^\//) h = "cgroup " h; else if (h == "\001" || h == "") h = "- the job directory has no record of a cgroup"
+  else { sub(/^- */, "", h); h = "- " h }
+  if (t ~ /^[0-9]/) t = "ses " t; else if (t == "\001" || t == "") t = "- the job directory has no record of an audit session"
+  else { sub(/^- */, "", t); t = "- " t }
+  printf "@@AT how %s %s\n@@AT tag %s %s\n", id, h, id, t
+}
+function leftovers(id,   f, line, L, n, c) {  # the processes an ended command left running (DIR/left), alive
+  f = id "/left"; n = 0
+  while ((getline line < f) > 0) {
+    if (split(line, L, " ") < 2 || !alive(L[1], L[2])) continue
+    c = line; sub(/^[^ ]* [^ ]* ?/, "", c)
+    printf "@@AT left %s %s %s\n", id, L[1], c; n++
+  }
+  close(f); return n
 }
 function first(f,   line, r) {
   line = ""; r = (getline line < f); close(f)
@@ -399,6 +625,13 @@ BEGIN {
     if (ca) printf "@@AT cancel %s %s\n", id, reason
     dl = deadline(id "/deadline"); if (dl != "") printf "@@AT deadline %s %s\n", id, dl
     if (dl != "" && dhow != "") printf "@@AT deadline_how %s %s\n", id, dhow
+    if (dl != "" && dtag != "") printf "@@AT deadline_tag %s %s\n", id, dtag
+    if (dl != "" && dwas != "") printf "@@AT deadline_was %s %s\n", id, dwas
+    if (rc != "-") {
+      if (first(id "/left") != "\001") leftovers(id); else if (alive(mp, ms)) printf "@@AT left_pending %s\n", id
+      cover(id)
+    }
+    lo = first(id "/logout"); if (lo != "\001" && lo != "") printf "@@AT logout %s %s\n", id, lo
   }
   exit
 }' "$@" </dev/null || printf '@@AT awk-failed %s\n' "$?"
@@ -426,7 +659,7 @@ rc=; read -r rc < "$d/exit" 2>/dev/null
 printf '%s\n' "$reason" > "$d/cancel"
 at_targets "$d" "$id"
 first=$at_t
-printf '@@AT how %s\n' "$at_how"
+printf '@@AT how %s\n@@AT tag %s\n' "$at_how" "$at_tag"
 printf '@@AT targets%s\n' "$first"
 [ -n "$first" ] || { printf '@@AT survivors\n'; exit 0; }
 grp=$at_grp
@@ -467,7 +700,14 @@ else
   at_rid=
 fi
 printf '@@AT ready\n'
+# unused for IDLE_S seconds (the client vanished in a partition and the host's sshd has not noticed: it keeps the
+# session until TCP gives up, hours): exit, removing the directory; the idle watcher is stopped when a request comes
+at_is=$3; s=; read -r s < /proc/self/stat 2>/dev/null; s=${s##*) }; set -- $s; at_ms=${20:--}
+( trap 'kill "$sp" 2>/dev/null; exit 0' TERM; sleep "$at_is" & sp=$!; wait "$sp"; at_alive $$ "$at_ms" && kill -HUP $$ ) \
+  </dev/null >/dev/null 2>&1 &
+at_idle=$!
 n=; IFS= read -r n || exit 0
+kill "$at_idle" 2>/dev/null
 case $n in ''|*[!0-9]*) exit 98;; esac
 r=; while [ "$n" -gt 0 ]; do IFS= read -r l || exit 0; r="$r$l
 "; n=$(( n - 1 )); done
@@ -479,13 +719,20 @@ def _q(s: str) -> str:
     return shlex.quote(s)
 
 
-_FUNCTIONS = {"launch": _CANCEL + _LAUNCH, "status": _STATUS, "cancel": _CANCEL}  # the monitor kills with at_cancel
+_FUNCTIONS = {"status": _STATUS, "cancel": _CANCEL}
 
+# The watcher runs as a shell of its own (so that its command line holds no user command: a look for the job's
+# processes by their command line never finds it): the launcher gets the functions it needs as its first argument
+# (at_lib), defines them with eval and starts the watcher with them.
+_WLIB = _LIB + _CANCEL + _WATCH
+_TAKE_LIB = 'at_lib=$1; shift; eval "$at_lib"\n'
 
 # The fixed part of each command line, quoted once (a launch is on every call's path).
 _EXEC_PREFIX = {name: "exec /bin/sh -c " + _q(_LIB + body + "at_" + name + ' "$@"\n') + f" at-{name} "
                 for name, body in _FUNCTIONS.items()}
-_WARM_PREFIX = f"exec /bin/sh -c {_q(_LIB + _LAUNCH + _STATUS + _CANCEL + _WARM)} at-warm "
+_EXEC_PREFIX["launch"] = ("exec /bin/sh -c " + _q(_TAKE_LIB + _LAUNCH + 'at_launch "$@"\n') + " at-launch "
+                          + _q(_WLIB) + " ")
+_WARM_PREFIX = f"exec /bin/sh -c {_q(_TAKE_LIB + _LAUNCH + _STATUS + _WARM)} at-warm {_q(_WLIB)} "
 
 
 def _exec(name: str, args: str) -> str:
@@ -575,17 +822,23 @@ def cancel_request(base: str, job_id: str, *, grace_s: float, reason: str) -> by
     return warm_request("at_cancel " + _cancel_args(base, job_id, grace_s, reason))
 
 
-def warm_script(base: str, reserved_id: str) -> str:
+#: seconds a warm session waits for its request before it exits by itself (see :func:`warm_script`)
+WARM_IDLE_S = 300
+
+
+def warm_script(base: str, reserved_id: str, idle_s: float = WARM_IDLE_S) -> str:
     """The command line of a warm session: a ``sh`` that defines every job script as a function, makes the
     directory of job ``reserved_id`` under ``base`` (so a launch with that id skips the ``mkdir``), prints
     ``@@AT ready`` (the line :meth:`SshHost.take_warm` waits for), then reads one request
-    (:func:`warm_request`) from stdin and runs it. Without a request (EOF) it removes the empty directory and
-    exits 0.
+    (:func:`warm_request`) from stdin and runs it. Without a request (EOF), or when none came within ``idle_s``
+    seconds (a client gone in a partition, unnoticed by the host's sshd), it removes the empty directory and
+    exits (the client drops a warm session whose channel closed).
 
     :param base: the jobs directory (shell-expanded on the host, as for the other scripts).
     :param reserved_id: the job id whose directory is made ahead of time.
+    :param idle_s: seconds to wait for the request (> 0).
     """
-    return f"{_WARM_PREFIX}\"{base}\" {_q(reserved_id)}"
+    return f"{_WARM_PREFIX}\"{base}\" {_q(reserved_id)} {deadline_word(idle_s)}"
 
 
 def warm_request(call: str) -> bytes:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from ..output import OutputView, make_view
 
-__all__ = ["HostJobState", "RawView", "WireReader", "parse_deadline", "parse_status"]
+__all__ = ["HostJobState", "RawView", "WireReader", "deadline_interrupted", "parse_deadline", "parse_status"]
 
 
 class WireError(Exception):
@@ -124,14 +124,36 @@ class HostJobState:
     deadline_survivors: list[int] | None = None
     #: how that kill found the job's processes (``cgroup PATH`` or ``- REASON``, the cancel's ``how``), "" unknown
     deadline_how: str = ""
+    #: the job's audit session as that kill saw it (``ses N`` or ``- REASON``, the cancel's ``tag``), "" unknown
+    deadline_tag: str = ""
+    #: the command's exit status when it had ended before its deadline (the kill was of what it left running)
+    deadline_was: int | None = None
+    #: the deadline kill's watcher is gone before it checked the kill (it was killed itself): nothing says it ended
+    deadline_interrupted: bool = False
+    #: processes the ended command left running that still run (pid, command line), as its monitor last saw them
+    leftovers: list[tuple[int, str]] = field(default_factory=list)
+    #: the command ended and its monitor is still looking for what it left running (``leftovers`` not known yet)
+    leftovers_pending: bool = False
+    #: how the job's processes are found (``cgroup PATH`` / ``- REASON`` and ``ses N`` / ``- REASON``), sent with
+    #: leftovers ("" when not sent)
+    how: str = ""
+    tag: str = ""
+    #: why the job dies when the login that started it ends (logind KillUserProcesses=yes), "" when it does not
+    logout: str = ""
 
 
 def parse_deadline(words: list[str]) -> tuple[float | None, list[int] | None]:
     """``LIMIT DONE [PIDS...]`` of a ``deadline`` line (see :mod:`agent_tools.jobs.scripts`): the deadline in
-    seconds, and the survivors of the kill (None while it is under way)."""
+    seconds, and the survivors of the kill (None while it is under way, or when it was interrupted: DONE 2)."""
     limit = _float(words[0]) if words else None
     survivors = [int(w) for w in words[2:] if w.isdigit()] if len(words) > 1 and words[1] == "1" else None
     return limit, survivors
+
+
+def deadline_interrupted(words: list[str]) -> bool:
+    """Whether a ``deadline`` line's DONE word says its kill was interrupted (its watcher is gone before it checked
+    the kill)."""
+    return len(words) > 1 and words[1] == "2"
 
 
 def _int(word: str) -> int | None:
@@ -146,6 +168,11 @@ def _float(word: str) -> float | None:
         return float(word)
     except ValueError:
         return None
+
+
+#: status report lines about one job: ``@@AT KIND JOB_ID ...``
+_PER_JOB = frozenset({"deadline", "deadline_how", "deadline_tag", "deadline_was", "left", "how", "tag", "logout",
+                      "left_pending"})
 
 
 async def parse_status(reader: WireReader) -> dict[str, HostJobState]:
@@ -184,12 +211,25 @@ async def parse_status(reader: WireReader) -> dict[str, HostJobState]:
             st = states.get(words[1])
             if st is not None:
                 st.cancel_reason = " ".join(words[2:])
-        elif kind == "deadline" and len(words) > 2:
-            st = states.get(words[1])
-            if st is not None:
-                st.deadline_s, st.deadline_survivors = parse_deadline(words[2:])
-        elif kind == "deadline_how" and len(words) > 2:
-            st = states.get(words[1])
-            if st is not None:
-                st.deadline_how = " ".join(words[2:])
+        elif kind == "left_pending" and len(words) > 1 and (st := states.get(words[1])) is not None:
+            st.leftovers_pending = True
+        elif kind in _PER_JOB and len(words) > 2 and (st := states.get(words[1])) is not None:
+            rest = words[2:]
+            if kind == "deadline":
+                st.deadline_s, st.deadline_survivors = parse_deadline(rest)
+                st.deadline_interrupted = deadline_interrupted(rest)
+            elif kind == "deadline_how":
+                st.deadline_how = " ".join(rest)
+            elif kind == "deadline_tag":
+                st.deadline_tag = " ".join(rest)
+            elif kind == "deadline_was":
+                st.deadline_was = _int(rest[0])
+            elif kind == "left" and rest[0].isdigit():
+                st.leftovers.append((int(rest[0]), " ".join(rest[1:]).strip()))
+            elif kind == "how":
+                st.how = " ".join(rest)
+            elif kind == "tag":
+                st.tag = " ".join(rest)
+            elif kind == "logout":
+                st.logout = " ".join(rest)
     return states

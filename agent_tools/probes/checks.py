@@ -62,9 +62,15 @@ MATCHED_GATE = "matched_gate"
 #: keys a log probe's spec carries between checks: lines read since its start, the newest of them, and a failure
 #: line seen whose explanation may still be on its way (a traceback being written)
 SEEN, NEWEST, PENDING = "lines_seen", "newest_line", "failure_line"
+#: a log file probe's file identity (inode) at its offset: another file at the path is read from its start
+INODE = "file_inode"
 
 #: spec keys that carry a check's state to the next check (not part of any probe's schema)
-STATE_KEYS = frozenset({MATCHED, MATCHED_GATE, SEEN, NEWEST, PENDING}) | UNIT_STATE_KEYS
+STATE_KEYS = frozenset({MATCHED, MATCHED_GATE, SEEN, NEWEST, PENDING, INODE}) | UNIT_STATE_KEYS
+
+#: seconds of slack between a file's modification time and a unit's activation stamp (the two clocks are read
+#: apart: /proc/uptime has 10 ms steps, systemd stamps just after the fork)
+_MTIME_SLACK_S = 0.5
 #: how a line that *explains* a failure looks: an exception with its message (``ValueError: Not enough host
 #: memory...``), possibly after a log prefix; a traceback's first line only says that one follows
 _EXPLAINS_RE = re.compile(r"(?:^|[\s\]:])(?:[A-Za-z_][\w.]*\.)?(?:[A-Z]\w*)?(?:Error|Exception|Exit|Failure|"
@@ -128,7 +134,7 @@ async def _http(host: Host, p: HttpProbe) -> ProbeResult:
     except ConnectionRefusedError:
         return ProbeResult("http", p.url, "not_yet", "connection refused (normal while the server loads)")
     except TimeoutError:
-        return ProbeResult("http", p.url, "not_yet", f"no answer within {p.timeout_s:g} s")
+        return ProbeResult("http", p.url, "not_yet", f"no answer within {p.timeout_s:g} s", details={"timeout": True})
     except (OSError, h11.ProtocolError) as exc:
         return ProbeResult("http", p.url, "not_yet", f"{type(exc).__name__}: {exc}")
     text = body[:200].decode("utf-8", "replace").strip()
@@ -137,8 +143,54 @@ async def _http(host: Host, p: HttpProbe) -> ProbeResult:
     return ProbeResult("http", p.url, "not_yet", f"HTTP {status} {text[:80]}".strip(), details={"status": status})
 
 
+@dataclass(frozen=True)
+class _FileLook:
+    """One look at a log file: its inode, the offset read from (0 when the file is another one than the probe's
+    inode, or shorter than its offset), the bytes from there, and its modification time on the host's uptime clock
+    (seconds; None when unknown)."""
+
+    inode: str
+    offset: int
+    data: bytes
+    mtime_s: float | None
+    size: int = 0
+
+
+async def _file_look(host: Host, path: str, offset: int, inode: Any, *, read: bool) -> _FileLook:
+    """Look at a log file in one round trip (stat(1), date(1) -r and /proc/uptime; with ``read``, the bytes from the
+    offset, at most 4 MiB). :raises HostError: the host cannot be reached."""
+    q = shlex.quote(path)
+    known = shlex.quote(str(inode)) if inode else "''"
+    cmd = (f"read -r up _ </proc/uptime; n=$(date +%s.%N); m=$(date -r {q} +%s.%N 2>/dev/null); "
+           f"i=$(stat -L -c %i -- {q} 2>/dev/null); s=$(wc -c < {q} 2>/dev/null); o={int(offset)}; "
+           f"{{ [ -z {known} ] || [ \"$i\" = {known} ]; }} && [ \"${{s:-0}}\" -ge \"$o\" ] || o=0; "
+           'echo "@@file ${i:--} ${s:-0} $o $up $n ${m:--}"'
+           + (f'; [ -z "$s" ] || tail -c +$((o + 1)) -- {q} | head -c 4194304' if read else ""))
+    res = await run_on(host, cmd)
+    head, _, data = res.stdout.partition(b"\n")
+    words = head.decode("ascii", "replace").split()
+    if len(words) != 7 or words[0] != "@@file":
+        return _FileLook(str(inode or ""), offset, b"", None, offset)
+    _, ino, size, used, up, now_s, mtime = words
+    try:
+        mtime_s: float | None = float(up) - (float(now_s) - float(mtime))
+    except ValueError:
+        mtime_s = None
+    return _FileLook("" if ino == "-" else ino, int(used) if used.isdigit() else 0, data, mtime_s,
+                     int(size) if size.isdigit() else 0)
+
+
+async def file_floor(host: Host, spec: dict[str, Any]) -> dict[str, Any]:
+    """A log file probe's updates while its unit is not yet up in its new invocation: its offset moves to the
+    file's end (what is written now, the old process stopping included, never counts), with the file's inode."""
+    look = await _file_look(host, str(spec["path"]), int(spec.get("offset") or 0), spec.get(INODE), read=False)
+    return {INODE: look.inode} | ({"offset": look.size} if look.inode else {})
+
+
 async def _log(host: Host, p: LogProbe, invocation: str | None = None,
-               state: dict[str, Any] | None = None) -> ProbeResult:
+               state: dict[str, Any] | None = None, since_s: float | None = None) -> ProbeResult:
+    """One check of a log probe. ``since_s``: when the units' new invocation began (host uptime seconds): a file
+    not written to since does not count."""
     state = state or {}
     target = p.unit or p.path or "?"
     if p.unit:
@@ -163,9 +215,14 @@ async def _log(host: Host, p: LogProbe, invocation: str | None = None,
         updates: dict[str, Any] = {"cursor": cursor} if cursor != p.cursor else {}
     else:
         assert p.path is not None
-        res = await run_on(host, f"tail -c +{p.offset + 1} -- {shlex.quote(p.path)} | head -c 4194304")
-        lines = res.stdout.decode("utf-8", "replace").splitlines()
-        updates = {"offset": p.offset + len(res.stdout)} if res.stdout else {}
+        look = await _file_look(host, p.path, p.offset, state.get(INODE), read=True)
+        updates = {"offset": look.offset + len(look.data), INODE: look.inode}
+        if since_s is not None and look.mtime_s is not None and look.mtime_s < since_s - _MTIME_SLACK_S:
+            # nothing was written to the file since the units' new invocation began: whatever is in it after the
+            # probe's start was written before (the old process, while it stopped): it does not count
+            return ProbeResult("log", target, "not_yet", f"nothing written to {p.path} since the new invocation "
+                               "began", {**updates, SEEN: int(state.get(SEEN) or 0), NEWEST: state.get(NEWEST) or ""})
+        lines = look.data.decode("utf-8", "replace").splitlines()
     seen = int(state.get(SEEN) or 0) + len(lines)
     newest = next((ln.strip() for ln in reversed(lines) if ln.strip()), str(state.get(NEWEST) or ""))
     updates.update({SEEN: seen, NEWEST: newest[:300]})
@@ -212,7 +269,8 @@ async def _port(host: Host, p: PortProbe) -> ProbeResult:
             stream = await host.open_tcp(p.address, p.port)
         await stream.aclose()
     except (OSError, TimeoutError) as exc:
-        return ProbeResult("port", target, "not_yet", f"not accepting connections ({type(exc).__name__})")
+        return ProbeResult("port", target, "not_yet", f"not accepting connections ({type(exc).__name__})",
+                           details={"timeout": isinstance(exc, TimeoutError)})
     return ProbeResult("port", target, "passed", "accepting connections")
 
 
@@ -264,27 +322,28 @@ def _local_port(spec: dict[str, Any]) -> int | None:
 _SPAWN_SLACK_US = 500_000
 
 
-def listeners_command(ports: list[int]) -> str:
-    """A shell command printing ``clk TICKS`` and, per listening TCP socket on one of ``ports``, ``listen PORT
-    PID START_TICKS CGROUP`` for each process holding it that this user can see (see the module docstring;
-    CGROUP is the process's cgroup v2 path, proc(5) ``/proc/PID/cgroup``, or ``-``)."""
-    filt = " or ".join(f"sport = :{p}" for p in sorted(set(ports)))
+def listeners_command(ports: list[int] | None = None) -> str:
+    """A shell command printing ``clk TICKS`` and, per listening TCP socket (on one of ``ports``; None: on any port),
+    ``listen PORT PID START_TICKS CGROUP COMM`` for each process holding it that this user can see (see the module
+    docstring; CGROUP is the process's cgroup v2 path, proc(5) ``/proc/PID/cgroup``, or ``-``)."""
+    filt = " or ".join(f"sport = :{p}" for p in sorted(set(ports))) if ports else ""
     return ("echo clk $(getconf CLK_TCK 2>/dev/null || echo 100); "
-            f"ss -ltnpH {shlex.quote(filt)} 2>/dev/null | while read -r _s _r _q local _peer procs; do "
+            f"ss -ltnpH {shlex.quote(filt) if filt else ''} 2>/dev/null | while read -r _s _r _q local _peer procs; do "
             "port=${local##*:}; for pid in $(printf '%s\\n' \"$procs\" | grep -o 'pid=[0-9]*' | cut -d= -f2); do "
             "st=$(sed 's/.*) //' /proc/$pid/stat 2>/dev/null | cut -d' ' -f20); "
-            "cg=$(sed -n 's/^0:://p' /proc/$pid/cgroup 2>/dev/null); "
-            "[ -n \"$st\" ] && echo listen $port $pid $st \"${cg:--}\"; done; done; true")
+            "cg=$(sed -n 's/^0:://p' /proc/$pid/cgroup 2>/dev/null); c=$(cat /proc/$pid/comm 2>/dev/null); "
+            "[ -n \"$st\" ] && echo listen $port $pid $st \"${cg:--}\" \"${c:-?}\"; done; done; true")
 
 
 @dataclass(frozen=True)
 class Listener:
-    """A process holding a listening socket: ``pid``, its start (``start_us``, microseconds since boot) and its
-    cgroup v2 path (``cgroup``, "" when unknown)."""
+    """A process holding a listening socket: ``pid``, its start (``start_us``, microseconds since boot), its
+    cgroup v2 path (``cgroup``, "" when unknown) and name (``comm``)."""
 
     pid: int
     start_us: float
     cgroup: str
+    comm: str = "?"
 
 
 def parse_listeners(text: str) -> dict[int, list[Listener]]:
@@ -296,9 +355,11 @@ def parse_listeners(text: str) -> dict[int, list[Listener]]:
         try:
             if len(words) == 2 and words[0] == "clk":
                 clk = float(words[1]) or 100.0
-            elif len(words) in (4, 5) and words[0] == "listen":
-                cg = words[4] if len(words) == 5 and words[4] != "-" else ""
-                out.setdefault(int(words[1]), []).append(Listener(int(words[2]), int(words[3]) / clk * 1e6, cg))
+            elif len(words) >= 4 and words[0] == "listen":
+                cg = words[4] if len(words) >= 5 and words[4] != "-" else ""
+                comm = " ".join(words[5:]) or "?"
+                out.setdefault(int(words[1]), []).append(
+                    Listener(int(words[2]), int(words[3]) / clk * 1e6, cg, comm))
         except ValueError:
             continue
     return out
@@ -312,31 +373,52 @@ def _in_unit(cgroup: str, units: set[str]) -> bool:
 
 async def _only_new_listeners(host: Host, specs: list[dict[str, Any]], results: list[ProbeResult | None],
                               since_us: int, units: set[str]) -> None:
-    """Turn a passed local ``http``/``port`` probe to ``not_yet`` when every process seen holding its listening
-    socket is one of ``units``' (its cgroup) and started before ``since_us`` (host monotonic microseconds: the
-    units' new activation began): the answer came from a process of the old invocation. One round trip; no
-    change when the listeners cannot be seen (no ``ss``, another user's process, a host error) or one of them
-    is another unit's or program's (a reverse proxy in front of the unit answers for it)."""
+    """A passed local ``http``/``port`` probe counts only when a process of ``units``' new invocation (in the unit's
+    cgroup, started at or after ``since_us``: host monotonic microseconds, the units' new activation) holds the
+    port's listening socket; one round trip (ss(8) and /proc). Otherwise it is turned to ``not_yet``: when every
+    holder is a process of the old invocation (it survived the restart: ``KillMode=process``), or when the port is
+    held by another program while the units' new processes listen on no port at all (a stray server that was
+    there before the restart answered; the new one could not bind it). A port held by another program while the
+    units' new processes listen elsewhere (a reverse proxy in front of them), held by the service manager
+    (socket activation), or whose holders cannot be seen (no ``ss``, another user's processes, a host error)
+    passes, and its evidence says that it could not tell whether the new process answered."""
     ports = {i: port for i, spec in enumerate(specs)
              if (r := results[i]) is not None and r.state == "passed" and (port := _local_port(spec)) is not None}
     if not ports:
         return
     try:
-        res = await run_on(host, listeners_command(list(ports.values())))
+        res = await run_on(host, listeners_command(None))
+        seen = parse_listeners(res.stdout.decode("utf-8", "replace"))
     except HostError:
-        return
-    seen = parse_listeners(res.stdout.decode("utf-8", "replace"))
+        seen = None
+    unit_ports = {port for port, owners in (seen or {}).items() for o in owners
+                  if _in_unit(o.cgroup, units) and o.start_us >= since_us - _SPAWN_SLACK_US}
     for i, port in ports.items():
-        owners = seen.get(port, [])
-        if owners and all(o.start_us < since_us - _SPAWN_SLACK_US and _in_unit(o.cgroup, units) for o in owners):
-            r = results[i]
-            assert r is not None
-            pids = ", ".join(str(o.pid) for o in owners[:4])
-            results[i] = ProbeResult(
-                r.kind, r.target, "not_yet",
-                f"{r.evidence}, but from a process of the old invocation (port {port} held by pid {pids}, in the "
-                "unit's cgroup and started before its new activation: it survived the restart, e.g. "
-                "KillMode=process): not the new process", r.updates, r.details)
+        r = results[i]
+        assert r is not None
+        owners = (seen or {}).get(port, [])
+        new = [o for o in owners if _in_unit(o.cgroup, units) and o.start_us >= since_us - _SPAWN_SLACK_US]
+        if new:
+            continue  # the new invocation holds it
+        named = ", ".join(f"{o.pid} ({o.comm})" for o in owners[:3])
+        old = [o for o in owners if _in_unit(o.cgroup, units)]
+        unit = "/".join(sorted(units))
+        if owners and len(old) == len(owners):
+            why = (f"but from a process of the old invocation (port {port} held by pid {named}, in the unit's cgroup "
+                   "and started before its new activation: it survived the restart, e.g. KillMode=process): not the "
+                   "new process")
+        elif owners and not unit_ports and not any(o.pid == 1 for o in owners):
+            why = (f"but port {port} is held by pid {named}, not a process of {unit}, and {unit}'s new invocation "
+                   "listens on no port: the answer came from another server (one that was there before the "
+                   "restart?), not the new process")
+        else:
+            results[i] = ProbeResult(r.kind, r.target, r.state, r.evidence + (
+                f" (port {port} is held by pid {named}, not {unit}'s new process: a proxy or the service manager in "
+                "front of it? whether the new process answered cannot be told)" if owners else
+                f" (who holds port {port} cannot be seen here: whether the new process answered cannot be told)"),
+                r.updates, r.details)
+            continue
+        results[i] = ProbeResult(r.kind, r.target, "not_yet", f"{r.evidence}, {why}", r.updates, r.details)
 
 
 def _target(spec: dict[str, Any]) -> str:
@@ -345,7 +427,7 @@ def _target(spec: dict[str, Any]) -> str:
 
 
 async def check_probe(host: Host, spec: dict[str, Any] | Any, *, gate: str | None = None,
-                      invocation: str | None = None) -> ProbeResult:
+                      invocation: str | None = None, since_s: float | None = None) -> ProbeResult:
     """Run one probe on ``host``.
 
     :param spec: a probe spec model or dict (``{"kind": ...}``), possibly carrying state from earlier checks
@@ -353,6 +435,8 @@ async def check_probe(host: Host, spec: dict[str, Any] | Any, *, gate: str | Non
     :param gate: the invocations of the job's units now (see :func:`check_probes`): a log line seen under
         another gate no longer counts.
     :param invocation: for a log probe of a unit's journal: only lines of this invocation count.
+    :param since_s: for a log probe of a file: when the units' new invocation began (the host's uptime, seconds):
+        a file not written to since then has nothing new.
     :returns: a :class:`ProbeResult`; never raises for one probe's problem: a host problem gives ``not_yet``
         with the error as evidence (a transient fault); a spec that cannot be checked (kept in a job's journal
         row by an older version that did not refuse it: an ``https://`` URL, a malformed regex) gives ``failed``
@@ -360,7 +444,7 @@ async def check_probe(host: Host, spec: dict[str, Any] | Any, *, gate: str | Non
         the job and its other probes still report.
     """
     try:
-        return await _check_probe(host, spec, gate=gate, invocation=invocation)
+        return await _check_probe(host, spec, gate=gate, invocation=invocation, since_s=since_s)
     except AgentToolsError as exc:
         if isinstance(exc, HostError) or exc.retryable:
             return ProbeResult(_kind(spec), _target(_plain(spec)), "not_yet", f"host error: {exc.message}")
@@ -390,7 +474,7 @@ def _one_line(text: str, n: int = 300) -> str:
 
 
 async def _check_probe(host: Host, spec: dict[str, Any] | Any, *, gate: str | None,
-                       invocation: str | None) -> ProbeResult:
+                       invocation: str | None, since_s: float | None) -> ProbeResult:
     state: dict[str, Any] = {}
     if isinstance(spec, dict) and STATE_KEYS & spec.keys():
         state = {k: spec[k] for k in STATE_KEYS & spec.keys()}
@@ -410,7 +494,7 @@ async def _check_probe(host: Host, spec: dict[str, Any] | Any, *, gate: str | No
         if isinstance(p, HttpProbe):
             return await _http(host, p)
         if isinstance(p, LogProbe):
-            r = await _log(host, p, invocation if p.unit else None, state)
+            r = await _log(host, p, invocation if p.unit else None, state, None if p.unit else since_s)
             if r.state == "passed":
                 r.updates[MATCHED_GATE] = gate
             elif state.get(MATCHED):
@@ -422,8 +506,8 @@ async def _check_probe(host: Host, spec: dict[str, Any] | Any, *, gate: str | No
             return await _gpu(host, p)
         return await _hostmem(host, p)
     except HostError as exc:
-        return ProbeResult(p.kind, getattr(p, "unit", None) or getattr(p, "url", "") or p.kind, "not_yet",
-                           f"host error: {exc.message}")
+        return ProbeResult(p.kind, _target(spec if isinstance(spec, dict) else p.model_dump()), "not_yet",
+                           f"host error: {exc.message}", details={"host_error": exc})
 
 
 async def port_holder(h: Host, port: int, unit: str, main_pid: int | None = None
@@ -466,8 +550,20 @@ async def check_probes(host: Host, specs: list[dict[str, Any]]) -> list[ProbeRes
     results: list[ProbeResult | None] = [None] * len(specs)
     units = [i for i, s in enumerate(specs) if s.get("kind") == "systemd_unit"]
 
-    async def one(i: int, gate: str | None = None, invocation: str | None = None) -> None:
-        results[i] = await check_probe(host, specs[i], gate=gate, invocation=invocation)
+    async def one(i: int, gate: str | None = None, invocation: str | None = None,
+                  since_s: float | None = None) -> None:
+        results[i] = await check_probe(host, specs[i], gate=gate, invocation=invocation, since_s=since_s)
+
+    async def floor(i: int, evidence: str) -> None:
+        # a log file probe while the unit is not up in its new invocation yet: what the file holds now (the old
+        # process stopping included) never counts; its offset moves to the file's end
+        spec = specs[i]
+        try:
+            updates = await file_floor(host, spec)
+        except HostError as exc:
+            updates, evidence = {}, f"host error: {exc.message}"
+        results[i] = ProbeResult("log", _target(spec), "not_yet", evidence,
+                                 {**updates, **({MATCHED: ""} if spec.get(MATCHED) else {})})
 
     async with anyio.create_task_group() as tg:
         for i in units:
@@ -493,19 +589,24 @@ async def check_probes(host: Host, specs: list[dict[str, Any]]) -> list[ProbeRes
                  if inv and inv != next((s.get("not_invocation") for s in specs
                                          if s.get("kind") == "systemd_unit" and s.get("unit") == unit), None)}
         checked = [i for i in others if specs[i].get("kind") == "log" and specs[i].get("unit") in fresh]
-        for i in others:
-            if i in checked:
-                continue
-            spec = specs[i]
-            results[i] = ProbeResult(
-                str(spec.get("kind")), _target(spec), "not_yet",
-                f"not checked yet: it counts only once {w.target} is active in its new invocation",
-                {MATCHED: ""} if spec.get(MATCHED) else {})
+        waits = f"not checked yet: it counts only once {w.target} is active in its new invocation"
+        async with anyio.create_task_group() as tg:
+            for i in others:
+                if i in checked:
+                    continue
+                spec = specs[i]
+                if spec.get("kind") == "log" and spec.get("path"):
+                    tg.start_soon(floor, i, waits)
+                    continue
+                results[i] = ProbeResult(str(spec.get("kind")), _target(spec), "not_yet", waits,
+                                         {MATCHED: ""} if spec.get(MATCHED) else {})
     else:
         checked = others
+    began = [t / 1e6 for i in units if (r := results[i]) is not None and r.details.get("new_active")
+             and (t := _int(r.details.get("InactiveExitTimestampMonotonic")))]
     async with anyio.create_task_group() as tg:
         for i in checked:
-            tg.start_soon(one, i, gate, invocations.get(str(specs[i].get("unit") or "")))
+            tg.start_soon(one, i, gate, invocations.get(str(specs[i].get("unit") or "")), min(began, default=None))
     if units and not waiting:
         starts = [t for i in units if (r := results[i]) is not None and r.details.get("new_active")
                   for key in ("InactiveExitTimestampMonotonic", "ExecMainStartTimestampMonotonic")

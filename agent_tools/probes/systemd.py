@@ -52,7 +52,12 @@ NOT_BEGUN = " (restart not begun yet)"
 UNIT_PROPS = ("ActiveState,SubState,Result,ExecMainStatus,ExecMainCode,NRestarts,InvocationID,TimeoutStartUSec,"
               "Type,MainPID,ActiveEnterTimestampMonotonic,ActiveExitTimestampMonotonic,"
               "ExecMainExitTimestampMonotonic,ConditionTimestampMonotonic,ConditionResult,AssertResult,"
-              "InactiveExitTimestampMonotonic,ExecMainStartTimestampMonotonic")
+              "InactiveExitTimestampMonotonic,ExecMainStartTimestampMonotonic,ExecStartPre,ExecStartPost,"
+              "ExecReload,ExecStop,ExecStopPost")
+
+#: a unit's control commands (systemd.service(5)): their runs are shown as ``{ path=... ; code=exited ;
+#: status=N }`` (systemctl show), the last run of each
+_CONTROL = ("ExecStartPre", "ExecStartPost", "ExecReload", "ExecStop", "ExecStopPost")
 
 #: types whose "active" means ready (READY=1, the bus name): no settle window by default
 NOTIFY_TYPES = frozenset({"notify", "notify-reload", "dbus"})
@@ -80,10 +85,40 @@ def _int(value: str | None) -> int | None:
 
 
 def settle_window_s(p: SystemdUnitProbe, unit_type: str) -> float:
-    """The settle window of ``p`` for a unit of ``Type=unit_type`` (seconds)."""
+    """The settle window of ``p`` for a unit of ``Type=unit_type`` (seconds): none for notify/dbus services, and
+    none for units that are not services (no ``Type=``: a socket is ready once it listens, a target once
+    reached)."""
     if p.settle_s is not None:
         return p.settle_s
-    return 0.0 if unit_type in NOTIFY_TYPES else DEFAULT_SETTLE_S
+    return 0.0 if unit_type in NOTIFY_TYPES or not unit_type else DEFAULT_SETTLE_S
+
+
+#: waitid(2) si_code values systemd shows as ExecMainCode
+_CLD_KILLED, _CLD_DUMPED = "2", "3"
+
+
+def main_end(props: Mapping[str, str]) -> str:
+    """How the unit's main process ended, in words: ``exit=N``, or ``signal=N`` when a signal killed it
+    (ExecMainCode), followed by the control command that failed first when one did (``ExecStartPost=/bin/false
+    exited 1``: systemd then stops the main process itself, so its end is a consequence)."""
+    code = props.get("ExecMainStatus", "?")
+    text = f"signal={code}" if props.get("ExecMainCode") in (_CLD_KILLED, _CLD_DUMPED) else f"exit={code}"
+    failed = failed_control(props)
+    return f"{text} ({failed})" if failed else text
+
+
+def failed_control(props: Mapping[str, str]) -> str:
+    """The first control command (ExecStartPre=, ExecStartPost=, ...) whose last run failed, as ``NAME=PATH exited
+    N`` or ``NAME=PATH killed by signal N``; "" when none did (or systemctl did not show them)."""
+    for name in _CONTROL:
+        for run in props.get(name, "").split("} {"):
+            fields = dict(f.strip().split("=", 1) for f in run.strip("{} ").split(" ; ") if "=" in f)
+            code, status = fields.get("code", ""), fields.get("status", "")
+            if code == "exited" and status not in ("", "0", "0/SUCCESS"):
+                return f"{name}={fields.get('path', '?')} exited {status.split('/')[0]}"
+            if code in ("killed", "dumped"):
+                return f"{name}={fields.get('path', '?')} killed by signal {status.split('/')[0]}"
+    return ""
 
 
 #: sd-messages.h MESSAGE_IDs of the manager's lines about a unit
@@ -123,7 +158,7 @@ def judge_unit(p: SystemdUnitProbe, state: dict[str, Any], props: dict[str, str]
     inv = props.get("InvocationID", "")
     restarts = _int(props.get("NRestarts")) or 0
     unit_type = props.get("Type", "")
-    code = props.get("ExecMainStatus", "?")
+    code = main_end(props)
     ev = f"{active}/{sub} result={result}" + (f" restarts={restarts}" if restarts else "")
 
     def res(verdict: str, evidence: str, updates: dict[str, Any] | None = None, *, new_active: bool = False,
@@ -146,7 +181,7 @@ def judge_unit(p: SystemdUnitProbe, state: dict[str, Any], props: dict[str, str]
         if how == "stopped":
             return final(f"{ev}: stopped on request{when}; no longer followed", "stopped")
         if how == "failed":
-            return res("failed", f"{ev} exit={code}: the invocation failed{when}")
+            return res("failed", f"{ev} {code}: the invocation failed{when}")
         if how is None:
             seen = state.get("ended_seen")
             first = float(seen[1]) if isinstance(seen, list) and len(seen) == 2 and seen[0] == target else now
@@ -162,7 +197,7 @@ def judge_unit(p: SystemdUnitProbe, state: dict[str, Any], props: dict[str, str]
         if how == "exited":
             return res("failed", f"{ev}: the process exited by itself{when} (deactivated successfully): the "
                                  "service is not running")
-        return res("failed", f"{ev} exit={code}: the invocation ended{when}; the journal does not say how")
+        return res("failed", f"{ev} {code}: the invocation ended{when}; the journal does not say how")
 
     def ask() -> ProbeResult:
         return res("not_yet", ev + " (reading the journal)", ask=True)
@@ -176,7 +211,7 @@ def judge_unit(p: SystemdUnitProbe, state: dict[str, Any], props: dict[str, str]
                 return res("not_yet", ev + ": the invocation that passed is stopping")
             if active == "inactive":
                 return ask() if ends is None else gone(pinned, after_ready=True, inferred=not inv)
-            return res("failed", f"{ev} exit={code}: the invocation that was ready is no longer running")
+            return res("failed", f"{ev} {code}: the invocation that was ready is no longer running")
         if restarts > int(state.get("passed_restarts") or 0):
             return res("failed", f"{ev}: the invocation that was ready died and systemd restarted the unit "
                                  f"(restarts {state.get('passed_restarts') or 0} -> {restarts})")
@@ -202,11 +237,15 @@ def judge_unit(p: SystemdUnitProbe, state: dict[str, Any], props: dict[str, str]
         if not inv and active == "active":
             return res("not_yet", ev + " (no InvocationID: this systemd is older than 232, or the unit never "
                                        "started; the probe needs a new invocation)")
+        if active == "deactivating":  # the restart stops the old invocation first and waits for it
+            return res("not_yet", ev + " (the old invocation is stopping; the start follows once it stopped)")
         return res("not_yet", ev + NOT_BEGUN)
     if active == "failed":
-        return res("failed", f"{ev} exit={code}")
+        return res("failed", f"{ev} {code}")
+    looping = (f"; systemd restarted it {restarts} times since the restart: it keeps dying, service_status shows "
+               "why" if restarts >= 2 else "")
     if active == "activating" and sub == "auto-restart":
-        return res("not_yet", f"{ev} exit={code}: it died and systemd restarts it")
+        return res("not_yet", f"{ev} {code}: it died and systemd restarts it{looping}")
     if active not in ("active", "reloading"):
         return res("not_yet", ev)
     settle = settle_window_s(p, unit_type)
@@ -224,8 +263,8 @@ def judge_unit(p: SystemdUnitProbe, state: dict[str, Any], props: dict[str, str]
         updates = {"passed_invocation": inv, "passed_restarts": restarts}
         return res("passed", ev + (f", up {age:.1f} s (settle window {settle:g} s)" if settle else ""), updates,
                    new_active=True)
-    return res("not_yet", f"{ev}, up {age:.1f} s of its {settle:g} s settle window (Type={unit_type or '?'}: "
-                          "systemd counts it started before it is ready)", updates, new_active=True)
+    return res("not_yet", f"{ev}, up {age:.1f} s of its {settle:g} s settle window (Type={unit_type}: systemd "
+                          f"counts it started before it is ready){looping}", updates, new_active=True)
 
 
 def show_command(unit: str) -> str:

@@ -28,7 +28,9 @@ from pydantic import Field
 from ..errors import (
     AgentToolsError,
     BadArguments,
+    ConnectionLost,
     ConnectionRefused,
+    HostError,
     NotFound,
     PermissionDenied,
     TargetTimeout,
@@ -485,7 +487,14 @@ async def restart_service(tk: Toolkit, host: str, unit: str, daemon_reload: bool
         restart job's kill deadline on the host).
     :raises BadArguments: invalid unit name or probes, or a unit the host does not know.
     """
-    plan = await plan_restart(tk, host, unit, daemon_reload, probes, deadline_s)
+    try:
+        plan = await plan_restart(tk, host, unit, daemon_reload, probes, deadline_s)
+    except ConnectionLost as exc:
+        # step (1) only reads: whatever the host seam says of its command ("it may be running"), no restart was
+        # sent; nothing reserved a job id
+        text = re.sub(r"; (?:nothing was started|it may be running)$", "", exc.message)
+        raise ConnectionLost(exc.host, f"{text}; this was the read of {unit}'s state before the restart: no "
+                                       "restart was sent (restart_service again once the host answers)") from exc
     h = tk.hosts.get(host)
     cmd, spec, deadline_s, timeout_s = plan.command, plan.probes, plan.deadline_s, plan.timeout_s
     # the deadline is also the restart job's kill deadline on the host (its monitor kills a hung systemctl)
@@ -843,9 +852,18 @@ async def wait_for(tk: Toolkit, host: str, probes: list[dict[str, Any]], deadlin
             return WaitResult(host=host, outcome="ready", elapsed_s=elapsed, probes=reports, why="all probes passed")
         remaining = deadline_s - (anyio.current_time() - t0)
         if remaining <= 0:
+            waiting = [r for r in results if r.state != "passed"]
+            # a probe that could not reach the host did not fail to pass: the host did not answer
+            errors = [e for r in waiting if isinstance(e := r.details.get("host_error"), HostError)]
+            if errors and len(errors) == len(waiting):
+                raise errors[-1]
+            if any(r.details.get("timeout") for r in waiting):
+                lost = await _link_down(h)  # a silent port, or no answer from the host itself?
+                if lost is not None:
+                    raise lost
             return WaitResult(host=host, outcome="deadline_exceeded", elapsed_s=elapsed, probes=reports,
                               why=f"not passed within {deadline_s:g} s: " + ", ".join(
-                                  f"{r.kind} {r.target}" for r in results if r.state != "passed"),
+                                  f"{r.kind} {r.target}" for r in waiting),
                               next="wait_for again with a larger deadline_s if it is still coming up"
                                    + (f"; {look}" if look else "; the probes' evidence says where they stand"))
         await anyio.sleep(min(delay, remaining))
@@ -891,6 +909,9 @@ async def http_get(tk: Toolkit, host: str, url: str, fields: list[str] | None = 
         raise ConnectionRefused(host, f"GET {url} from {host}: connection refused: nothing listens on {where}"
                                 + await _port_owner(tk, h, host, port)) from exc
     except TimeoutError as exc:
+        lost = await _link_down(h)  # the server is silent, or the host itself does not answer?
+        if lost is not None:
+            raise lost from exc
         raise TargetTimeout(host, f"GET {url} from {host}: no answer within {timeout_s:g} s"
                             + await _port_owner(tk, h, host, port, listening=True)) from exc
     except (OSError, ValueError, h11.ProtocolError) as exc:  # reset, closed without an answer, not HTTP
@@ -943,6 +964,26 @@ async def _listening_elsewhere(h: Host, address: str, port: int) -> list[str]:
 
 def _url_host(address: str) -> str:
     return f"[{address}]" if ":" in address else address
+
+
+#: seconds the host gets to answer a trivial command when a probe or GET timed out (is it the target or the host?)
+_LINK_CHECK_S = 3.0
+
+
+async def _link_down(h: Host) -> HostError | None:
+    """Whether the host itself stopped answering (a partition, a stalled SSH link) when a TCP probe or GET through
+    it timed out: it gets ``_LINK_CHECK_S`` seconds to run ``true``. The error to report instead of blaming the
+    target, or None when the host answers (the target itself was silent)."""
+    try:
+        with anyio.fail_after(_LINK_CHECK_S):
+            await run_on(h, "true")
+    except HostError as exc:
+        return exc
+    except TimeoutError:
+        return ConnectionLost(h.name, f"{h.name}: the host itself did not answer within {_LINK_CHECK_S:g} s (the SSH "
+                                      "connection stopped passing packets): the target was not reached, so nothing "
+                                      "is known of it")
+    return None
 
 
 async def _port_owner(tk: Toolkit, h: Host, host: str, port: int, *, listening: bool = False) -> str:

@@ -22,7 +22,15 @@ import anyio
 import structlog
 from pydantic import BaseModel, ValidationError
 
-from ..errors import AgentToolsError, ApprovalUsed, BadArguments
+from ..errors import (
+    AgentToolsError,
+    ApprovalUsed,
+    BadArguments,
+    ConnectionLost,
+    ExecUnconfirmed,
+    HostChanged,
+    HostError,
+)
 from ..hosts.base import Host, run_on
 from ..hosts.reach import check_same_machine, host_identity
 from ..hosts.registry import HostRegistry
@@ -530,11 +538,13 @@ class Toolkit:
             self._secrets_known.add(job_id)
         return self._explained(outcome)
 
-    async def _job_host(self, job_id: str, notes: list[str]) -> Any:
+    async def _job_host(self, job_id: str, notes: list[str], limit_s: float, what: str) -> Any:
         """The host a job runs on, reached the way it was at launch (the journal remembers the SSH config files:
         :meth:`HostRegistry.for_job`), and a note when that config changed since (logged). When the launch
-        recorded the machine's host key, the host reached now must have the same key. The note is appended to
-        ``notes`` (before anything is checked, so an error said next can name the likely cause).
+        recorded the machine's host key, the host reached now must have the same key, checked within the call's
+        own time (``limit_s`` seconds, the call ``what``: its time + the runner's answer time, as
+        the runner bounds its own). The note is appended to ``notes`` (before anything is checked, so an
+        error said next can name the likely cause).
 
         :raises JobNotFound: no such job in the journal.
         :raises HostChanged: the alias now reaches another machine (nothing is concluded about the job).
@@ -546,7 +556,8 @@ class Toolkit:
             log.info("job.connection_note", job_id=job_id, host=rec.host, note=note)
             notes.append(note)
         if rec.state != "not_started":
-            await check_same_machine(host, remembered, job_id=job_id)
+            with _answer_within(host, limit_s, what):
+                await check_same_machine(host, remembered, job_id=job_id)
         return host
 
     async def _secrets_of(self, host: Host, job_id: str) -> None:
@@ -579,7 +590,7 @@ class Toolkit:
         """State of a job and its new output; long-polls up to ``wait_s`` seconds."""
         notes: list[str] = []
         try:
-            host = await self._job_host(job_id, notes)
+            host = await self._job_host(job_id, notes, wait_s + self.runner.answer_timeout_s, "job_status")
             await self._secrets_of(host, job_id)
             note = notes[0] if notes else None
             status = await self.runner.job_status(host, job_id, wait_s=wait_s)
@@ -587,7 +598,7 @@ class Toolkit:
                 status.why = f"{status.why} ({note})" if status.why else note
             return status
         except AgentToolsError as exc:
-            return _noted(_error(exc, None, None), notes[0] if notes else None)
+            return _noted(_error(_not_a_launch(exc, "job_status", job_id), None, None), notes[0] if notes else None)
 
     async def job_output(self, job_id: str, stream: str = "stdout", offset: int = 0, limit: int = 16384,
                          tail_lines: int | None = None, grep: str | None = None) -> JobOutput | ErrorOutcome:
@@ -595,18 +606,18 @@ class Toolkit:
         (:meth:`JobRunner.job_output`)."""
         notes: list[str] = []
         try:
-            host = await self._job_host(job_id, notes)
+            host = await self._job_host(job_id, notes, self.runner.answer_timeout_s, "job_output")
             await self._secrets_of(host, job_id)
             return await self.runner.job_output(host, job_id, stream=stream,  # type: ignore[arg-type]
                                                 offset=offset, limit=limit, tail_lines=tail_lines, grep=grep)
         except AgentToolsError as exc:
-            return _noted(_error(exc, None, None), notes[0] if notes else None)
+            return _noted(_error(_not_a_launch(exc, "job_output", job_id), None, None), notes[0] if notes else None)
 
     async def job_cancel(self, job_id: str, grace_s: float = 5.0) -> JobCancelResult | ErrorOutcome:
         """Kill a job's whole process tree and verify nothing of it is left."""
         notes: list[str] = []
         try:
-            host = await self._job_host(job_id, notes)
+            host = await self._job_host(job_id, notes, grace_s + self.runner.answer_timeout_s, "job_cancel")
             note = notes[0] if notes else None
             result = await self.runner.cancel(host, job_id, grace_s=grace_s)
             if note:
@@ -618,7 +629,7 @@ class Toolkit:
                     "run_command 'systemctl stop UNIT' stops it (restart_service restarts it)")
             return result
         except AgentToolsError as exc:
-            return _noted(_error(exc, None, None), notes[0] if notes else None)
+            return _noted(_error(_not_a_launch(exc, "job_cancel", job_id), None, None), notes[0] if notes else None)
 
     async def _units_still_starting(self, host: Any, rec: Any) -> list[str]:
         """``UNIT (ActiveState/SubState)`` of the units a job started or restarted (its probes' units, the units
@@ -677,11 +688,19 @@ class Toolkit:
             if never:
                 notes.append(f"{never} launch(es) that never started (nothing ran) are not listed")
             end = offset + len(jobs)
-            return JobList(jobs=[JobInfo(job_id=r.job_id, host=r.host, command=r.command, state=r.state,
-                                         readiness=r.readiness, exit_status=r.exit_status, by=killed_by(r),
-                                         created_at=r.created_at)
-                                 for r in jobs], total=total, next_offset=end if end < total else None,
-                           note="; ".join(notes))
+            rows = [JobInfo(job_id=r.job_id, host=r.host, command=r.command, state=r.state, readiness=r.readiness,
+                            exit_status=r.exit_status, by=killed_by(r),
+                            leftovers=[p for p, _ in r.meta.get("leftovers") or []], created_at=r.created_at)
+                    for r in jobs]
+            left = [j.job_id for j in rows if j.leftovers]
+            if left:
+                notes.append("what an ended command left running (leftovers) stops with "
+                             + ", ".join(f"job_cancel(job_id='{j}')" for j in left))
+            if host is None and any(j.state == "running" or j.leftovers or (j.readiness in ("pending", "ready") and
+                                                                           j.state != "not_started") for j in rows):
+                notes.append("states, readiness and leftovers as last recorded, not looked at on the hosts now: "
+                             "list_jobs(host=...) refreshes them")
+            return JobList(jobs=rows, total=total, next_offset=end if end < total else None, note="; ".join(notes))
         except AgentToolsError as exc:
             return _error(exc, host, None)
 
@@ -702,7 +721,8 @@ class Toolkit:
                     if isinstance(r.meta.get("connection"), dict) and r.meta["connection"].get("host_key")}
         if not recorded:
             return set()
-        now_key = await host_identity(host)
+        with _answer_within(host, self.runner.answer_timeout_s, "list_jobs"):  # as the listing itself is
+            now_key = await host_identity(host)
         return {j for j, k in recorded.items() if now_key is not None and k != now_key}
 
     async def aclose(self) -> None:
@@ -748,6 +768,36 @@ def _valid_unicode(value: Any) -> Any:
     if isinstance(value, list):
         return [_valid_unicode(v) for v in value]
     return value
+
+
+#: what the host seam says about a command it could not start or confirm: true of a launch, but the command of a
+#: job_status, job_output or job_cancel is the call's own script, not the job
+_LAUNCH_WORDS_RE = re.compile(r"; (?:nothing was started|it may be running)$")
+
+
+def _not_a_launch(exc: AgentToolsError, what: str, job_id: str) -> AgentToolsError:
+    """``exc`` of a call about job ``job_id`` (``what``: job_status, job_output or job_cancel) in words about that
+    call: what the host seam says of its script ("nothing was started", "it may be running") is not about the
+    job. A lost connection is ``connection_lost`` (never ``start_unconfirmed``); a cancel whose request may have
+    reached the host says it may have taken effect."""
+    if not isinstance(exc, HostError) or isinstance(exc, HostChanged):
+        return exc
+    if not isinstance(exc, ConnectionLost):
+        return exc
+    text = _LAUNCH_WORDS_RE.sub("", exc.message)
+    if what == "job_cancel":
+        # lost before the session opened: nothing was sent; else the cancel script may have run on the host
+        if exc.message.endswith("nothing was started"):
+            tail = (f"; the cancel was not sent: the job is untouched; job_cancel(job_id='{job_id}') again once the "
+                    "host answers")
+        else:
+            tail = (f"; the cancel may have reached the host and taken effect: job_status(job_id='{job_id}') tells "
+                    "whether the job still runs")
+    elif text != exc.message or isinstance(exc, ExecUnconfirmed):
+        tail = f"; the job on the host is untouched by this {what}: ask again once the host answers"
+    else:
+        return exc
+    return ConnectionLost(exc.host, text + tail)
 
 
 def _noted(error: ErrorOutcome, note: str | None) -> ErrorOutcome:
