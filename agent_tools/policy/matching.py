@@ -341,7 +341,9 @@ def _resolved_forms(argv: tuple[str, ...], cwds: tuple[str | None, ...],
         elif word.startswith("/"):
             forms = []
         else:
-            where = dirs if _is_pattern(word) else [d for d in dirs if d != "~"]
+            # (a pattern in the login directory counts for a deny rule: `rm -rf *` in ~; an ask rule only sees the
+            # directories a command moved to, as a word it names there is not a file elsewhere)
+            where = dirs if _is_pattern(word) and decision != "ask" else [d for d in dirs if d != "~"]
             forms = [] if word.startswith("~") else [r for d in where if (r := join_dir(d, word)) is not None]
             forms += [r for d in above if (r := climbed(d, word)) is not None]
         out.append(tuple(dict.fromkeys(forms)))
