@@ -392,6 +392,7 @@ async def test_small_gaps_a_restore_that_changes_nothing_a_wait_past_its_deadlin
         text, waited = await model.read("wait_for", {"host": "local", "deadline_s": 0.5, "probes": [
             {"kind": "port", "port": 1}]})
         assert waited["outcome"] == "deadline_exceeded" and "larger deadline_s" in waited["next"], text
+        await model.read("run_command", {"host": "local", "command": "true"})
         text, jobs = await model.read("list_jobs", {})
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", jobs["jobs"][0]["created_at"]), text
 

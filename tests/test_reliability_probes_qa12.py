@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
@@ -128,7 +128,8 @@ async def test_http_and_port_probes_do_not_count_a_stray_listener(systemd_hosts:
             while anyio.current_time() < t_end:
                 st = dump(await tk.job_status(job_id=out["job_id"], wait_s=2))
                 assert st["readiness"] == "pending", st  # never ready on the stray's answer
-            assert "listens on no port" in st["why"] and "python3" in st["why"], st["why"]
+            said = st["why"] + " ".join(p.get("evidence", "") for p in st.get("probes", []))  # (evidence: in probes)
+            assert "listens on no port" in said and "python3" in said, st
             await tk.job_cancel(job_id=stray.job_id, grace_s=1)  # the stray goes; the unit's server binds
             st = await follow(rel, tk, out["job_id"], until=settled, limit_s=30)
             assert st["readiness"] == "ready", st
@@ -169,9 +170,11 @@ async def test_unit_evidence_names_what_systemd_is_doing(systemd_hosts: HostPool
             st = await follow(rel, tk, sock["job_id"], until=settled, limit_s=30)
             assert st["readiness"] == "ready" and "Type=" not in st["why"], st
             t0 = time.monotonic()
-            st = await follow(rel, tk, loop["job_id"], until=lambda s: "keeps dying" in s["why"] or settled(s),
+            def said(s: dict[str, Any]) -> str:  # a pending job's why points at its probes' evidence
+                return str(s["why"]) + " ".join(p.get("evidence", "") for p in s.get("probes", []))
+            st = await follow(rel, tk, loop["job_id"], until=lambda s: "keeps dying" in said(s) or settled(s),
                               limit_s=30)
-            assert "keeps dying" in st["why"] and st["readiness"] == "pending", st
+            assert "keeps dying" in said(st) and st["readiness"] == "pending", st
             assert "service is loading" not in st["next"], st
             assert time.monotonic() - t0 < 30
     finally:

@@ -183,6 +183,13 @@ def import_calls(calls: list[ShellCall], *, runtime: str, source: str | os.PathL
                          "test_transcript_NAME.py and cassettes/NAME.jsonl, and the test function)")
     name = name or _name(src)
     seen = calls if isinstance(calls, ShellCalls) else None
+    # a command holding text that is not valid Unicode (a transcript's lone surrogate, from bytes that were not
+    # UTF-8) is refused by every tool as bad_arguments: it cannot be replayed, so it is not imported (the caller's
+    # call is marked, with the reason, as the readers mark what they skip)
+    for c in calls:
+        if c.ran and not _valid_unicode(c.command):
+            c.skip("its command holds text that is not valid UTF-8 (a lone surrogate such as \\udcff, from bytes "
+                   "that were not UTF-8): agent-tools refuses such a command as bad_arguments")
     # the one seam for transcripts: their commands and outputs are redacted before anything is inferred, run,
     # recorded or written (cassette, generated test, the plan in it)
     calls = [dataclasses.replace(c, command=redact(c.command), output=redact(c.output),
@@ -226,6 +233,14 @@ def import_calls(calls: list[ShellCall], *, runtime: str, source: str | os.PathL
     replaced = timeline.replaced()
     test_path.write_text(_test_source(name, runtime, src.name, plan, results, calls, replaced), encoding="utf-8")
     return ImportResult(cassette_path, test_path, plan, results, replaced)
+
+
+def _valid_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _nothing_to_import(calls: list[ShellCall], seen: ShellCalls | None) -> str:

@@ -551,7 +551,7 @@ class JobRunner:
             return self._unconfirmed(rec, f"{host.name}: no answer from the host within the {budget_s:g} s budget "
                                           "to a launch request written to a ready session (hung, overloaded, or "
                                           "the connection stopped answering)")
-        why = f"still running when its {budget_s:g} s budget ran out; " + _runs_on(rec)
+        why = "still running when its budget ran out; " + _runs_on(rec)
         if not started:
             why += " (the start was not confirmed before the budget ran out)"
         return self._detached(rec, anyio.current_time() - t0, st, why=why)

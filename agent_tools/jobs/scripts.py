@@ -706,7 +706,7 @@ at_is=$3; s=; read -r s < /proc/self/stat 2>/dev/null; s=${s##*) }; set -- $s; a
 ( trap 'kill "$sp" 2>/dev/null; exit 0' TERM; sleep "$at_is" & sp=$!; wait "$sp"; at_alive $$ "$at_ms" && kill -HUP $$ ) \
   </dev/null >/dev/null 2>&1 &
 at_idle=$!
-n=; IFS= read -r n || exit 0
+n=; IFS= read -r n || { kill "$at_idle" 2>/dev/null; exit 0; }  # (EOF: the watcher goes too, not in IDLE_S)
 kill "$at_idle" 2>/dev/null
 case $n in ''|*[!0-9]*) exit 98;; esac
 r=; while [ "$n" -gt 0 ]; do IFS= read -r l || exit 0; r="$r$l

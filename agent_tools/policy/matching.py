@@ -238,14 +238,9 @@ class CompiledRule:
             if not any(token.matches_text(arg, also, abbreviations=strict, clusters=clusters, globs=strict)
                        for arg, also in args):
                 return None
-        globs = command.globs[1:] if len(command.globs) == len(argv) else [False] * len(args)
         if self.match_any_arg and not any(t.matches_text(arg, also, abbreviations=strict, clusters=clusters,
                                                          globs=strict)
-                                          or (strict and glob and t.may_match_glob(arg))
-                                          for t in self.match_any_arg
-                                          for (arg, also), glob in zip(args + self._read(command),
-                                                                       [*globs, *[False] * len(command.redirects)],
-                                                                       strict=False)):
+                                          for t in self.match_any_arg for arg, also in args + self._read(command)):
             return None
         if self.redirect_to is not None:
             redirect_to = self.redirect_to
