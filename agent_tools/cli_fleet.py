@@ -61,7 +61,7 @@ def _shown(value: object, style: str = "") -> Text:
     return plain(redact(str(value)), style)
 
 
-_STYLE = {"verified": "green", "already_done": "green",
+_STYLE = {"verified": "green", "already_done": "green", "denied": "yellow",
           "refused": "yellow", "rolled_back": "yellow", "failed": "red", "skipped": "dim",
           "cancelled": "dim", "awaiting_approval": "magenta", "restarting": "cyan", "rolling_back": "yellow",
           "verifying": "cyan"}

@@ -1,6 +1,6 @@
-"""The fleet suite's fixtures and helpers (tests/test_fleet_temporal.py): the real Temporal dev server
-(``temporal`` fixture, one per test module), embedded simulated GPU nodes, in-process workers, replay of a recorded
-history, the CLI.
+"""The fleet suites' fixtures and helpers (tests/test_fleet_temporal.py, tests/test_fleet_rollout_truth.py): the
+real Temporal dev server (``temporal`` fixture, one per test module), embedded simulated GPU nodes, in-process
+workers, replay of a recorded history, the CLI.
 
 Nothing here imports temporalio at import time (tests/conftest.py imports the fixtures for every suite, also
 where the extra is not installed); the suites that use them skip without it.
@@ -27,6 +27,7 @@ from agent_tools.tools.toolkit import Toolkit
 if TYPE_CHECKING:
     from temporalio.client import Client, WorkflowHandle
 
+    from agent_tools.fleet.activities import FleetActivities
     from agent_tools.fleet.devserver import DevServer
 
 __all__ = ["cli", "fleet_config", "ids", "in_process_worker", "nodes", "replays", "stack", "temporal", "toolkit"]
@@ -76,12 +77,13 @@ def toolkit(tmp: Path, nodes: dict[str, EmbeddedNode], name: str, policy: Any = 
     return Toolkit(registry, journal=Journal(tmp / f"{name}.sqlite3"), policy=policy)
 
 
-async def in_process_worker(stack: AsyncExitStack, client: Client, queue: str, tk: Toolkit) -> None:
-    """A fleet worker over ``tk``, stopped with ``stack``."""
+async def in_process_worker(stack: AsyncExitStack, client: Client, queue: str, tk: Toolkit,
+                            activities: FleetActivities | None = None) -> None:
+    """A fleet worker over ``tk`` (``activities``: other steps, see ``build_worker``), stopped with ``stack``."""
     from agent_tools.fleet.worker import build_worker
 
     await stack.enter_async_context(tk)
-    await stack.enter_async_context(build_worker(client, queue, tk))
+    await stack.enter_async_context(build_worker(client, queue, tk, activities=activities))
 
 
 async def replays(handle: WorkflowHandle[Any, Any]) -> None:

@@ -96,7 +96,8 @@ async def test_failed_wave_rolls_back_and_halts(temporal: DevServer, stack: Asyn
     assert [r["key"] for r in small["restarts"]] == ["restart", "rollback"]
     assert nodes["fleet-small"].starts() == 3  # first start, the failed restart, the rollback restart
     assert final["hosts"]["fleet-b"]["state"] == "skipped" and nodes["fleet-b"].starts() == 1
-    assert final["phase"] == "halted" and "failure budget is 0" in final["halted"]
+    assert final["phase"] == "halted" and final["halted"].startswith("halted after wave 1/2: 1 host(s) failed")
+    assert "failure budget is 0" in final["halted"]
     unit = await run_on(nodes["fleet-small"].registry.get("fleet-small"),
                         "cat \"$SIM_SYSTEMD_ROOT\"/etc/systemd/system/sglang.service")
     assert b"--enable-hierarchical-cache" not in unit.stdout and b"ExecStart" in unit.stdout  # restored
@@ -175,10 +176,14 @@ async def test_cancellation_reaches_the_job_and_kills_its_tree(temporal: DevServ
         return len((await run_on(host, alive)).stdout.split()) >= 3
 
     await wait_until(running, "the job's processes to run on the node", timeout_s=30)
+    assert await handle.query(HostJob.status) == {"state": "running", "host": "fleet-d", "job_id": job_id}
     await handle.cancel()
     with pytest.raises(WorkflowFailureError):
         await handle.result()
     assert (await run_on(host, alive)).stdout.split() == []  # the whole tree is gone when the workflow ends
+    # its status says so too (it said "running" after the cancel: qa18 finding 15)
+    st = await handle.query(HostJob.status)
+    assert st["state"] == "cancelled" and st["job_id"] == job_id and "cancelled" in st["note"], st
     await fh.replays(handle)
 
 
@@ -258,7 +263,10 @@ async def test_rollout_cancel_marks_unfinished_hosts_cancelled(temporal: DevServ
     # the canary, cancelled mid-restart, was put back: the unit restored and the service restarted and serving
     g = st["hosts"]["fleet-g"]
     assert "restored the unit from backup" in g["note"] and "it serves again" in g["note"], g
-    assert [r["key"] for r in g["restarts"]] == ["cancel"] and g["restarts"][0]["readiness"] == "ready", g
+    # both restarts the node saw are listed: the rollout's (cut short by the cancel; the host says it ran) and the
+    # cancel's (the list held only the second: qa18 finding 13)
+    assert [(r["key"], r["readiness"]) for r in g["restarts"]] == [("restart", "cancelled"), ("cancel", "ready")], g
+    assert nodes["fleet-g"].starts() == 3  # the first start, the rollout's restart, the cancel's
     node = nodes["fleet-g"].registry.get("fleet-g")
     unit = await run_on(node, "cat \"$SIM_SYSTEMD_ROOT\"/etc/systemd/system/sglang.service")
     assert b"--enable-hierarchical-cache" not in unit.stdout and b"ExecStart" in unit.stdout
@@ -276,7 +284,9 @@ async def test_rollout_cancel_marks_unfinished_hosts_cancelled(temporal: DevServ
 async def test_precheck_of_a_unit_with_hicache_adds_only_missing_flags_or_is_already_done(
         stack: AsyncExitStack, tmp_path: Path) -> None:
     """A unit that already has hicache: ``--max-running-requests 101`` is added alone (no memory estimate: no pool
-    is added); the flags it already has make the host ``already_done``, not a pre-check failure."""
+    is added); flags the unit has and the server runs make the host ``already_done``; flags the unit has but the
+    server does not run (the unit edited, never restarted) are no "nothing to change" (qa18 finding 6): a restart
+    without an edit applies them, and here it would add the hicache pool the small node cannot hold."""
     nodes = await fh.nodes(stack, tmp_path, [("fleet-i", "small_ram")], load_s=1.0)
     tk = fh.toolkit(tmp_path, nodes, "worker")
     await stack.enter_async_context(tk)
@@ -291,8 +301,12 @@ async def test_precheck_of_a_unit_with_hicache_adds_only_missing_flags_or_is_alr
     assert more["outcome"] == "precheck" and more["adds"] == ["--max-running-requests", "101"], more
     assert more["fits"] is True  # the small-RAM node: no hicache pool is added, nothing to refuse
     assert more["new"] == more["old"].rstrip("\n") + " \\\n    --max-running-requests 101\n", more["new"]
-    done = await acts.precheck({**req, "flags": ["--hicache-ratio", "2.0", "--enable-hierarchical-cache"]})
+    done = await acts.precheck({**req, "flags": ["--mem-fraction-static", "0.88"]})  # in the unit and running
     assert done["outcome"] == "already_done" and "nothing to change" in done["message"], done
+    assert "the server runs them (/get_server_info: mem_fraction_static=0.88)" in done["message"], done
+    live = await acts.precheck({**req, "flags": ["--hicache-ratio", "2.0", "--enable-hierarchical-cache"]})
+    assert live["outcome"] == "precheck" and live["adds"] == [] and live["old"] is None, live
+    assert live["fits"] is False and "GiB host RAM" in live["summary"], live  # the restart would add the pool
     other = await acts.precheck({**req, "flags": ["--hicache-ratio", "3"]})  # another value: the last one wins
     assert other["outcome"] == "precheck" and other["adds"] == ["--hicache-ratio", "3"]
 
@@ -304,6 +318,19 @@ def test_a_flag_that_is_not_one_plain_word_is_refused_before_starting(word: str)
     problem = spec_problem(RolloutSpec(hosts=["h"], flags=["--max-running-requests", word]))
     assert problem is not None and "is not one plain word" in problem
     assert spec_problem(RolloutSpec(hosts=["h"], flags=["--hicache-size", "64", "--x=a/b:c,d+e@f"])) is None
+
+
+@pytest.mark.parametrize(("field", "value"), [("heartbeat_s", 0.0), ("heartbeat_s", -1.0),
+                                            ("restart_timeout_s", 0.0), ("unit", "sglang.service;touch /tmp/x"),
+                                            ("unit", "-H.service"), ("unit", "")])
+def test_a_zero_heartbeat_or_a_unit_that_is_no_unit_name_is_refused_before_starting(field: str, value: Any) -> None:
+    """qa18 finding 14: a heartbeat timeout of 0 turned off dead-worker detection (a cancel then waited for the
+    step's 30-minute start-to-close timeout); finding 17: a unit with shell syntax failed every host at pre-check."""
+    from agent_tools.fleet.workflow import spec_problem
+
+    problem = spec_problem(RolloutSpec(hosts=["h"], **{field: value}))
+    assert problem is not None and ("must be > 0 seconds" in problem or "is not a systemd unit name" in problem)
+    assert spec_problem(RolloutSpec(hosts=["h"], unit="sglang@gpu-0.service", heartbeat_s=0.5)) is None
 
 
 def test_rollout_start_with_an_injected_flag_exits_2_before_connecting() -> None:
@@ -328,22 +355,39 @@ def test_a_verify_failure_says_what_was_expected_and_what_the_server_showed() ->
 
 async def test_a_host_that_has_the_flags_is_already_done_and_not_a_failure(
         temporal: DevServer, stack: AsyncExitStack, tmp_path: Path) -> None:
+    """fleet-j's unit has the flags and its server runs them: ``already_done``, nothing restarted. fleet-k's unit was
+    edited by hand but never restarted: not done (qa18 finding 6), restarted without an edit and verified."""
     nodes = await fh.nodes(stack, tmp_path, [("fleet-j", "default"), ("fleet-k", "default")], load_s=1.0)
     wid, queue = fh.ids()
     client = await Client.connect(temporal.target)
     tk = fh.toolkit(tmp_path, nodes, "worker")
-    await fh.in_process_worker(stack, client, queue, tk)
-    path = (await tk.dispatch("service_status", {"host": "fleet-j", "unit": "sglang.service"}))["unit_file"]
-    old, new = hicache_edit((await tk.dispatch("read_file", {"host": "fleet-j", "path": path}))["text"])
-    await tk.dispatch("edit_file", {"host": "fleet-j", "path": path, "old": old, "new": new})
-    handle = await start_rollout(client, RolloutSpec(hosts=["fleet-j", "fleet-k"], canary=1, failure_budget=0,
-                                                     heartbeat_s=5.0), workflow_id=wid, task_queue=queue)
-    final = await handle.result()
-    assert final["hosts"]["fleet-j"]["state"] == "already_done", final["hosts"]["fleet-j"]
-    assert nodes["fleet-j"].starts() == 1  # nothing restarted there
+    async with AsyncExitStack() as worker:
+        await fh.in_process_worker(worker, client, queue, tk)
+        texts = {}
+        for name in ("fleet-j", "fleet-k"):
+            path = (await tk.dispatch("service_status", {"host": name, "unit": "sglang.service"}))["unit_file"]
+            old, new = hicache_edit((await tk.dispatch("read_file", {"host": name, "path": path}))["text"])
+            await tk.dispatch("edit_file", {"host": name, "path": path, "old": old, "new": new})
+            texts[name] = (path, (await tk.dispatch("read_file", {"host": name, "path": path}))["text"])
+        restart = await tk.dispatch("restart_service", {"host": "fleet-j", "unit": "sglang.service"})
+
+        async def ready() -> bool:
+            st = await tk.dispatch("job_status", {"job_id": restart["job_id"], "wait_s": 1.0})
+            return bool(st.get("readiness") == "ready")
+
+        await wait_until(ready, "fleet-j's own restart to be ready", timeout_s=60)
+        handle = await start_rollout(client, RolloutSpec(hosts=["fleet-j", "fleet-k"], canary=1, failure_budget=0,
+                                                         heartbeat_s=5.0), workflow_id=wid, task_queue=queue)
+        final = await handle.result()
+        await fh.replays(handle)
+    j, k = final["hosts"]["fleet-j"], final["hosts"]["fleet-k"]
+    assert j["state"] == "already_done" and "the server runs them" in j["note"], j
+    assert nodes["fleet-j"].starts() == 2  # its own restart; nothing of the rollout's
     assert final["failures"] == 0 and final["phase"] == "done"  # the next wave went on
-    assert final["hosts"]["fleet-k"]["state"] == "verified"
-    await fh.replays(handle)
+    assert k["state"] == "verified" and "backup_id" not in k, k
+    assert [r["key"] for r in k["restarts"]] == ["restart"] and nodes["fleet-k"].starts() == 2, k
+    path, text = texts["fleet-k"]
+    assert (await tk.dispatch("read_file", {"host": "fleet-k", "path": path}))["text"] == text  # no second edit
 
 
 async def test_worker_sigkill_during_precheck_is_noticed_by_the_heartbeat_timeout(
