@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from agent_tools.fleet.activities import FleetActivities
     from agent_tools.fleet.devserver import DevServer
 
-__all__ = ["cli", "fleet_config", "ids", "in_process_worker", "nodes", "replays", "stack", "temporal", "toolkit"]
+__all__ = ["cli", "fleet_config", "ids", "in_process_worker", "nodes", "replays", "stack", "state_of", "temporal",
+           "toolkit"]
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +104,11 @@ async def cli(*args: str) -> str:
     res = await anyio.run_process([sys.executable, "-m", "agent_tools.cli", *args], check=False)
     assert res.returncode == 0, (args, res.stdout, res.stderr)
     return res.stdout.decode()
+
+
+def state_of(st: dict[str, Any], host: str) -> str | None:
+    """A host's state in a status read while the rollout runs (none yet: no worker has answered so far)."""
+    return (st["hosts"].get(host) or {}).get("state")
 
 
 def ids() -> tuple[str, str]:

@@ -100,7 +100,8 @@ def test_status_table_keeps_one_line_per_host_at_80_columns_and_piped_live_outpu
 def test_no_dsa_deprecation_warning_on_cli_calls() -> None:
     """asyncssh names DSA key types at import and cryptography warns about each (ten lines of
     ``CryptographyDeprecationWarning: DSA is deprecated`` on every CLI call: qa18 finding 17); agent_tools imports
-    asyncssh through :mod:`agent_tools._asyncssh`, which ignores exactly that warning while asyncssh loads."""
+    asyncssh through :mod:`agent_tools._asyncssh`, which ignores exactly that warning while asyncssh loads. A fleet
+    command is checked in tests/test_fleet_rollout_truth.py."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS",)}
     res = subprocess.run([sys.executable, "-m", "agent_tools.cli", "--help"], capture_output=True, text=True,
                          timeout=120, env=env)

@@ -7,13 +7,16 @@ fixtures and helpers (tests/fleet_harness.py).
 * a step the policy denies is ``denied`` with nothing left changed, no rollback restart (3, 13);
 * the restore step's result is checked: a backup gone is written back from the pre-check's copy, a restore
   that fails says what the host was left in (4), and the server's own refusal is quoted (17);
-* an approval of ``*`` is the hosts waiting now, never later ones (5); the restart's job id shows while it runs
-  (7);
-* a host whose step failed for good says what it was left in (8).
+* ``rollout approve`` names hosts; ``*`` is the hosts waiting now, never later ones (5); the restart's job id
+  shows while it runs, a retried step's attempt and last failure too (7);
+* a host whose step failed for good says what it was left in (8);
+* the CLI's ordinary errors are one line and an exit code, a rollout nobody works on still shows its status,
+  and no DSA warning is printed (9, 10, 11, 12, 14, 16, 17).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from contextlib import AsyncExitStack
@@ -38,9 +41,11 @@ from agent_tools.fleet.client import start_rollout, status
 from agent_tools.fleet.devserver import DevServer
 from agent_tools.fleet.model import RolloutSpec
 from agent_tools.hosts.base import run_on
+from agent_tools.hosts.registry import HostRegistry
+from agent_tools.jobs.journal import Journal
 from agent_tools.jobs.manager import job_id_for_key
 from agent_tools.policy import PolicySet
-from agent_tools.testing import wait_until
+from agent_tools.testing import free_port, wait_until
 from agent_tools.tools.toolkit import Toolkit
 
 from . import fleet_harness as fh
@@ -127,7 +132,7 @@ async def test_a_cancel_during_a_short_step_stops_the_host_there(temporal: DevSe
                                                                  tmp_path: Path) -> None:
     """Finding 1: the cancel arrives while the pre-check runs and the pre-check completes anyway: nothing after it
     is scheduled (it used to go on to edit, restart and verify the host), the status shows the pending cancel
-    meanwhile (finding 7)."""
+    meanwhile (finding 7), and a second cancel says it was requested already."""
     nodes = await fh.nodes(stack, tmp_path, [("fleet-s1", "default")], load_s=1.0)
     node = nodes["fleet-s1"]
     before = await _unit_text(node)
@@ -144,6 +149,10 @@ async def test_a_cancel_during_a_short_step_stops_the_host_there(temporal: DevSe
     st = await status(client, wid)
     assert st["cancel_requested"] is True and st["phase"] == "cancelling", st
     assert st["hosts"]["fleet-s1"]["step"]["activity"] == "fleet.precheck", st
+    code, out, err = await _run_cli("rollout", "status", wid, "--temporal", temporal.target)
+    assert code == 0 and "CANCEL REQUESTED" in out, out
+    code, out, err = await _run_cli("rollout", "cancel", wid, "--temporal", temporal.target)
+    assert code == 0 and "was requested already" in out, (out, err)
     gate.touch()
     with pytest.raises(WorkflowFailureError):
         await handle.result()
@@ -237,7 +246,8 @@ async def test_the_restore_steps_result_is_checked(temporal: DevServer, stack: A
     """Finding 4: both restarts fail (the server refuses ``--context-length qqq``, and its own line is quoted:
     finding 17). fleet-o's backup was moved away: the unit is written back from the pre-check's copy, and the
     note says so. fleet-p's unit directory was moved away: the restore fails, and the note says the host was
-    left edited and that nothing was restarted (it used to say "restored the unit")."""
+    left edited and that nothing was restarted (it used to say "restored the unit"). ``rollout approve`` with two
+    ``--host`` says what it approved (finding 5)."""
     nodes = await fh.nodes(stack, tmp_path, [("fleet-o", "default"), ("fleet-p", "default")], load_s=1.0)
     before = await _unit_text(nodes["fleet-o"])
     wid, queue = fh.ids()
@@ -257,10 +267,12 @@ async def test_the_restore_steps_result_is_checked(temporal: DevServer, stack: A
     p = nodes["fleet-p"].registry.get("fleet-p")
     gone = await run_on(p, 'mv "$SIM_SYSTEMD_ROOT"/etc/systemd/system "$SIM_SYSTEMD_ROOT"/etc/systemd/away')
     assert gone.exit_status == 0, gone
-    for name in ("fleet-o", "fleet-p"):
-        code, _, err = await _run_cli("rollout", "approve", wid, "--host", name, "--by", "erin", "--temporal",
-                                        temporal.target)
-        assert code == 0, err
+    code, out, err = await _run_cli("rollout", "approve", wid, "--host", "fleet-o", "--host", "fleet-p", "--by",
+                                    "erin", "--temporal", temporal.target)
+    assert code == 0, err
+    assert [line.split(":")[0] for line in out.splitlines()] == [f"approved fleet-o of {wid} as erin",
+                                                                 f"approved fleet-p of {wid} as erin"], out
+    assert "fleet.restart" in out and "(rule restart-asks)" in out, out
     final = await handle.result()
     ho, hp = final["hosts"]["fleet-o"], final["hosts"]["fleet-p"]
     assert hp["state"] == "failed" and "restoring the unit FAILED" in hp["note"], hp
@@ -274,10 +286,11 @@ async def test_the_restore_steps_result_is_checked(temporal: DevServer, stack: A
     await fh.replays(handle)
 
 
-async def test_an_approval_of_star_is_the_hosts_waiting_now(
+async def test_approve_names_hosts_and_star_is_the_hosts_waiting_now(
         temporal: DevServer, stack: AsyncExitStack, tmp_path: Path) -> None:
-    """Finding 5: ``*`` approves the canary waiting now, and the next wave's host waits for its own yes (it was
-    approved in advance). Finding 7: while the restart runs, the status shows its job id."""
+    """Finding 5: ``*`` approves the canary waiting now and says so, and the next wave's host waits for its own
+    yes (``--host`` is needed: tested with the other CLI errors). Finding 7: while the restart runs, the status
+    shows its job id."""
     nodes = await fh.nodes(stack, tmp_path, [("fleet-q", "default"), ("fleet-r", "default")], load_s=3.0)
     wid, queue = fh.ids()
     client = await Client.connect(temporal.target)
@@ -288,9 +301,10 @@ async def test_an_approval_of_star_is_the_hosts_waiting_now(
                                  workflow_id=wid, task_queue=queue)
     await _host_when(client, wid, "fleet-q", "the canary's restart to ask approval",
                      lambda h: h["state"] == "awaiting_approval")
-    code, _, err = await _run_cli("rollout", "approve", wid, "--host", "*", "--by", "alice", "--temporal",
+    code, out, err = await _run_cli("rollout", "approve", wid, "--host", "*", "--by", "alice", "--temporal",
                                     temporal.target)
-    assert code == 0, err
+    assert code == 0 and out.startswith(f"approved fleet-q of {wid} as alice: fleet.restart "), out
+    assert "fleet-r" not in out and len(out.strip().splitlines()) == 1, out
     run_id = (await handle.describe()).run_id
     job = job_id_for_key("fleet-q", f"fleet/{wid}/{run_id}/fleet-q/restart")
     running = await _host_when(client, wid, "fleet-q", "the canary's restart to run",
@@ -300,7 +314,7 @@ async def test_an_approval_of_star_is_the_hosts_waiting_now(
     r = await _host_when(client, wid, "fleet-r", "the next host to ask for its own yes",
                          lambda h: h["state"] in ("awaiting_approval", "verified", "failed"))
     assert r["state"] == "awaiting_approval", r
-    code, _, err = await _run_cli("rollout", "approve", wid, "--host", "fleet-r", "--by", "bob", "--temporal",
+    code, out, err = await _run_cli("rollout", "approve", wid, "--host", "fleet-r", "--by", "bob", "--temporal",
                                     temporal.target)
     assert code == 0, err
     final = await handle.result()
@@ -308,6 +322,33 @@ async def test_an_approval_of_star_is_the_hosts_waiting_now(
     assert final["hosts"]["fleet-q"]["restarts"][0]["job_id"] == job
     assert tk.approvals is not None
     assert tk.approvals.get(final["hosts"]["fleet-r"]["restarts"][0]["approval_id"]).decided_by == "bob"
+
+
+async def test_a_retried_step_shows_its_attempt_and_last_failure(temporal: DevServer, stack: AsyncExitStack,
+                                                                 tmp_path: Path) -> None:
+    """Finding 7: a host that refuses connections: its pre-check is retried, and the status (a worker's answer plus
+    the workflow's description) shows the attempt and the last failure; ``rollout status`` prints them."""
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host fleet-gone\n  HostName 127.0.0.1\n  Port {free_port()}\n  User root\n  BatchMode yes\n"
+                      "  ConnectTimeout 2\n")
+    wid, queue = fh.ids()
+    client = await Client.connect(temporal.target)
+    tk = Toolkit(HostRegistry(ssh_config=[str(config)]), journal=Journal(tmp_path / "worker.sqlite3"))
+    await fh.in_process_worker(stack, client, queue, tk)
+    handle = await start_rollout(client, RolloutSpec(hosts=["fleet-gone"], canary=0, heartbeat_s=5.0),
+                                 workflow_id=wid, task_queue=queue)
+    host = await _host_when(client, wid, "fleet-gone", "the pre-check to be retried",
+                            lambda h: int(h.get("step", {}).get("attempt") or 0) >= 2
+                            and h["step"].get("last_failure"))
+    assert host["step"]["activity"] == "fleet.precheck" and host["step"]["max_attempts"] == 20, host
+    assert host["step"]["last_failure"].startswith("unreachable: "), host
+    code, out, err = await _run_cli("rollout", "status", wid, "--temporal", temporal.target, "--json")
+    assert code == 0, err
+    shown = json.loads(out)["hosts"]["fleet-gone"]
+    assert shown["step"]["last_failure"].startswith("unreachable: "), shown
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
 
 
 class _LostAfterRestart(FleetActivities):
@@ -340,3 +381,60 @@ async def test_a_host_lost_mid_step_says_what_it_was_left_in(temporal: DevServer
     assert f"backup_id={host['backup_id']})" in host["note"] and "edited" in host["note"], host
     assert f"restart job {job} may have run" in host["note"] and "nothing was put back" in host["note"], host
     assert "401" in await _unit_text(nodes["fleet-u"])  # as the note says
+
+
+async def test_ordinary_cli_errors_are_one_line_and_status_needs_no_worker(temporal: DevServer,
+                                                                           tmp_path: Path) -> None:
+    """Findings 9-12, 14, 16, 17: no traceback for a missing rollout, an unreachable server, an id in use, a demo
+    that cannot show what it claims, a zero heartbeat or a bad unit; a rollout no worker polls shows that (and
+    its empty status) at once; a second cancel says so; no DSA deprecation warning anywhere."""
+    t = temporal.target
+    wid, queue = fh.ids()
+    client = await Client.connect(t)
+    await start_rollout(client, RolloutSpec(hosts=["fleet-z"]), workflow_id=wid, task_queue=queue)
+    calls = {
+        "missing": (1, "no rollout nosuch on this Temporal server", ["rollout", "status", "nosuch", "--temporal", t]),
+        "cancel-missing": (1, "no rollout nosuch", ["rollout", "cancel", "nosuch", "--temporal", t]),
+        "approve-missing": (1, "no rollout nosuch", ["rollout", "approve", "nosuch", "--host", "n1", "--by", "a",
+                                                     "--temporal", t]),
+        "unreachable": (1, "cannot reach the Temporal server at 127.0.0.1:1: Connection refused",
+                        ["rollout", "status", wid, "--temporal", "127.0.0.1:1"]),
+        "running-id": (1, f"rollout {wid} is running", ["rollout", "start", "fleet-z", "--id", wid, "--temporal", t]),
+        "no-worker": (0, f"no worker polls task queue {queue}", ["rollout", "status", wid, "--temporal", t]),
+        "approve-no-worker": (1, "not approved: no worker polls", ["rollout", "approve", wid, "--host", "*", "--by",
+                                                                   "a", "--temporal", t]),
+        "demo-1": (2, "the fleet demo needs at least 2 hosts", ["demo", "fleet", "--hosts", "1"]),
+        "demo-2-kill": (2, "--kill needs a host of a later wave", ["demo", "fleet", "--hosts", "2"]),
+        "heartbeat-0": (2, "must be > 0 seconds", ["rollout", "start", "h1", "--id", "r", "--temporal", t,
+                                                   "--heartbeat-s", "0"]),
+        "bad-unit": (2, "is not a systemd unit name", ["rollout", "start", "h1", "--id", "r", "--temporal", t,
+                                                       "--unit", "sglang.service;touch /tmp/x"]),
+        "help": (0, "", ["--help"]),
+        "approve-no-host": (2, "Missing option '--host'", ["rollout", "approve", wid, "--by", "a", "--temporal", t]),
+        "approve-no-user": (2, "say who approves: --by NAME ($USER is not set)",
+                            ["rollout", "approve", wid, "--host", "*", "--temporal", t]),
+    }
+    no_user = {k: v for k, v in os.environ.items() if k != "USER"}
+    got: dict[str, tuple[int, str, str]] = {}
+    t0 = anyio.current_time()
+    async with anyio.create_task_group() as tg:
+        for name, (_, _, args) in calls.items():
+
+            async def one(name: str = name, args: list[str] = args) -> None:
+                got[name] = await _run_cli(*args, env=no_user if name == "approve-no-user" else None)
+
+            tg.start_soon(one)
+    assert anyio.current_time() - t0 < 90
+    for name, (code, said, _) in calls.items():
+        rc, out, err = got[name]
+        assert rc == code, (name, rc, out, err)
+        assert said in (err if code else out), (name, out, err)
+        assert "Traceback" not in out + err and "DSA" not in err, (name, err)
+        if code and name != "approve-no-host":  # (that one is typer's usage error, boxed)
+            assert len(err.strip().splitlines()) == 1, (name, err)
+    await client.get_workflow_handle(wid).cancel()
+    code, out, err = await _run_cli("rollout", "cancel", wid, "--temporal", t)
+    assert code == 0 and "was requested already" in out, (out, err)
+    await client.get_workflow_handle(wid).terminate("test: no worker ever polls its queue")
+    st = await status(client, wid)
+    assert st["workflow"] == "TERMINATED" and "recorded no status" in st["why"], st

@@ -59,7 +59,7 @@ async def test_worker_sigkill_mid_restart_reattaches_and_the_node_restarts_once(
 
         async def restarting() -> bool:
             st = await status(client, wid)
-            return st["hosts"]["fleet-a"]["state"] == "restarting" and node.starts() == 2
+            return fh.state_of(st, "fleet-a") == "restarting" and node.starts() == 2
 
         await wait_until(restarting, "the restart job to run on the node", timeout_s=60)
         os.kill(first.pid, signal.SIGKILL)  # mid-activity: the restart activity is following the job
@@ -126,8 +126,8 @@ rules:
                                  workflow_id=wid, task_queue=queue)
 
     async def waiting() -> dict[str, Any] | None:
-        host: dict[str, Any] = (await status(client, wid))["hosts"]["fleet-c"]
-        return host if host["state"] == "awaiting_approval" else None
+        host: dict[str, Any] = (await status(client, wid))["hosts"].get("fleet-c") or {}
+        return host if host.get("state") == "awaiting_approval" else None
 
     host = await wait_until(waiting, "the restart to wait for approval", timeout_s=60)
     # the first step the policy asks about: the unit edit (a write asks unless a rule allows it); one yes for the
@@ -203,7 +203,7 @@ async def test_dev_server_restart_mid_rollout_resumes_from_history(stack: AsyncE
 
     async def restarting() -> bool:
         st = await status(client, wid)
-        return st["hosts"]["fleet-e"]["state"] == "restarting" and nodes["fleet-e"].starts() == 2
+        return fh.state_of(st, "fleet-e") == "restarting" and nodes["fleet-e"].starts() == 2
 
     await wait_until(restarting, "the restart job to run on the node", timeout_s=60)
     await anyio.to_thread.run_sync(server.stop)
@@ -250,7 +250,7 @@ async def test_rollout_cancel_marks_unfinished_hosts_cancelled(temporal: DevServ
 
     async def restarting() -> bool:
         st = await status(client, wid)
-        return st["hosts"]["fleet-g"]["state"] == "restarting" and nodes["fleet-g"].starts() == 2
+        return fh.state_of(st, "fleet-g") == "restarting" and nodes["fleet-g"].starts() == 2
 
     await wait_until(restarting, "the canary's restart to run", timeout_s=60)
     await fh.cli("rollout", "cancel", wid, "--temporal", temporal.target)
@@ -356,7 +356,9 @@ def test_a_verify_failure_says_what_was_expected_and_what_the_server_showed() ->
 async def test_a_host_that_has_the_flags_is_already_done_and_not_a_failure(
         temporal: DevServer, stack: AsyncExitStack, tmp_path: Path) -> None:
     """fleet-j's unit has the flags and its server runs them: ``already_done``, nothing restarted. fleet-k's unit was
-    edited by hand but never restarted: not done (qa18 finding 6), restarted without an edit and verified."""
+    edited by hand but never restarted: not done (qa18 finding 6), restarted without an edit and verified. Then,
+    with the worker gone, the finished rollout's status still reads (from its result: finding 9), a second start
+    under its id is refused (finding 11), and a cancel of it says there is nothing to cancel (finding 12)."""
     nodes = await fh.nodes(stack, tmp_path, [("fleet-j", "default"), ("fleet-k", "default")], load_s=1.0)
     wid, queue = fh.ids()
     client = await Client.connect(temporal.target)
@@ -388,6 +390,26 @@ async def test_a_host_that_has_the_flags_is_already_done_and_not_a_failure(
     assert [r["key"] for r in k["restarts"]] == ["restart"] and nodes["fleet-k"].starts() == 2, k
     path, text = texts["fleet-k"]
     assert (await tk.dispatch("read_file", {"host": "fleet-k", "path": path}))["text"] == text  # no second edit
+    # no worker polls the queue any more: the finished rollout's status is read from the server, quickly
+    t0 = anyio.current_time()
+    shown = json.loads(await fh.cli("rollout", "status", wid, "--temporal", temporal.target, "--json"))
+    assert anyio.current_time() - t0 < 20
+    assert shown["workflow"] == "COMPLETED" and shown["hosts"]["fleet-k"]["state"] == "verified", shown
+    table = await fh.cli("rollout", "status", wid, "--temporal", temporal.target)
+    assert "already_done" in table and "verified" in table and "Traceback" not in table, table
+    again = await anyio.run_process([sys.executable, "-m", "agent_tools.cli", "rollout", "start", "fleet-j", "--id",
+                                     wid, "--temporal", temporal.target, "--task-queue", queue], check=False)
+    err = again.stderr.decode()
+    assert again.returncode == 1 and f"rollout {wid} already ran (COMPLETED" in err and "--reuse-id" in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert (await status(client, wid))["hosts"]["fleet-k"]["state"] == "verified"  # the record stays
+    late = await anyio.run_process([sys.executable, "-m", "agent_tools.cli", "rollout", "cancel", wid, "--temporal",
+                                    temporal.target], check=False)
+    assert late.returncode == 1 and b"already ended (COMPLETED): nothing to cancel" in late.stderr, late.stderr
+    reused = await fh.cli("rollout", "start", "fleet-j", "--id", wid, "--temporal", temporal.target, "--task-queue",
+                        f"{queue}-nobody", "--reuse-id")
+    assert reused == ""
+    await client.get_workflow_handle(wid).terminate("test: the reused id's run is not meant to run")
 
 
 async def test_worker_sigkill_during_precheck_is_noticed_by_the_heartbeat_timeout(

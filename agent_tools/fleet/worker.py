@@ -15,6 +15,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from ..tools.toolkit import Toolkit
 from .activities import FleetActivities
+from .client import connect
 from .workflow import FleetRollout, FleetSteps, HostJob
 
 __all__ = ["HEARTBEAT_THROTTLE_S", "WORKFLOWS", "build_worker", "connect", "run_worker"]
@@ -23,13 +24,6 @@ log = structlog.get_logger(__name__)
 
 #: the workflow classes a fleet worker runs (the Replayer takes the same list)
 WORKFLOWS = [FleetRollout, FleetSteps, HostJob]
-
-
-async def connect(target: str, namespace: str = "default") -> Client:
-    """A Temporal client of the server at ``target`` (``HOST:PORT``).
-
-    :raises RuntimeError: the server cannot be reached (temporalio's own error)."""
-    return await Client.connect(target, namespace=namespace)
 
 
 def sandbox_runner() -> SandboxedWorkflowRunner:

@@ -25,6 +25,10 @@ follows is cancelled on the host). Each host whose unit the rollout may have cha
 (:meth:`FleetRollout._undo`: the unit restored; a restart only when one of the rollout's restarts ran there, which
 is asked of the host when the workflow does not know). Meanwhile the status shows ``cancel_requested`` and the
 phase ``cancelling``.
+
+The status is also written to the workflow's memo after each wave and at the end (also when cancelled), so a
+client reads a finished rollout's status, and the last one of a running rollout whose worker is gone, without a
+worker (:func:`agent_tools.fleet.client.status`).
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ _DEFAULT_PROBES: list[dict[str, Any]] = [
     {"kind": "log", "unit": "{unit}", "pattern": "The server is fired up and ready to roll!",
      "fail_pattern": "Not enough host memory|Traceback"},
 ]
+#: the memo key holding the rollout's status (:meth:`FleetRollout._record`)
+STATUS_MEMO = "status"
 
 
 def waves_of(hosts: list[str], canary: int, wave_size: int) -> list[list[str]]:
@@ -204,6 +210,10 @@ class FleetRollout:
     def _failures(self) -> int:
         return sum(1 for h in self._hosts.values() if h["state"] in ("rolled_back", "failed"))
 
+    def _record(self) -> None:
+        """The status into the workflow's memo (read by clients without a worker)."""
+        workflow.upsert_memo({STATUS_MEMO: self.status()})
+
     # ---------------------------------------------------------------- the rollout
     @workflow.run
     async def run(self, spec: RolloutSpec) -> dict[str, Any]:
@@ -235,6 +245,7 @@ class FleetRollout:
                 if self._failures() > spec.failure_budget and i + 1 < len(waves):
                     self._halted = (f"halted after wave {i + 1}/{len(waves)}: {self._failures()} host(s) failed, "
                                     f"the failure budget is {spec.failure_budget}")
+                self._record()
             self._phase = "halted" if self._halted else "done"
         except asyncio.CancelledError:
             self._phase = "cancelled"
@@ -242,7 +253,9 @@ class FleetRollout:
                 if st["state"] not in FINAL_STATES:
                     self._set(h, "cancelled", "the rollout was cancelled before this host's steps began"
                               if st["state"] == "pending" else "the rollout was cancelled", step=None)
+            self._record()
             raise
+        self._record()
         return self.status()
 
     def _cancelled(self) -> None:
