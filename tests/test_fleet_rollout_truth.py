@@ -286,6 +286,45 @@ async def test_the_restore_steps_result_is_checked(temporal: DevServer, stack: A
     await fh.replays(handle)
 
 
+#: every write asks a person (the policy's implicit write rule: no rule allows tee); restarts are allowed
+_ASK_WRITES = """
+version: 1
+hosts: ["fleet-*"]
+defaults: {budget_s: 30, on_timeout: detach, decision: allow}
+rules: []
+"""
+
+
+async def test_a_rollbacks_restore_is_approved_in_the_name_of_who_approved_the_edit(
+        temporal: DevServer, stack: AsyncExitStack, tmp_path: Path) -> None:
+    """Finding 4 under a policy that asks for every write: the edit waits for a person's yes, the restart fails
+    (the server refuses ``--context-length qqq``), and the rollback's restore_file, which the policy asks about as
+    it asked about the edit (tee PATH), is approved in that person's name: the unit is back from its backup (a
+    restore the policy still asked about would be a failed restore, not "restored"), and it serves again."""
+    nodes = await fh.nodes(stack, tmp_path, [("fleet-w", "default")], load_s=1.0)
+    node = nodes["fleet-w"]
+    before = await _unit_text(node)
+    wid, queue = fh.ids()
+    client = await Client.connect(temporal.target)
+    tk = fh.toolkit(tmp_path, nodes, "worker", policy=_policy(tmp_path, _ASK_WRITES))
+    await fh.in_process_worker(stack, client, queue, tk)
+    handle = await start_rollout(client, RolloutSpec(hosts=["fleet-w"], canary=0, heartbeat_s=5.0,
+                                                     flags=["--context-length", "qqq"]),
+                                 workflow_id=wid, task_queue=queue)
+    waiting = await _host_when(client, wid, "fleet-w", "the edit to ask approval",
+                               lambda h: h["state"] == "awaiting_approval")
+    assert waiting["approval"]["step"] == "fleet.edit", waiting
+    code, _, err = await _run_cli("rollout", "approve", wid, "--host", "fleet-w", "--by", "dave", "--temporal",
+                                  temporal.target)
+    assert code == 0, err
+    final = await handle.result()
+    host = final["hosts"]["fleet-w"]
+    assert host["state"] == "rolled_back", host
+    assert f"restored the unit from backup {host['backup_id']}" in host["note"] and "serves again" in host["note"]
+    assert await _unit_text(node) == before
+    assert [r["key"] for r in host["restarts"]] == ["restart", "rollback"], host
+
+
 async def test_approve_names_hosts_and_star_is_the_hosts_waiting_now(
         temporal: DevServer, stack: AsyncExitStack, tmp_path: Path) -> None:
     """Finding 5: ``*`` approves the canary waiting now and says so, and the next wave's host waits for its own
