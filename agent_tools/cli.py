@@ -354,6 +354,9 @@ def run(
     approve: Annotated[str | None, typer.Option("--approve", metavar="ID",
                                                 help="approve this needs_approval id (a_...) "
                                                      "and run the command it was issued for")] = None,
+    stdin: Annotated[str, typer.Option("--stdin", metavar="none|pipe",
+                                       help="pipe: the job reads a pipe that `agent-tools input` writes to")] = "none",
+    tty: Annotated[bool, typer.Option("--tty", help="run it in a pseudo-terminal (80x24) fed by that pipe")] = False,
     as_json: JsonOpt = False,
     ssh_config: SshConfigOpt = None,
     policy: PolicyOpt = None,
@@ -371,6 +374,8 @@ def run(
         args["on_timeout"] = on_timeout
     if deadline is not None:
         args["deadline_s"] = deadline
+    if tty or stdin != "none":
+        args["stdin"] = "tty" if tty else stdin
 
     async def go() -> dict[str, Any]:
         async with _toolkit(ssh_config, policy) as tk:
@@ -424,6 +429,29 @@ def status(
             return d if as_json else _cli_next(tk, d)
 
     d = _run(go, None if as_json or wait <= 0 else f"waiting on {job_id}")
+    _emit(d, as_json)
+    raise typer.Exit(1 if d.get("outcome") == "error" else 0)
+
+
+@app.command("input")
+def input_(
+    job_id: Annotated[str, typer.Argument(help="job id (j_...)")],
+    text: Annotated[str, typer.Argument(help="what to type (a newline is added)")] = "",
+    eof: Annotated[bool, typer.Option("--eof", help="then end the job's input")] = False,
+    no_newline: Annotated[bool, typer.Option("--no-newline", help="add no newline")] = False,
+    wait: Annotated[float, typer.Option("--wait", metavar="SECONDS",
+                                        help="wait this long at most for its answer")] = 2.0,
+    as_json: JsonOpt = False,
+    ssh_config: SshConfigOpt = None,
+) -> None:
+    """Type TEXT into a job started with --stdin pipe or --tty, then show what it printed since."""
+    async def go() -> dict[str, Any]:
+        async with _toolkit(ssh_config) as tk:
+            result = await tk.job_input(job_id, text, eof=eof, newline=not no_newline, wait_s=wait)
+            d = dict(redact_obj(result_view(result)))  # as dispatch shows it (newline is not a tool argument)
+            return d if as_json else _cli_next(tk, d)
+
+    d = _run(go, None)
     _emit(d, as_json)
     raise typer.Exit(1 if d.get("outcome") == "error" else 0)
 

@@ -44,6 +44,7 @@ __all__ = [
     "Finished",
     "JobCancelResult",
     "JobInfo",
+    "JobInput",
     "JobList",
     "JobOutput",
     "JobStatus",
@@ -239,6 +240,16 @@ class JobStatus(ResultModel):
     new_stdout: OutputView = Field(default_factory=OutputView)
     new_stderr: OutputView = Field(default_factory=OutputView)
     next: str = ""
+
+
+class JobInput(JobStatus):
+    """Input written to a job's stdin (``job_input``), then the job's state and the output it wrote since the
+    previous look, as :class:`JobStatus`."""
+
+    input: Literal["written", "queued", "duplicate"] = Field(
+        description="written: the job's pipe took it; queued: the job is not reading yet, it is written when it "
+                    "does; duplicate: this idempotency key was written before (not written again)")
+    input_bytes: int = Field(description="bytes of this write (the text, plus the newline when added)")
 
 
 class JobOutput(ResultModel):

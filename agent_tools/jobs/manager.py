@@ -24,12 +24,14 @@ import structlog
 from ..errors import (
     AgentToolsError,
     BadArguments,
+    ChannelOpenFailed,
     ConnectionLost,
     ConnectUnfinished,
     ExecUnconfirmed,
     HostBusy,
     HostError,
     HostUnreachable,
+    InputRefused,
     JobNotFound,
     UnknownHost,
 )
@@ -39,6 +41,7 @@ from ..outcomes import (
     ErrorOutcome,
     Finished,
     JobCancelResult,
+    JobInput,
     JobOutput,
     JobStatus,
     Killed,
@@ -55,6 +58,7 @@ from .journal import JobRecord, Journal, now
 from .scripts import (
     cancel_request,
     cancel_script,
+    input_script,
     launch_request,
     launch_script,
     status_request,
@@ -95,6 +99,9 @@ _WARM_RETRY_S = 1.0
 
 #: longest command sent through a warm session (longer ones start a new session: see ``_take_warm``)
 _WARM_MAX_COMMAND = 8192
+
+#: largest single write to a job's stdin (bytes; a pipe holds 64 KiB, pipe(7))
+MAX_INPUT_BYTES = 65_536
 
 #: largest command accepted (Linux MAX_ARG_STRLEN is 128 KiB per argument; execve(2)).
 MAX_COMMAND_BYTES = 100_000
@@ -239,6 +246,8 @@ class JobRunner:
         _claim_retried: bool = False,
         hard_deadline_s: float | None = None,
         hard_deadline_why: str = "",
+        stdin: Literal["none", "pipe"] = "none",
+        tty: bool = False,
     ) -> Finished | NeedsInput | Detached | Killed | ErrorOutcome:
         """Run ``command`` on ``host`` within ``budget_s`` seconds.
 
@@ -279,6 +288,12 @@ class JobRunner:
             tree on the host (TERM, 2 s, KILL; see :mod:`agent_tools.jobs.scripts`), whether or not this process
             is still there; the job then reads ``killed`` by ``deadline`` (float > 0; None: no deadline).
         :param hard_deadline_why: where that deadline comes from, in words (shown with it).
+        :param stdin: ``none`` (``/dev/null``) or ``pipe``: a named pipe in the job directory, held open on the
+            host, that :meth:`job_input` writes to from any later call or process (see
+            :mod:`agent_tools.jobs.scripts`, "Input").
+        :param tty: run under a pseudo-terminal (80x24) owned by the host-side monitor, fed by the same pipe
+            (implies ``stdin="pipe"``); a host with neither util-linux ``script`` nor ``python3`` refuses the
+            launch (``error`` of kind ``unsupported``, nothing ran).
         :returns: ``finished``, ``needs_input``, ``detached``, ``killed`` or ``error``; never raises for
             host problems (they become ``error`` outcomes).
         :raises BadArguments: invalid arguments (also returned as ``error`` by the tools layer).
@@ -303,6 +318,9 @@ class JobRunner:
             raise BadArguments(f"on_timeout must be 'detach' or 'kill', got {on_timeout!r}")
         if hard_deadline_s is not None and not 0 < hard_deadline_s < float("inf"):
             raise BadArguments(f"deadline_s must be a number of seconds > 0, got {hard_deadline_s}")
+        if stdin not in ("none", "pipe"):
+            raise BadArguments(f"stdin must be 'none' or 'pipe', got {stdin!r}")
+        in_mode = "tty" if tty else stdin
 
         if key_on_host and not idempotency_key:
             raise BadArguments("key_on_host needs an idempotency_key")
@@ -340,7 +358,8 @@ class JobRunner:
                         meta={"on_timeout": on_timeout, **_reached(host), **({"key_on_host": True} if claimed
                                                                              else {}),
                               **({"hard_deadline_s": hard_deadline_s, "hard_deadline_why": hard_deadline_why}
-                                 if hard_deadline_s is not None else {})})
+                                 if hard_deadline_s is not None else {}),
+                              **({"stdin": in_mode} if in_mode != "none" else {})})
         if reuse:
             self.journal.update(job_id, state="running", finished_at=None, exit_status=None, signal=None,
                                 readiness=rec.readiness, probes=rec.probes, deadline_s=deadline_s,
@@ -384,10 +403,10 @@ class JobRunner:
                             host, warm if attempt == 1 else None,
                             lambda: launch_script(self.jobs_dir, job_id, command, cwd=cwd, mode=mode,
                                                   head_bytes=head, tail_bytes=tail, env=env_,
-                                                  deadline_s=hard_deadline_s),
+                                                  deadline_s=hard_deadline_s, stdin=in_mode),
                             lambda: launch_request(self.jobs_dir, job_id, command, cwd=cwd, mode=mode,
                                                    head_bytes=head, tail_bytes=tail, env=env_,
-                                                   deadline_s=hard_deadline_s))
+                                                   deadline_s=hard_deadline_s, stdin=in_mode))
                         maybe_sent = maybe_sent or written
                         sent = not written
                         reader = WireReader(proc.read_stdout)
@@ -501,7 +520,8 @@ class JobRunner:
             # the launcher refused before running the command (no job directory, missing cwd): never started
             self.journal.update(job_id, state="not_started" if refused else "lost", finished_at=now(),
                                 meta={**rec.meta, "error": launch_error})
-            return ErrorOutcome(host=host.name, command=shown, kind="launch", message=launch_error,
+            kind = "unsupported" if launch_error.startswith("unsupported:") else "launch"
+            return ErrorOutcome(host=host.name, command=shown, kind=kind, message=launch_error,
                                 retryable=False, job_id=job_id)
 
         if not sent and not written:
@@ -1091,6 +1111,92 @@ class JobRunner:
         nxt = offset + len(data)
         return JobOutput(job_id=job_id, stream=stream, offset=offset, next_offset=nxt, total_bytes=total,
                          text=clean_window(window, lead, lead + len(data)), eof=nxt >= total)
+
+    # ------------------------------------------------------------------ input
+    async def job_input(self, host: Host, job_id: str, text: str, *, eof: bool = False, newline: bool = True,
+                        key: str | None = None, wait_s: float = 2.0) -> JobInput:
+        """Write ``text`` to the stdin of job ``job_id`` (started with ``stdin="pipe"`` or ``tty``), then return
+        its state and the output it wrote since the previous look (as :meth:`job_status`).
+
+        The write is queued on the host in order and written by one writer per job (see
+        :mod:`agent_tools.jobs.scripts`, "Input"); it needs no SSH session to stay open afterwards. Each write
+        carries an idempotency ``key``, recorded in the job directory: a retry with the same key (this call's own
+        retry after a dropped connection, or the caller's) is ``duplicate``, never written twice. After the write
+        the host waits, up to ``wait_s`` seconds, until the job's output grew and then was quiet for 0.2 s.
+
+        :param text: what to type; control characters are allowed (``\x03`` is Ctrl-C under ``tty``).
+        :param eof: end the job's input after this write (a terminal gets Ctrl-D instead: it has no EOF of its
+            own); later writes are refused.
+        :param newline: append ``\n`` to a non-empty ``text`` (also when ``text`` is empty and not ``eof``:
+            pressing Enter).
+        :param key: the write's idempotency key (1-64 of ``A-Za-z0-9_-``; default: a new one per call).
+        :param wait_s: seconds (float, 0..60) to wait for the job's answer.
+        :raises BadArguments: bad ``job_id``/``key``/``wait_s``, or more than ``MAX_INPUT_BYTES`` to write.
+        :raises InputRefused: the job has no pipe, has ended, or its input was ended.
+        :raises JobNotFound, HostError: as :meth:`job_status`.
+        """
+        check_job_id(job_id)
+        if not 0 <= wait_s <= 60:
+            raise BadArguments("wait_s must be between 0 and 60 seconds")
+        key = key or "w" + base64.b32encode(secrets.token_bytes(10)).decode().lower()
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", key):
+            raise BadArguments("idempotency_key must be 1-64 letters, digits, '_' or '-'")
+        if not _valid_utf8(text):
+            raise BadArguments("text holds characters that are not valid UTF-8 (a lone surrogate)")
+        rec = self.journal.get(job_id)
+        mode = str(rec.meta.get("stdin", "none"))
+        if mode == "none" and not rec.meta.get("rediscovered"):
+            raise InputRefused(job_id, f"job {job_id} was started without stdin='pipe': its stdin is /dev/null and "
+                                       "no input can reach it; start the command again with stdin='pipe' (or tty)")
+        if rec.state in _SETTLED or rec.state == "lost":
+            raise InputRefused(job_id, f"job {job_id} is {rec.state}: nothing reads its input any more")
+        data = text.encode() + (b"\n" if newline and (text or not eof) else b"")
+        if eof and mode == "tty":
+            data, eof = data + b"\x04", False
+        if len(data) > MAX_INPUT_BYTES:
+            raise BadArguments(f"the input is {len(data)} bytes; one write takes at most {MAX_INPUT_BYTES}: split "
+                               "it, or write a file with write_file and have the job read that")
+        word = ""
+        with _answer_within(host, wait_s + self.answer_timeout_s, "job_input"):
+            for attempt in (1, 2, 3):
+                proc: HostProcess | None = None
+                try:
+                    proc = await host.start(input_script(self.jobs_dir, job_id, key, len(data), eof=eof,
+                                                         wait_s=wait_s))
+                    reader = WireReader(proc.read_stdout)
+                    await proc.write_stdin(data)
+                    await proc.close_stdin()
+                    words: list[str] = []
+                    while (h := await reader.header()) is not None and h[0] != "end":
+                        if h[0] == "input":
+                            words = h[1:]
+                except (HostError, WireError) as exc:  # the data arrives whole or is not queued (see the script)
+                    if isinstance(exc, HostError) and not isinstance(exc, ConnectionLost | ChannelOpenFailed):
+                        raise  # unreachable, auth, host key: another try cannot do better
+                    if attempt == 3:
+                        raise ConnectionLost(host.name, f"{host.name}: the input to {job_id} was cut short ({exc}); "
+                                                        "it was written at most once") from exc
+                    log.info("job.input_retry", host=host.name, job_id=job_id, error=str(exc))
+                    continue  # the same key: if the first try got through, the host says duplicate
+                finally:
+                    if proc is not None:
+                        with anyio.CancelScope(shield=True):
+                            await proc.close()
+                word = words[0] if words else ""
+                if word == "short" and attempt < 3:
+                    continue
+                break
+        if word in ("nopipe", "ended", "closed", "missing", "short", ""):
+            why = {"nopipe": "was started without stdin='pipe' (its stdin is /dev/null)",
+                   "ended": "has ended: nothing reads its input any more",
+                   "closed": "had its input ended (eof) by an earlier write",
+                   "missing": "has no job directory on the host any more",
+                   "short": "did not get the whole write (the connection kept dropping); nothing was written",
+                   "": "gave no answer to the write"}[word]
+            raise InputRefused(job_id, f"job {job_id} {why}; nothing was written")
+        log.info("job.input", host=rec.host, job_id=job_id, bytes=len(data), result=word, eof=eof)
+        status = await self.job_status(host, job_id, wait_s=0)
+        return JobInput(**status.model_dump(), input=word, input_bytes=len(data))
 
     # ------------------------------------------------------------------ cancel
     async def cancel(self, host: Host, job_id: str, *, grace_s: float = 5.0, reason: str = "cancelled on request",

@@ -32,6 +32,7 @@ from ..outcomes import (
     Finished,
     JobCancelResult,
     JobInfo,
+    JobInput,
     JobList,
     JobOutput,
     JobStatus,
@@ -47,6 +48,7 @@ from .args import (
     HostArgs,
     HttpGetArgs,
     JobCancelArgs,
+    JobInputArgs,
     JobOutputArgs,
     JobStatusArgs,
     ListHostsArgs,
@@ -105,28 +107,26 @@ class ToolSpec:
 
 
 RUN_COMMAND_DESC = (
-    "Run a shell command on a host within a time budget. Outcomes: finished (exit status, output head+tail), "
-    "detached (still running at the budget: a job to follow with job_status), killed, needs_input (wanted a "
-    "password or a terminal), needs_approval, denied, error (start_unconfirmed: it may be running; follow its "
-    "job_id, do not rerun). Restart units with restart_service.")
+    "Run a shell command on a host within a time budget. Outcomes: finished, detached (running at the budget: "
+    "follow the job with job_status), killed, needs_input (a prompt), needs_approval, denied, error "
+    "(start_unconfirmed: it may be running; follow its job_id, don't rerun). Units: restart_service.")
 JOB_STATUS_DESC = "A job's state, readiness (with probes) and new output; wait_s long-polls for a change."
-JOB_OUTPUT_DESC = "Page a job's output by byte offset; every byte is kept on the host."
-JOB_CANCEL_DESC = "Stop a job: TERM to its whole process tree, KILL after grace_s, then check nothing is left."
-LIST_JOBS_DESC = "Known jobs, newest first, a page at a time; with host, their states refreshed there."
-LIST_HOSTS_DESC = ("Hosts to use: 'local' and the SSH config and policy aliases, with running jobs; check=true "
-                   "tries each.")
+JOB_INPUT_DESC = "Type into a stdin pipe/tty job; returns what it printed since."
+JOB_OUTPUT_DESC = "Page a job's output by byte offset (all of it is kept)."
+JOB_CANCEL_DESC = "Stop a job's whole process tree: TERM, KILL after grace_s, then check none is left."
+LIST_JOBS_DESC = "Known jobs, newest first, a page at a time; with host, refreshed there."
+LIST_HOSTS_DESC = "Hosts: 'local', SSH config and policy aliases, with running jobs; check=true tries each."
 RESTART_SERVICE_DESC = (
-    "Restart a systemd unit without blocking: a detached job whose probes judge readiness (the unit active in a "
-    "new invocation, plus yours) by the unit's TimeoutStartSec + 30 s. Follow with job_status(job_id, wait_s).")
+    "Restart a systemd unit, not blocking: a detached job; probes (its new invocation, plus yours) judge "
+    "readiness by TimeoutStartSec + 30 s. Follow with job_status.")
 SERVICE_STATUS_DESC = "A systemd unit's state, unit file and newest journal lines (grep filters them)."
 READ_FILE_DESC = "Read a file on a host (bounded; next_offset to read on)."
-WRITE_FILE_DESC = "Replace a file's whole content atomically (mode kept), with a backup; returns diff and backup_id."
-EDIT_FILE_DESC = ("Replace the one occurrence of old in a file with new, atomically, with a backup; returns diff "
-                  "and backup_id.")
-RESTORE_FILE_DESC = "Put a file back from a backup_id of write_file/edit_file; returns the diff."
+WRITE_FILE_DESC = "Replace a file's whole content atomically (mode kept, backup made); returns diff and backup_id."
+EDIT_FILE_DESC = "Replace old (found once) with new in a file, atomically (backup made); returns diff and backup_id."
+RESTORE_FILE_DESC = "Restore a file from a write_file/edit_file backup_id; returns the diff."
 GPU_MEMORY_DESC = "Per-GPU memory used/total/free in MiB (nvidia-smi)."
 HOST_MEMORY_DESC = "Host memory total/used/available in bytes and GiB (free -b)."
-HTTP_GET_DESC = "HTTP GET as seen from the host (reaches its 127.0.0.1 services): status and body (JSON parsed)."
+HTTP_GET_DESC = "HTTP GET from the host (reaches its 127.0.0.1 services): status and body (JSON parsed)."
 WAIT_FOR_DESC = "Wait until every probe passes, one fails for good, or deadline_s passes."
 
 
@@ -165,6 +165,7 @@ class Toolkit:
         self._specs: dict[str, tuple[ToolSpec, Callable[..., Awaitable[BaseModel]]]] = {}
         self.register(ToolSpec("run_command", RUN_COMMAND_DESC, RunCommandArgs), self.run_command)
         self.register(ToolSpec("job_status", JOB_STATUS_DESC, JobStatusArgs), self.job_status)
+        self.register(ToolSpec("job_input", JOB_INPUT_DESC, JobInputArgs), self.job_input)
         self.register(ToolSpec("job_output", JOB_OUTPUT_DESC, JobOutputArgs), self.job_output)
         self.register(ToolSpec("job_cancel", JOB_CANCEL_DESC, JobCancelArgs), self.job_cancel)
         self.register(ToolSpec("list_jobs", LIST_JOBS_DESC, ListJobsArgs), self.list_jobs)
@@ -386,6 +387,8 @@ class Toolkit:
         idempotency_key: str | None = None,
         approval_id: str | None = None,
         deadline_s: float | None = None,
+        stdin: str = "none",
+        tty: bool = False,
         _probes: list[dict[str, Any]] | None = None,
         _deadline_s: float | None = None,
         _key_on_host: bool = False,
@@ -396,8 +399,10 @@ class Toolkit:
         command, ``cwd`` and ``env``, or the ``approver`` callback says yes); the policy decides ``env`` (like
         ``export NAME=VALUE`` before the command) and ``cwd`` with the command. ``allow`` runs with the rule's
         budget, on_timeout, deadline, detach and probes. ``_key_on_host`` (Python callers only: not in the tool's
-        schema) claims ``idempotency_key`` on the host itself (:meth:`JobRunner.run`'s ``key_on_host``). Returns an
-        outcome model (never raises for host failures).
+        schema) claims ``idempotency_key`` on the host itself (:meth:`JobRunner.run`'s ``key_on_host``).
+        ``stdin="pipe"`` (or ``"tty"``, the same as ``tty=True``: a pseudo-terminal) gives the job an input
+        :meth:`job_input` writes to (see :meth:`JobRunner.run`). Returns an outcome model (never raises for host
+        failures).
 
         ``deadline_s`` (seconds, > 0) is a kill deadline enforced on the host by the job's monitor (it holds with
         this process gone): past it the job's whole tree is killed and the job reads ``killed`` by ``deadline``.
@@ -407,6 +412,8 @@ class Toolkit:
         add_secret_values(secret_env_values(env))  # a command echoing them must not show them anywhere
         shown = redact(command)
         try:
+            if stdin not in ("none", "pipe", "tty"):
+                raise BadArguments(f"stdin must be 'none', 'pipe' or 'tty', got {stdin!r}")
             h = self.hosts.get(host)
             decision = self.decide(host, command, cwd=cwd, env=env)
             blocked = self.check_policy(host, command, approval_id, decision, cwd=cwd, env=env)
@@ -437,7 +444,8 @@ class Toolkit:
                 on_timeout=on_timeout or "detach",  # type: ignore[arg-type]
                 cwd=cwd, env=env, idempotency_key=idempotency_key, key_on_host=_key_on_host, probes=probes or None,
                 deadline_s=ready_deadline_s, detach_immediately=detach_now, display_command=shown,
-                hard_deadline_s=hard_s, hard_deadline_why=hard_why))
+                hard_deadline_s=hard_s, hard_deadline_why=hard_why,
+                stdin="pipe" if stdin in ("pipe", "tty") else "none", tty=tty or stdin == "tty"))
         except AgentToolsError as exc:
             return self._explained(_error(exc, host, shown))
 
@@ -472,6 +480,18 @@ class Toolkit:
             return status
         except AgentToolsError as exc:
             return _noted(_error(exc, None, None), notes[0] if notes else None)
+
+    async def job_input(self, job_id: str, text: str, eof: bool = False, newline: bool = True,
+                        idempotency_key: str | None = None, wait_s: float = 2.0) -> JobInput | ErrorOutcome:
+        """Type ``text`` into a job's stdin and return its new output; see :meth:`JobRunner.job_input`. The text is
+        in no result, log or journal (only its byte count)."""
+        note: str | None = None
+        try:
+            host, note = await self._job_host(job_id)
+            return await self.runner.job_input(host, job_id, text, eof=eof, newline=newline, key=idempotency_key,
+                                               wait_s=wait_s)
+        except AgentToolsError as exc:
+            return _noted(_error(exc, None, None), note)
 
     async def job_output(self, job_id: str, stream: str = "stdout", offset: int = 0,
                          limit: int = 16384) -> JobOutput | ErrorOutcome:

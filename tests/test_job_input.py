@@ -1,0 +1,127 @@
+"""Issue 17, item 1: a job's stdin as a named pipe held open on the host (``run_command(stdin="pipe")``), written by
+``job_input`` from any later call, connection or controller. Real OpenSSH sshd on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import agent_tools
+from agent_tools.hosts.registry import HostRegistry
+from agent_tools.jobs.journal import Journal
+from agent_tools.tools.toolkit import Toolkit
+
+from .sshd import RealSshd
+
+REPO = Path(agent_tools.__file__).resolve().parent.parent
+pytestmark = pytest.mark.sshd
+
+
+def _toolkit(server: RealSshd, state_dir: Path) -> Toolkit:
+    return Toolkit(HostRegistry(ssh_config=[str(server.config_path)]), journal=Journal(state_dir / "journal.sqlite3"))
+
+
+def _text(view: Any) -> str:
+    """An output view of a result as text (a view that holds its whole stream is shown as its text)."""
+    if view is None:
+        return ""
+    return view if isinstance(view, str) else str(view.get("text", ""))
+
+
+async def _start(tk: Toolkit, server: RealSshd, command: str, **kw: Any) -> str:
+    d = await tk.dispatch("run_command", {"host": server.alias, "command": command, "budget_s": 1, **kw})
+    assert d["outcome"] == "detached", d
+    return str(d["job_id"])
+
+
+async def test_python_repl_across_a_dropped_connection_a_new_toolkit_and_another_process(
+        real_sshd: RealSshd, state_dir: Path) -> None:
+    tk = _toolkit(real_sshd, state_dir)
+    job = await _start(tk, real_sshd, "python3 -i", stdin="pipe")
+    a = await tk.dispatch("job_input", {"job_id": job, "text": "x = 6 * 7"})
+    assert a["input"] == "written" and a["state"] == "running", a
+    b = await tk.dispatch("job_input", {"job_id": job, "text": "print(x)"})
+    assert _text(b.get("new_stdout")) == "42\n", b
+    assert real_sshd.drop_connections() >= 1
+    c = await tk.dispatch("job_input", {"job_id": job, "text": "print(x + 1)"})  # the connection it had is gone
+    assert _text(c.get("new_stdout")) == "43\n", c
+    await tk.aclose()
+    tk2 = _toolkit(real_sshd, state_dir)  # a new controller: the journal file is all it shares with the first
+    d = await tk2.dispatch("job_input", {"job_id": job, "text": "print(x * 2)"})
+    assert _text(d.get("new_stdout")) == "84\n", d
+    env = {**os.environ, "PYTHONPATH": str(REPO), "AGENT_TOOLS_STATE_DIR": str(state_dir)}
+    cli = await anyio.run_process([sys.executable, "-m", "agent_tools.cli", "input", "-F", str(real_sshd.config_path),
+                                   job, "print(x - 2)", "--json"], env=env, check=False)
+    e = json.loads(cli.stdout)
+    assert cli.returncode == 0 and _text(e.get("new_stdout")) == "40\n", cli.stdout + cli.stderr
+    f = await tk2.dispatch("job_input", {"job_id": job, "text": "raise SystemExit(3)"})
+    assert f["input"] == "written", f
+    g = await tk2.dispatch("job_status", {"job_id": job, "wait_s": 10})
+    assert g["state"] == "exited" and g["exit_status"] == 3, g
+    h = await tk2.dispatch("job_input", {"job_id": job, "text": "print(1)"})
+    assert h["outcome"] == "error" and h["kind"] == "input_refused", h
+    await tk2.aclose()
+
+
+async def test_read_a_read_b_fed_by_two_calls_and_eof(real_sshd: RealSshd, state_dir: Path) -> None:
+    async with _toolkit(real_sshd, state_dir) as tk:
+        job = await _start(tk, real_sshd, 'read a; echo "a=$a"; read b; echo "b=$b"; cat; echo rest-done',
+                           stdin="pipe")
+        one = await tk.dispatch("job_input", {"job_id": job, "text": "first"})
+        assert _text(one.get("new_stdout")) == "a=first\n", one
+        two = await tk.dispatch("job_input", {"job_id": job, "text": "second"})
+        assert _text(two.get("new_stdout")) == "b=second\n", two
+        end = await tk.dispatch("job_input", {"job_id": job, "text": "tail", "eof": True})
+        assert end["input"] == "written", end
+        st = await tk.dispatch("job_status", {"job_id": job, "wait_s": 10})
+        assert st["state"] == "exited" and st["exit_status"] == 0, st
+        out = await tk.dispatch("job_output", {"job_id": job})
+        assert out["text"] == "a=first\nb=second\ntail\nrest-done\n", out
+
+
+async def test_a_retried_write_is_not_typed_twice_and_writes_keep_their_order(real_sshd: RealSshd,
+                                                                             state_dir: Path) -> None:
+    go = f"$HOME/go-{os.getpid()}"
+    async with _toolkit(real_sshd, state_dir) as tk:
+        # the job reads nothing until the flag file appears, so the second write fills the pipe (64 KiB) and waits
+        job = await _start(tk, real_sshd, f"while [ ! -e {go} ]; do sleep 0.05; done; cat", stdin="pipe")
+        big = "x" * 60000
+        first = await tk.dispatch("job_input", {"job_id": job, "text": big, "idempotency_key": "k1"})
+        assert first["input"] == "written", first
+        again = await tk.dispatch("job_input", {"job_id": job, "text": big, "idempotency_key": "k1"})
+        assert again["input"] == "duplicate", again
+        second = await tk.dispatch("job_input", {"job_id": job, "text": "y" * 60000, "idempotency_key": "k2"})
+        assert second["input"] == "queued", second
+        last = await tk.dispatch("job_input", {"job_id": job, "text": "end", "eof": True})
+        assert last["input"] == "queued", last
+        touched = await tk.dispatch("run_command", {"host": real_sshd.alias, "command": f"touch {go}"})
+        assert touched["outcome"] == "finished", touched
+        st = await tk.dispatch("job_status", {"job_id": job, "wait_s": 20})
+        assert st["state"] == "exited" and st["exit_status"] == 0, st
+        page = await tk.dispatch("job_output", {"job_id": job, "limit": 200000})
+        assert page["text"] == big + "\n" + "y" * 60000 + "\nend\n", page["total_bytes"]
+        left = await tk.dispatch("run_command", {"host": real_sshd.alias, "command": (
+            f"rm {go}; cd ${{XDG_STATE_HOME:-$HOME/.local/state}}/agent-tools/jobs/{job}/input && ls && cat ./*")})
+        assert left["outcome"] == "finished", left  # the queue keeps keys only: what was typed is gone once written
+        names = _text(left["stdout"]).split()
+        assert [n.split(".", 1)[1] for n in names] == ["k1.done", "k2.done", names[2].split(".", 1)[1]], names
+        assert names[2].endswith(".e.done"), names
+
+
+async def test_input_to_a_job_without_a_pipe_is_refused_and_a_write_is_bounded(real_sshd: RealSshd,
+                                                                              state_dir: Path) -> None:
+    async with _toolkit(real_sshd, state_dir) as tk:
+        job = await _start(tk, real_sshd, "sleep 30")
+        d = await tk.dispatch("job_input", {"job_id": job, "text": "hello"})
+        assert d["outcome"] == "error" and d["kind"] == "input_refused" and "stdin='pipe'" in d["message"], d
+        piped = await _start(tk, real_sshd, "cat", stdin="pipe")
+        big = await tk.dispatch("job_input", {"job_id": piped, "text": "z" * 70000})
+        assert big["outcome"] == "error" and big["kind"] == "bad_arguments", big
+        for j in (job, piped):
+            await tk.dispatch("job_cancel", {"job_id": j, "grace_s": 1})
