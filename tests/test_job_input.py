@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +14,36 @@ import anyio
 import pytest
 
 import agent_tools
+from agent_tools.hosts.base import run_on
 from agent_tools.hosts.registry import HostRegistry
 from agent_tools.jobs.journal import Journal
+from agent_tools.jobs.manager import DEFAULT_JOBS_DIR
+from agent_tools.jobs.scripts import cancel_script
 from agent_tools.tools.toolkit import Toolkit
 
+from .conftest import ssh_host_for
 from .sshd import RealSshd
 
 REPO = Path(agent_tools.__file__).resolve().parent.parent
 pytestmark = pytest.mark.sshd
+
+
+#: jobs the running test started on the sshd (see _no_job_left)
+_STARTED: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+async def _no_job_left(real_sshd: RealSshd) -> AsyncIterator[None]:
+    """A test that fails midway leaves no job running on the host: the job scripts' own cancel, for every job it
+    started (a no-op for the ones that ended)."""
+    _STARTED.clear()
+    yield
+    host = ssh_host_for(real_sshd)
+    try:
+        for job_id in _STARTED:
+            await run_on(host, cancel_script(DEFAULT_JOBS_DIR, job_id, grace_s=1, reason="test cleanup"))
+    finally:
+        await host.aclose()
 
 
 def _toolkit(server: RealSshd, state_dir: Path) -> Toolkit:
@@ -37,6 +60,7 @@ def _text(view: Any) -> str:
 async def _start(tk: Toolkit, server: RealSshd, command: str, **kw: Any) -> str:
     d = await tk.dispatch("run_command", {"host": server.alias, "command": command, "budget_s": 1, **kw})
     assert d["outcome"] == "detached", d
+    _STARTED.append(str(d["job_id"]))
     return str(d["job_id"])
 
 

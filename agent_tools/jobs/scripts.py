@@ -71,8 +71,8 @@ Every script is a shell function (``at_launch``, ``at_status``, ``at_cancel``) r
 
 Input (``stdin="pipe"`` or ``"tty"``; other jobs keep ``/dev/null``)::
 
-    stdin      a named pipe (mkfifo, 0600) the command reads. The monitor starts a *holder* (``sleep``) that
-               keeps it open for reading and writing, so opening it never blocks and the command sees EOF
+    stdin      a named pipe (mkfifo, 0600) the command reads. The monitor starts a *holder* (a shell waiting
+               while the monitor lives) that keeps it open for reading and writing, so opening it never blocks and the command sees EOF
                only when the holder goes (``eof``); nothing of it depends on any SSH session
     stdin.pid  "<holder_pid> <holder_start>"
     stdin.eof  present once a write asked for EOF: later writes are refused
@@ -284,9 +284,11 @@ at_in_prepare() { # DIR: the named pipe the command reads; a terminal gets a ter
   return 0
 }
 at_in_hold() { # DIR (in the monitor): hold the pipe open (a writer-and-reader: no EOF, no blocked open) by a
-  # holder process, so input works from any later session; killing the holder is EOF
+  # holder process, so input works from any later session; killing the holder is EOF (its sleep does not hold the
+  # pipe). It also ends within a minute of the monitor's end (a job directory deleted under a running job).
   at_hd=$1; exec 4<>"$at_hd/stdin"
-  sleep 2147483647 </dev/null >/dev/null 2>&1 &
+  s=; read -r s < /proc/self/stat; at_mp=${s%% *}
+  ( while kill -0 "$at_mp" 2>/dev/null; do sleep 60 4<&-; done ) </dev/null >/dev/null 2>&1 &
   hp=$!; exec 4<&-; hs=-; s=; if read -r s < "/proc/$hp/stat" 2>/dev/null; then s=${s##*) }; set -- $s; hs=${20}; fi
   printf '%s %s\n' "$hp" "$hs" > "$at_hd/stdin.pid"
   at_src=$at_hd/stdin
