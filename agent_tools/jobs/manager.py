@@ -520,8 +520,10 @@ class JobRunner:
             # the launcher refused before running the command (no job directory, missing cwd): never started
             self.journal.update(job_id, state="not_started" if refused else "lost", finished_at=now(),
                                 meta={**rec.meta, "error": launch_error})
-            kind = "unsupported" if launch_error.startswith("unsupported:") else "launch"
-            return ErrorOutcome(host=host.name, command=shown, kind=kind, message=launch_error,
+            if launch_error.startswith("unsupported:"):  # the host lacks what the call needs (a terminal owner)
+                return ErrorOutcome(host=host.name, command=shown, kind="unsupported", message=launch_error,
+                                    retryable=False, job_id=job_id)
+            return ErrorOutcome(host=host.name, command=shown, kind="launch", message=launch_error,
                                 retryable=False, job_id=job_id)
 
         if not sent and not written:

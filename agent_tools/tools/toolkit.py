@@ -485,13 +485,13 @@ class Toolkit:
                         idempotency_key: str | None = None, wait_s: float = 2.0) -> JobInput | ErrorOutcome:
         """Type ``text`` into a job's stdin and return its new output; see :meth:`JobRunner.job_input`. The text is
         in no result, log or journal (only its byte count)."""
-        note: str | None = None
+        notes: list[str] = []
         try:
-            host, note = await self._job_host(job_id)
+            host = await self._job_host(job_id, notes)
             return await self.runner.job_input(host, job_id, text, eof=eof, newline=newline, key=idempotency_key,
                                                wait_s=wait_s)
         except AgentToolsError as exc:
-            return _noted(_error(exc, None, None), note)
+            return _noted(_error(exc, None, None), notes[0] if notes else None)
 
     async def job_output(self, job_id: str, stream: str = "stdout", offset: int = 0,
                          limit: int = 16384) -> JobOutput | ErrorOutcome:
