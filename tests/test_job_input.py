@@ -149,3 +149,100 @@ async def test_input_to_a_job_without_a_pipe_is_refused_and_a_write_is_bounded(r
         assert big["outcome"] == "error" and big["kind"] == "bad_arguments", big
         for j in (job, piped):
             await tk.dispatch("job_cancel", {"job_id": j, "grace_s": 1})
+
+
+# ---------------------------------------------------------------- item 2: a terminal (tty)
+CURSES_PROGRAM = ("import curses\n"
+                  "def main(s):\n"
+                  "    s.addstr(0, 0, 'rows %d cols %d; q quits' % s.getmaxyx())\n"
+                  "    s.refresh()\n"
+                  "    while s.getch() != ord('q'):\n"
+                  "        pass\n"
+                  "curses.wrapper(main)\n"
+                  "print('curses-done')\n")
+
+
+async def test_a_tty_job_has_a_terminal_of_80x24_and_control_keys(real_sshd: RealSshd, state_dir: Path) -> None:
+    async with _toolkit(real_sshd, state_dir) as tk:
+        d = await tk.dispatch("run_command", {"host": real_sshd.alias, "stdin": "tty", "budget_s": 10,
+                                              "command": "test -t 0 && test -t 1 && echo tty-yes; stty size; "
+                                                         "echo TERM=$TERM; top -b -n1 | head -3"})
+        assert d["outcome"] == "finished" and d["exit_status"] == 0, d
+        out = _text(d["stdout"])
+        assert "tty-yes" in out and "24 80" in out and "TERM=xterm" in out and "load average" in out, out
+        # Ctrl-C reaches the foreground program through the terminal (its line discipline sends SIGINT)
+        job = await _start(tk, real_sshd, "sleep 600; echo not-interrupted", stdin="tty")
+        c = await tk.dispatch("job_input", {"job_id": job, "text": "\x03"})  # as a model types it (then Enter)
+        assert c.get("input") == "written", c
+        st = await tk.dispatch("job_status", {"job_id": job, "wait_s": 10})
+        assert st["state"] == "exited" and st["exit_status"] == 130, st  # bash: 128 + SIGINT
+
+
+async def test_curses_programs_in_a_tty_quit_with_q(real_sshd: RealSshd, state_dir: Path) -> None:
+    async with _toolkit(real_sshd, state_dir) as tk:
+        job = await _start(tk, real_sshd, f"python3 -c {_sh_quote(CURSES_PROGRAM)}", stdin="tty")
+        first = await tk.dispatch("job_output", {"job_id": job})
+        assert "rows 24 cols 80; q quits" in first["text"], first
+        await tk.runner.job_input(tk.hosts.get(real_sshd.alias), job, "x", newline=False)  # ignored key
+        q = await tk.runner.job_input(tk.hosts.get(real_sshd.alias), job, "q", newline=False)
+        assert q.input == "written"
+        st = await tk.dispatch("job_status", {"job_id": job, "wait_s": 10})
+        assert st["state"] == "exited" and st["exit_status"] == 0, st
+        out = await tk.dispatch("job_output", {"job_id": job})
+        assert "curses-done" in out["text"], out
+        top = await _start(tk, real_sshd, "top -d 0.5", stdin="tty")  # interactive top (ncurses) quits with q too
+        await tk.runner.job_input(tk.hosts.get(real_sshd.alias), top, "q", newline=False)
+        st = await tk.dispatch("job_status", {"job_id": top, "wait_s": 10})
+        assert st["state"] == "exited" and st["exit_status"] == 0, st
+
+
+def _sh_quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+def _path_without(tmp_path: Path, name: str, missing: set[str], extra: dict[str, str]) -> str:
+    """A PATH directory with every program of /usr/bin and /bin linked in except ``missing`` (plus ``extra``)."""
+    d = tmp_path / name
+    d.mkdir()
+    for src in (Path("/usr/bin"), Path("/bin")):
+        for prog in src.iterdir():
+            target = d / prog.name
+            if prog.name not in missing and not prog.name.startswith("python") and not target.exists():
+                target.symlink_to(prog)
+    for prog_name, path in extra.items():
+        (d / prog_name).symlink_to(path)
+    return str(d)
+
+
+async def test_a_tty_falls_back_to_python3_and_is_unsupported_without_either(tmp_path: Path) -> None:
+    from agent_tools.jobs.scripts import launch_script
+
+    base = str(tmp_path / "jobs")
+    python = _path_without(tmp_path, "py", {"script"}, {"python3": sys.executable})
+    out = await _launch_fg(launch_script(
+        base, "j_pyfallback000000", "test -t 0 && echo tty-yes; stty size; kill -INT $$; echo no",
+        cwd=None, mode="fg", head_bytes=4096, tail_bytes=0, stdin="tty"), {"PATH": python, "HOME": str(tmp_path)})
+    assert "@@AT exit 130" in out and "tty-yes" in out and "24 80" in out and "no\r\n" not in out, out
+    bare = _path_without(tmp_path, "bare", {"script"}, {})
+    refused = await anyio.run_process(["/bin/sh", "-c", launch_script(
+        base, "j_nopty00000000000", "echo ran", cwd=None, mode="fg", head_bytes=4096, tail_bytes=0, stdin="tty")],
+        env={"PATH": bare, "HOME": str(tmp_path)}, check=False)
+    assert refused.stdout.decode().startswith("@@AT error unsupported: tty=true needs"), refused.stdout
+    assert not (tmp_path / "jobs" / "j_nopty00000000000" / "stdout").exists()  # nothing ran
+
+
+async def _launch_fg(script: str, env: dict[str, str]) -> str:
+    """Run a launcher in ``fg`` mode with its stdin held open (EOF would detach it) until it reports the end."""
+    import subprocess
+
+    async with await anyio.open_process(["/bin/sh", "-c", script], stdin=subprocess.PIPE, env=env) as proc:
+        assert proc.stdout is not None
+        out = b""
+        with anyio.fail_after(30):
+            async for chunk in proc.stdout:
+                out += chunk
+                if b"@@AT end" in out:
+                    break
+        return out.decode()

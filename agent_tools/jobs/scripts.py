@@ -83,8 +83,9 @@ Input (``stdin="pipe"`` or ``"tty"``; other jobs keep ``/dev/null``)::
 ``at_input`` reads the whole write from its channel before queueing it (a channel that drops mid-way queues
 nothing) and then ignores HUP/PIPE: once it answered ``written``/``queued`` the write happens whatever
 becomes of the connection. With ``tty`` the command runs under a pseudo-terminal the monitor's child owns
-(util-linux ``script -qefc``, else :data:`PTY_PROGRAM` under ``python3``; neither: the launch is refused
-``unsupported``), 80x24, ``TERM=xterm``; what the program draws goes to ``stdout`` (stderr stays empty).
+(util-linux ``script -qefc`` started by ``env --default-signal=INT,QUIT``: a background job inherits SIGINT
+ignored, and Ctrl-C must reach the program; else :data:`PTY_PROGRAM` under ``python3``; neither: the launch is
+refused ``unsupported``), 80x24, ``TERM=xterm``; what the program draws goes to ``stdout`` (stderr stays empty).
 The launch's words: 8 is the deadline (``''`` for none), 9 the stdin mode (``pipe``/``tty``), 10 the pty
 program; a launch without stdin stops at word 8 (or 7). ``at_spawn`` gives the command the pipe in both of its
 paths (the ``systemd-run --scope`` one and the plain one); ``at_in_end`` runs once the deadline watcher is
@@ -271,7 +272,9 @@ at_deadline() { # DIR [ID] -> "@@AT deadline [ID] LIMIT DONE [SURVIVORS...]" (DO
 at_in_check() { # DIR: a terminal needs util-linux script or python3 on the host; else `unsupported`, never run
   at_pty=
   [ "$at_in" = tty ] || return 0
-  if script -V 2>/dev/null | grep -q util-linux; then at_pty=script
+  # a background job starts with SIGINT/SIGQUIT ignored (POSIX, no job control) and sh -c cannot undo that: the
+  # terminal's Ctrl-C must reach the program, so its owner starts it with them at their defaults
+  if script -V 2>/dev/null | grep -q util-linux && env --default-signal=INT,QUIT true 2>/dev/null; then at_pty=script
   elif command -v python3 >/dev/null 2>&1; then at_pty=python3
   else
     printf '@@AT error unsupported: tty=true needs util-linux script or python3 on the host; neither is there\n'
@@ -322,7 +325,8 @@ at_spawn() { # DIR ID SHELL COMMAND [plain]: start the command as the job, in a 
   at_sc=$sc; at_j=$2
   set -- "$3" -c "$4"  # the job's argv; with a terminal (stdin=tty, see "Input"), its owner runs the command
   case ${at_pty:-} in
-    script) set -- env SHELL="$1" script -qefc "stty rows 24 cols 80 2>/dev/null; $3" /dev/null;;
+    script) set -- env --default-signal=INT,QUIT SHELL="$1" script -qefc "stty rows 24 cols 80 2>/dev/null; $3" \
+              /dev/null;;
     python3) set -- python3 -c "$at_pyp" "$@";;
   esac
   if [ -n "$sc" ]; then
@@ -600,12 +604,15 @@ at_pump() { # DIR: the one writer of a job's pipe: queued writes in ticket order
 """
 
 
-#: the pseudo-terminal owner used when the host has python3 but no util-linux ``script``: argv[1:] runs on the
-#: terminal's slave side (80x24, pty(7)), stdin is copied to the master and the master to stdout until the
+#: the pseudo-terminal owner used when the host has python3 but no util-linux ``script`` (or no ``env
+#: --default-signal``): argv[1:] runs on the terminal's slave side (80x24, pty(7), SIGINT/SIGQUIT at their
+#: defaults, so Ctrl-C works), stdin is copied to the master and the master to stdout until the
 #: terminal closes; the exit status is the program's (128+N for signal N)
-PTY_PROGRAM = """import os, pty, select, struct, sys, fcntl, termios
+PTY_PROGRAM = """import os, pty, select, signal, struct, sys, fcntl, termios
 pid, fd = pty.fork()
 if pid == 0:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
     fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     os.execvp(sys.argv[1], sys.argv[1:])
 ins = [0, fd]
