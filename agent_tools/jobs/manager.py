@@ -626,9 +626,13 @@ class JobRunner:
             if prompt is not None:
                 return NeedsInput(host=rec.host, command=rec.command, prompt=prompt, exit_status=code,
                                   duration_s=round(elapsed, 3), stdout=ov, stderr=ev, job_id=rec.job_id,
-                                  next="the command asked for input and stdin is /dev/null: run it "
+                                  next=("the command asked for input and ended: run it again with stdin='pipe' "
+                                        "(or tty) and answer with job_input (a password: the operator types it "
+                                        "with agent-tools input JOB --secret), or non-interactively (sudo -n with "
+                                        "NOPASSWD, --yes/-y, key-based auth)") if rec.meta.get("stdin") else
+                                       "the command asked for input and stdin is /dev/null: run it "
                                        "non-interactively (sudo -n with NOPASSWD, --yes/-y, key-based auth), "
-                                       "or ask the operator")
+                                       "or with stdin='pipe' and answer with job_input, or ask the operator")
             tty = terminal_need(rec.command, ev.text, ov.text)
             if tty is not None:
                 # what it drew for a screen nobody sees is left out (all of it stays on the host)
