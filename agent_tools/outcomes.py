@@ -111,12 +111,15 @@ class NeedsInput(ResultModel):
     """The command wanted input from a person (a password or confirmation prompt) or a terminal (vim, top).
     stdin is /dev/null and there is no terminal, so it failed (or stopped) instead of hanging; ``next`` says how
     to run it non-interactively (``sudo -n``, ``--yes``, keys; ``top -b -n 1``; edit_file instead of vim).
-    What a full-screen program drew is left out of ``stdout`` (its byte count stays)."""
+    What a full-screen program drew is left out of ``stdout`` (its byte count stays). With ``secret`` the job is
+    still running (``stdin="pipe"``/``"tty"``), waiting on a password a person gives out of band."""
 
     outcome: Literal["needs_input"] = "needs_input"
     host: str
     command: str
     prompt: str = Field(description="the prompt or refusal text seen")
+    secret: bool = Field(default=False, description="true: the job is running, waiting on a password or passphrase "
+                                                    "that a person types out of band (never the model)")
     exit_status: int | None = None
     duration_s: float
     stdout: OutputView = Field(default_factory=OutputView)
@@ -239,6 +242,9 @@ class JobStatus(ResultModel):
     probes: list[ProbeReport] = Field(default_factory=list)
     new_stdout: OutputView = Field(default_factory=OutputView)
     new_stderr: OutputView = Field(default_factory=OutputView)
+    prompt: str | None = Field(default=None, description="the prompt the running job waits on (its newest output)")
+    secret: bool = Field(default=False, description="true: that prompt asks for a password a person types out of "
+                                                    "band (agent-tools input JOB --secret), never the model")
     next: str = ""
 
 

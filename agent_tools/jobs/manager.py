@@ -51,7 +51,7 @@ from ..outcomes import (
 )
 from ..output import VIEW_CONTEXT_BYTES, OutputView, clean_window, view_request
 from ..probes.readiness import judge
-from ..redact import redact
+from ..redact import add_secret_values, redact
 from .discover import discover_script, parse_discovery, split_env_line
 from .hints import JobFacts, guide
 from .journal import JobRecord, Journal, now
@@ -123,6 +123,27 @@ _PROMPT_RE = re.compile(
     r"|Do you want to continue\? \[Y/n\][^\n]*)",
     re.MULTILINE,
 )
+
+
+# A running job with a pipe waiting on a secret: its newest output ends in a password/passphrase prompt.
+_SECRET_PROMPT_RE = re.compile(
+    r"(?:\[sudo\] password for [^\n]*|[^\n]{0,80}\b(?:[Pp]assword|[Pp]assphrase|[Pp]asscode|PIN|[Ss]ecret|[Tt]oken)"
+    r"\b[^\n]{0,60}:[ \t]*)$")
+
+
+def find_secret_prompt(*texts: str) -> str | None:
+    """The password/passphrase prompt that ends one of ``texts`` (a running job's newest output), else None."""
+    for text in texts:
+        m = _SECRET_PROMPT_RE.search(text[-400:].rstrip("\r"))
+        if m is not None:
+            return m.group(0).strip()
+    return None
+
+
+def _secret_next(job_id: str) -> str:
+    return (f"job {job_id} waits on a password: a person types it, out of band, with `agent-tools input {job_id} "
+            "--secret` (no echo, straight to the job); never send it with job_input. Then "
+            f"job_status(job_id='{job_id}', wait_s=30)")
 
 
 def new_job_id() -> str:
@@ -671,7 +692,7 @@ class JobRunner:
                       stderr=err.view(budget=self.view_bytes))
 
     def _detached(self, rec: JobRecord, elapsed: float, st: HostJobState | None, *, why: str,
-                  next_hint: str | None = None) -> Detached:
+                  next_hint: str | None = None) -> Detached | NeedsInput:
         ov = ev = OutputView()
         if st is not None:
             if "stdout" in st.views:
@@ -680,13 +701,30 @@ class JobRunner:
                 ev = st.views["stderr"].view(budget=self.view_bytes)
             self.journal.update(rec.job_id, stdout_seen=st.stdout_bytes, stderr_seen=st.stderr_bytes)
         hint = next_hint or guide(facts_of(rec, state="running")).next_text()
+        prompt = find_secret_prompt(ev.text, ov.text) if rec.meta.get("stdin") and st is not None else None
+        if prompt is not None:  # running, waiting on a password typed into its pipe
+            self._note_prompt(rec, prompt, st)
+            return NeedsInput(host=rec.host, command=rec.command, prompt=prompt, secret=True,
+                              duration_s=round(elapsed, 3), stdout=ov, stderr=ev, job_id=rec.job_id,
+                              next=_secret_next(rec.job_id))
         log.debug("job.detached", host=rec.host, job_id=rec.job_id, elapsed_s=round(elapsed, 3))
         return Detached(host=rec.host, command=rec.command, job_id=rec.job_id, elapsed_s=round(elapsed, 3),
                         budget_s=rec.budget_s or 0.0, deadline_s=rec.deadline_s, why=why + _kill_words(rec),
                         hard_deadline_s=_hard_deadline(rec), stdout=ov, stderr=ev, next=hint)
 
+    def _note_prompt(self, rec: JobRecord, prompt: str | None, st: HostJobState | None) -> None:
+        """Remember (or forget) the secret prompt a running job's newest output ends in, with the output sizes it was
+        seen at: a later look with no new output still knows the job waits on it."""
+        if prompt is None and "prompt" not in rec.meta:
+            return
+        meta = {k: v for k, v in rec.meta.items() if k != "prompt"}
+        if prompt is not None and st is not None:
+            meta["prompt"] = {"text": prompt, "at": [st.stdout_bytes, st.stderr_bytes]}
+        rec.meta = meta
+        self.journal.update(rec.job_id, meta=meta)
+
     async def _kill_after_budget(self, host: Host, rec: JobRecord, t0: float, grace_s: float,
-                                 started: bool) -> Killed | Detached:
+                                 started: bool) -> Killed | Detached | NeedsInput:
         reason = f"still running when its {rec.budget_s or 0:g} s budget ran out (on_timeout=kill)"
         res: JobCancelResult | None = None
         with anyio.move_on_after(grace_s + 1.0):
@@ -1001,11 +1039,21 @@ class JobRunner:
         # every byte in a result already (no view ever had to cut: the streams fit one view): no job_output hint
         cut = new_out.truncated or new_err.truncated or max(vst.stdout_bytes, vst.stderr_bytes) > self.view_bytes
         g = guide(facts_of(rec, state=state, detail=why, readiness_detail=ready_why, output_cut=cut))
+        prompt: str | None = None
+        if rec.meta.get("stdin") and state == "running":
+            if new_out.total_bytes or new_err.total_bytes:
+                prompt = find_secret_prompt(new_err.text, new_out.text)
+                self._note_prompt(rec, prompt, vst)
+            elif isinstance(rec.meta.get("prompt"), dict):
+                prompt = str(rec.meta["prompt"].get("text") or "") or None
+        elif "prompt" in rec.meta:
+            self._note_prompt(rec, None, None)
         return JobStatus(job_id=job_id, host=rec.host, command=rec.command, state=state,
                          exit_status=code, signal=sig, readiness=rec.readiness, by=killed_by(rec, state),
                          elapsed_s=elapsed_of(rec), deadline_s=rec.deadline_s, hard_deadline_s=_hard_deadline(rec),
-                         why=g.why, probes=reports,
-                         new_stdout=new_out, new_stderr=new_err, next=g.next_text())
+                         why=g.why, probes=reports, new_stdout=new_out, new_stderr=new_err, prompt=prompt,
+                         secret=prompt is not None,
+                         next=_secret_next(job_id) if prompt is not None else g.next_text())
 
     async def _evaluate_probes(self, host: Host, rec: JobRecord, state: str, code: int | None,
                                why: str) -> tuple[list[ProbeReport], str]:
@@ -1120,7 +1168,7 @@ class JobRunner:
 
     # ------------------------------------------------------------------ input
     async def job_input(self, host: Host, job_id: str, text: str, *, eof: bool = False, newline: bool = True,
-                        key: str | None = None, wait_s: float = 2.0) -> JobInput:
+                        key: str | None = None, wait_s: float = 2.0, secret: bool = False) -> JobInput:
         """Write ``text`` to the stdin of job ``job_id`` (started with ``stdin="pipe"`` or ``tty``), then return
         its state and the output it wrote since the previous look (as :meth:`job_status`).
 
@@ -1137,11 +1185,16 @@ class JobRunner:
             pressing Enter).
         :param key: the write's idempotency key (1-64 of ``A-Za-z0-9_-``; default: a new one per call).
         :param wait_s: seconds (float, 0..60) to wait for the job's answer.
+        :param secret: ``text`` is a secret a person typed (a password): it is hidden (``[REDACTED]``) wherever it
+            appears in this process's later results (:func:`agent_tools.redact.add_secret_values`); like every
+            write, it is in no log or journal and is emptied from the host's queue once written.
         :raises BadArguments: bad ``job_id``/``key``/``wait_s``, or more than ``MAX_INPUT_BYTES`` to write.
         :raises InputRefused: the job has no pipe, has ended, or its input was ended.
         :raises JobNotFound, HostError: as :meth:`job_status`.
         """
         check_job_id(job_id)
+        if secret:
+            add_secret_values([text])
         if not 0 <= wait_s <= 60:
             raise BadArguments("wait_s must be between 0 and 60 seconds")
         key = key or "w" + base64.b32encode(secrets.token_bytes(10)).decode().lower()

@@ -482,14 +482,16 @@ class Toolkit:
             return _noted(_error(exc, None, None), notes[0] if notes else None)
 
     async def job_input(self, job_id: str, text: str, eof: bool = False, newline: bool = True,
-                        idempotency_key: str | None = None, wait_s: float = 2.0) -> JobInput | ErrorOutcome:
+                        idempotency_key: str | None = None, wait_s: float = 2.0,
+                        secret: bool = False) -> JobInput | ErrorOutcome:
         """Type ``text`` into a job's stdin and return its new output; see :meth:`JobRunner.job_input`. The text is
-        in no result, log or journal (only its byte count)."""
+        in no result, log or journal (only its byte count); with ``secret`` (a password a person typed: not a tool
+        argument, the model never has it) it is hidden in every later result of this process too."""
         notes: list[str] = []
         try:
             host = await self._job_host(job_id, notes)
             return await self.runner.job_input(host, job_id, text, eof=eof, newline=newline, key=idempotency_key,
-                                               wait_s=wait_s)
+                                               wait_s=wait_s, secret=secret)
         except AgentToolsError as exc:
             return _noted(_error(exc, None, None), notes[0] if notes else None)
 
