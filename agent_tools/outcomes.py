@@ -296,6 +296,8 @@ class JobInfo(ResultModel):
     exit_status: int | None = None
     by: str | None = Field(default=None, description="who killed a killed job: budget | deadline | cancel")
     created_at: float = Field(description="unix time the job was started")
+    changed: str | None = Field(default=None, description="what changed since a result last showed this job "
+                                                          "(e.g. 'exited (was running)'); absent: nothing")
 
 
 class JobList(ResultModel):

@@ -15,7 +15,7 @@ import hashlib
 import re
 import secrets
 import signal as _signal
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
 from typing import Any, Literal
 
 import anyio
@@ -211,6 +211,9 @@ class JobRunner:
         self.view_bytes = view_bytes
         self.warm = warm
         self.answer_timeout_s = answer_timeout_s
+        #: job id -> the lock its probe checks take: one check of a job at a time in this process (a background
+        #: look and the agent's job_status would otherwise judge it twice at once, each from the other's old cursor)
+        self._judging: dict[str, anyio.Lock] = {}
 
     # ------------------------------------------------------------------ sessions
     def _warm_session(self) -> tuple[str, str]:
@@ -839,6 +842,69 @@ class JobRunner:
             return {}
         return await self._status(host, [(j, 0, 0, 0, 0) for j in job_ids])
 
+    async def look(self, host: Host, job_id: str) -> JobRecord:
+        """One look at job ``job_id`` on ``host`` without reading its output: its host-side state (unless settled
+        in the journal) and, when it has probes whose verdict can still change (``pending``, or ``ready`` with
+        units to check again), its readiness (:meth:`_evaluate_probes`). Both are recorded in the journal, as
+        ``job_status`` would; the output the agent has not seen stays unseen. Used to tell a client that a job it
+        started ended or changed readiness.
+
+        :returns: the job's journal record after the look.
+        :raises JobNotFound: unknown job id.
+        :raises HostError: the host cannot be reached, or did not answer within ``answer_timeout_s``.
+        """
+        check_job_id(job_id)
+        rec = self.journal.get(job_id)
+        if rec.state in _SETTLED or rec.state == "lost":
+            state, code, why = rec.state, rec.exit_status, rec.state
+        else:
+            with _answer_within(host, self.answer_timeout_s, "the look at the job"):
+                st = (await self._status(host, [(job_id, 0, 0, 0, 0)]))[job_id]
+            state, code, _sig, why = self.apply_state(rec, st)
+        if rec.probes and rec.readiness in ("pending", "ready") and state != "not_started":
+            with anyio.move_on_after(self.answer_timeout_s * 2):  # a slow probe: judged at the next look
+                async with self._judge_lock(job_id, wait=False) as free:
+                    if free:  # else a job_status is checking it right now, and records what it finds
+                        await self._evaluate_probes(host, self.journal.get(job_id), state, code, why)
+        return self.journal.get(job_id)
+
+    @contextlib.asynccontextmanager
+    async def _judge_lock(self, job_id: str, *, wait: bool) -> AsyncIterator[bool]:
+        """Hold job ``job_id``'s probe-check lock (see ``_judging``); yields False, without waiting, when ``wait``
+        is off and another check holds it."""
+        lock = self._judging.setdefault(job_id, anyio.Lock())
+        if not wait and lock.locked():
+            yield False
+            return
+        try:
+            async with lock:
+                yield True
+        finally:
+            if not lock.locked() and not lock.statistics().tasks_waiting:
+                self._judging.pop(job_id, None)
+
+    async def newest_output(self, host: Host, job_id: str, *, max_bytes: int = 400) -> str:
+        """The last lines job ``job_id`` wrote that the agent has not been shown yet (the tail of its new stdout,
+        else stderr; at most ``max_bytes`` bytes, cleaned and redacted as every view), "" when there are none. They
+        stay unseen: the agent's next ``job_status`` still shows them. For progress messages while a call waits.
+
+        :raises HostError: the host cannot be reached, or did not answer within ``answer_timeout_s``.
+        """
+        rec = self.journal.get(job_id)
+        with _answer_within(host, self.answer_timeout_s, "the job's newest output"):
+            st = (await self._status(host, [(job_id, rec.stdout_seen, rec.stderr_seen, 0,
+                                             max_bytes + VIEW_CONTEXT_BYTES)]))[job_id]
+        for stream in ("stdout", "stderr"):
+            raw = st.views.get(stream)
+            data = (raw.tail or raw.head) if raw is not None else b""  # all of the new bytes fit: in the head
+            if not data.strip():
+                continue
+            cut = max(0, len(data) - max_bytes)
+            lines = [ln for ln in clean_window(data, cut, len(data)).splitlines() if ln.strip()]
+            if lines:
+                return "\n".join(lines[-3:])
+        return ""
+
     async def refresh_host(self, host: Host, *, max_skip: int = 3000, exclude: Collection[str] = ()) -> list[str]:
         """Rediscover and refresh every job on ``host`` in one round trip: list the host's job directories
         (command's first bytes, created time, state), add jobs the journal does not know (with
@@ -1004,8 +1070,11 @@ class JobRunner:
             if rec.probes:
                 # probes get the time left, less a moment for the output fetch below
                 with anyio.move_on_after(t_hard - anyio.current_time() - self.answer_timeout_s / 2) as probing:
-                    reports, ready_why = await self._evaluate_probes(host, rec, state, code, why)
-                if probing.cancelled_caught:
+                    async with self._judge_lock(job_id, wait=True):
+                        rec = self.journal.get(job_id)  # as a check that ran meanwhile left it
+                        reports, ready_why = await self._evaluate_probes(host, rec, state, code, why)
+                if probing.cancelled_caught:  # (the journal: a check that ran meanwhile may have recorded some)
+                    rec = self.journal.get(job_id)
                     reports = [ProbeReport(**r) for r in rec.meta.get("last_probes", [])]
                     ready_why = ("the probe check did not finish within this call's time; the next job_status "
                                  "checks again")

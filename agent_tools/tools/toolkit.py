@@ -366,6 +366,7 @@ class Toolkit:
                                   message=f"{name} failed inside agent_tools ({type(exc).__name__}: {exc}); this is "
                                           "a bug: report it, and try another way meanwhile")
         data = result_view(self._explained(result))
+        self._note_look(data.get("job_id"))
         host = data.get("host") or (raw.get("host") if isinstance(raw.get("host"), str) else None)
         extra: list[str] = []
         if self.policy is not None and isinstance(host, str):
@@ -374,6 +375,17 @@ class Toolkit:
         # (outcomes, rediscovered jobs, error messages, probe evidence); text that is not valid Unicode (a lone
         # surrogate from undecodable input) is shown as its escape, so every result can be encoded (JSON-RPC)
         return dict(_valid_unicode(redact_obj(data, extra)))
+
+    def _note_look(self, job_id: Any) -> None:
+        """A result naming job ``job_id`` was given to the agent: what the journal says of it now (its state and
+        readiness, which that result reflects) is the agent's newest look (``list_jobs``'s ``changed``)."""
+        if not isinstance(job_id, str):
+            return
+        try:
+            rec = self.journal.get(job_id)
+        except AgentToolsError:  # an id the journal does not know (a refused call naming one): nothing seen
+            return
+        self.journal.set_look(job_id, rec.state, rec.readiness)
 
     # ---------------------------------------------------------------- tools
     async def run_command(
@@ -495,6 +507,27 @@ class Toolkit:
         except AgentToolsError as exc:
             return _noted(_error(exc, None, None), notes[0] if notes else None)
 
+    async def job_info(self, job_id: str) -> JobInfo:
+        """Job ``job_id`` as :meth:`list_jobs` lists it, after one look at its host (:meth:`JobRunner.look`: its
+        state, and its readiness when probes can still change it; no output is read, so what the agent has not seen
+        stays new for its next ``job_status``, and it is not the agent's look). Used to tell a client that a job
+        ended or its readiness changed.
+
+        :raises JobNotFound, HostError: as :meth:`job_status` (the host unreachable, or another machine now)."""
+        host = await self._job_host(job_id, [])
+        rec = await self.runner.look(host, job_id)
+        return JobInfo(job_id=rec.job_id, host=rec.host, command=rec.command, state=rec.state,
+                       readiness=rec.readiness, exit_status=rec.exit_status, by=killed_by(rec),
+                       created_at=rec.created_at)
+
+    async def newest_output(self, job_id: str, max_bytes: int = 400) -> str:
+        """The newest lines job ``job_id`` printed that the agent has not been shown (they stay unseen); see
+        :meth:`JobRunner.newest_output`.
+
+        :raises JobNotFound, HostError: as :meth:`job_status`."""
+        host = await self._job_host(job_id, [])
+        return await self.runner.newest_output(host, job_id, max_bytes=max_bytes)
+
     async def job_output(self, job_id: str, stream: str = "stdout", offset: int = 0,
                          limit: int = 16384) -> JobOutput | ErrorOutcome:
         """A page of a job's output by byte offset."""
@@ -559,10 +592,14 @@ class Toolkit:
             if never:
                 notes.append(f"{never} launch(es) that never started (nothing ran) are not listed")
             end = offset + len(jobs)
-            return JobList(jobs=[JobInfo(job_id=r.job_id, host=r.host, command=r.command, state=r.state,
-                                         readiness=r.readiness, exit_status=r.exit_status, by=killed_by(r),
-                                         created_at=r.created_at)
-                                 for r in jobs], total=total, next_offset=end if end < total else None,
+            looks = self.journal.looks([r.job_id for r in jobs])
+            listed = [JobInfo(job_id=r.job_id, host=r.host, command=r.command, state=r.state,
+                              readiness=r.readiness, exit_status=r.exit_status, by=killed_by(r),
+                              created_at=r.created_at, changed=_changed(looks.get(r.job_id), r.state, r.readiness))
+                      for r in jobs]
+            for r in jobs:  # this listing is the agent's newest look at them
+                self.journal.set_look(r.job_id, r.state, r.readiness)
+            return JobList(jobs=listed, total=total, next_offset=end if end < total else None,
                            note="; ".join(notes))
         except AgentToolsError as exc:
             return _error(exc, host, None)
@@ -765,3 +802,14 @@ async def _unit_deadline(host: Any, probes: list[dict[str, Any]]) -> float | Non
             t = parse_timespan_s(props.get("TimeoutStartUSec", ""))
             return t + 30.0 if t is not None else None
     return None
+
+
+def _changed(seen: str | None, state: str, readiness: str) -> str | None:
+    """``list_jobs``'s ``changed``: what differs from what the agent was last shown of a job (``seen``,
+    ``"STATE/READINESS"`` from :meth:`Journal.looks`), None when nothing does."""
+    if seen is None:
+        return "not seen before"
+    was_state, _, was_ready = seen.partition("/")
+    parts = ([f"{state} (was {was_state})"] if state != was_state else []) + (
+        [f"readiness {readiness} (was {was_ready})"] if readiness != was_ready else [])
+    return ", ".join(parts) or None
