@@ -1266,7 +1266,7 @@ class JobRunner:
             add_secret_values([text])
         if not 0 <= wait_s <= 60:
             raise BadArguments("wait_s must be between 0 and 60 seconds")
-        key = key or "w" + base64.b32encode(secrets.token_bytes(10)).decode().lower()
+        key = key or "k_" + base64.b32encode(secrets.token_bytes(10)).decode().lower()  # a replay pairs these
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", key):
             raise BadArguments("idempotency_key must be 1-64 letters, digits, '_' or '-'")
         if not _valid_utf8(text):
