@@ -4,15 +4,11 @@ result, log, journal or file the run wrote. Real OpenSSH sshd on loopback; the C
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
-import pty
 import pwd
-import subprocess
 import sys
-import termios
 from pathlib import Path
 from typing import Any
 
@@ -26,45 +22,11 @@ from agent_tools.jobs.journal import Journal
 from agent_tools.tools.toolkit import Toolkit
 
 from .sshd import TEST_USER, RealSshd
+from .terminal import files_holding, typed_on_a_terminal
 
 REPO = Path(agent_tools.__file__).resolve().parent.parent
 pytestmark = pytest.mark.sshd
 SECRET = "Tr0ub4dor-&-3-horse-" + os.urandom(4).hex()
-
-
-def _typed_on_a_terminal(args: list[str], env: dict[str, str], typed: bytes) -> tuple[int, bytes, bytes, bytes]:
-    """Run ``args`` with a new pseudo-terminal as its controlling terminal (what getpass opens as /dev/tty), type
-    ``typed`` once it prompts; returns (status, stdout, stderr, what the terminal showed)."""
-    master, slave = pty.openpty()
-
-    def controlling_tty() -> None:
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-    proc = subprocess.Popen(args, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                            start_new_session=True, preexec_fn=controlling_tty)
-    os.close(slave)
-    shown = b""
-    while b"(not shown): " not in shown:
-        chunk = os.read(master, 4096)
-        assert chunk, shown
-        shown += chunk
-    os.write(master, typed)
-    out, err = proc.communicate(timeout=60)
-    try:
-        while chunk := os.read(master, 4096):
-            shown += chunk
-    except OSError:
-        pass
-    os.close(master)
-    return proc.returncode, out, err, shown
-
-
-def _all_text_under(root: Path) -> list[tuple[Path, bytes]]:
-    found = []
-    for p in root.rglob("*"):
-        if p.is_file() and not p.is_symlink() and not p.is_fifo():
-            found.append((p, p.read_bytes()))
-    return found
 
 
 @pytest.mark.parametrize("stdin,command", [
@@ -99,7 +61,7 @@ async def _scenario(tk: Toolkit, real_sshd: RealSshd, state_dir: Path, command: 
         results.append(st)
         assert st["state"] == "running" and st["secret"] is True and st["prompt"] == d["prompt"], st
         env = {**os.environ, "PYTHONPATH": str(REPO), "AGENT_TOOLS_STATE_DIR": str(state_dir)}  # -vv: debug logs
-        code, out, err, shown = await anyio.to_thread.run_sync(lambda: _typed_on_a_terminal(
+        code, out, err, shown = await anyio.to_thread.run_sync(lambda: typed_on_a_terminal(
             [sys.executable, "-m", "agent_tools.cli", "-vv", "input", "-F", str(real_sshd.config_path), job,
              "--secret", "--json"], env, SECRET.encode() + b"\n"))
         assert code == 0, (out, err)
@@ -115,10 +77,8 @@ async def _scenario(tk: Toolkit, real_sshd: RealSshd, state_dir: Path, command: 
     secret = SECRET.encode()
     assert secret not in out + err + shown  # not echoed, not printed by the CLI
     assert SECRET not in json.dumps(results) and SECRET not in repr(logs)
-    for path, data in _all_text_under(tmp_path):  # the journal and anything else the run wrote
-        assert secret not in data, path
+    assert files_holding(tmp_path, secret) == []  # the journal and anything else the run wrote
     home = Path(pwd.getpwnam(TEST_USER).pw_dir)
     job_dir = home / ".local/state/agent-tools/jobs" / job
     assert job_dir.is_dir()
-    for path, data in _all_text_under(job_dir):  # the host's queue was emptied once written
-        assert secret not in data, path
+    assert files_holding(job_dir, secret) == []  # the host's queue was emptied once written
