@@ -5,11 +5,12 @@ redacted placeholder in the cassette."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -18,6 +19,9 @@ from agent_tools.hosts.local import LocalHost
 from agent_tools.hosts.registry import HostRegistry
 from agent_tools.outcomes import result_view
 from agent_tools.recording import CassetteSession
+
+if TYPE_CHECKING:
+    from tests.hosts.nspawn import HostPool
 
 SECRET = "Corr3ct-h0rse-battery-" + os.urandom(4).hex()
 
@@ -83,3 +87,104 @@ def test_an_interactive_session_records_and_replays(tmp_path: Path) -> None:
     differs = r"(?s)stdin of #\d+ .* differs from the recording:.*-print\(x\).*\+print\(y\)"
     with pytest.raises(ReplayError, match=differs):
         other.run(lambda: _interactive(other, second="print(y)"))  # as long as print(x): the same request
+
+
+# ---------------------------------------------------------------- a terminal session on a real systemd host
+COMMITTED = Path(__file__).parent / "cassettes" / "interactive_systemd.jsonl"
+SYSTEMD_HOST = "at-h1-agent"
+CURSES = ("import curses\n"
+          "def main(s):\n"
+          "    s.addstr(0, 0, 'rows %d cols %d; q quits' % s.getmaxyx())\n"
+          "    s.refresh()\n"
+          "    while s.getch() != ord('q'):\n"
+          "        pass\n"
+          "curses.wrapper(main)\n"
+          "print('curses-done')\n")
+
+
+def _new_secret() -> str:
+    """A secret of a fixed length (a replay compares the masked write, and its byte count, with the recording)."""
+    return "pw-" + os.urandom(9).hex()
+
+
+async def _terminal_session(s: CassetteSession, secret: str) -> list[dict[str, Any]]:
+    """python3 -i over the pipe, a curses program in a terminal quit with q, and a password typed into a terminal's
+    read -s by a person (``job_input(secret=True)``, as ``agent-tools input --secret`` does)."""
+    import shlex
+
+    tk = s.toolkit
+    repl = await tk.dispatch("run_command", {"host": SYSTEMD_HOST, "command": "python3 -i", "stdin": "pipe",
+                                             "budget_s": 2})
+    out = [repl]
+    for text in ("x = 6 * 7", "print(x)", "print(x + 1)"):
+        out.append(await tk.dispatch("job_input", {"job_id": repl["job_id"], "text": text}))
+    out.append(await tk.dispatch("job_input", {"job_id": repl["job_id"], "text": "", "eof": True}))
+    out.append(await tk.dispatch("job_status", {"job_id": repl["job_id"], "wait_s": 10}))
+    screen = await tk.dispatch("run_command", {"host": SYSTEMD_HOST, "command": f"python3 -c {shlex.quote(CURSES)}",
+                                               "stdin": "tty", "budget_s": 2})
+    out.append(screen)
+    page = await tk.dispatch("job_output", {"job_id": screen["job_id"]})
+    for _ in range(20):  # drawn once python3 started (a loaded host takes a moment)
+        if "q quits" in page["text"]:
+            break
+        page = await tk.dispatch("job_status", {"job_id": screen["job_id"], "wait_s": 0.5})
+        page = await tk.dispatch("job_output", {"job_id": screen["job_id"]})
+    out.append(page)
+    out.append(await tk.dispatch("job_input", {"job_id": screen["job_id"], "text": "q"}))
+    out.append(await tk.dispatch("job_status", {"job_id": screen["job_id"], "wait_s": 10}))
+    out.append(await tk.dispatch("job_output", {"job_id": screen["job_id"]}))
+    asks = await tk.dispatch("run_command", {"host": SYSTEMD_HOST, "stdin": "tty", "budget_s": 2,
+                                             "command": 'read -s -p "Password: " p; echo; echo "len=${#p}"'})
+    out.append(asks)
+    out.append(result_view(await tk.job_input(asks["job_id"], secret, secret=True)))
+    out.append(await tk.dispatch("job_status", {"job_id": asks["job_id"], "wait_s": 10}))
+    out.append(await tk.dispatch("job_output", {"job_id": asks["job_id"]}))
+    return out
+
+
+def _terminal_shape(results: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """What must hold of such a session, recorded or replayed (not the exact bytes a terminal drew)."""
+    r = results
+    return [r[0]["outcome"], _text(r[2].get("new_stdout")), _text(r[3].get("new_stdout")),
+            (r[5]["state"], r[5]["exit_status"]), r[6]["outcome"], "rows 24 cols 80; q quits" in r[7]["text"],
+            (r[9]["state"], r[9]["exit_status"]), "curses-done" in r[10]["text"], (r[11]["outcome"], r[11]["secret"]),
+            r[12]["input"], (r[13]["state"], r[13]["exit_status"]), r[14]["text"].replace("\r", "").strip()]
+
+
+@pytest.mark.systemd
+def test_a_terminal_session_on_a_systemd_host_records_and_replays(systemd_hosts: HostPool, tmp_path: Path) -> None:
+    @asynccontextmanager
+    async def hosts() -> AsyncIterator[HostRegistry]:
+        registry = HostRegistry(ssh_config=[str(systemd_hosts.ssh_config)])
+        try:
+            yield registry
+        finally:
+            await registry.aclose()
+
+    secret = _new_secret()
+    path = tmp_path / "terminal.jsonl"
+    rec = CassetteSession(path, "all", hosts=hosts, state_dir=tmp_path / "rec")
+    recorded = rec.run(lambda: _terminal_session(rec, secret))
+    shape = _terminal_shape(recorded)
+    assert shape == ["detached", "42\n", "43\n", ("exited", 0), "detached", True, ("exited", 0), True,
+                     ("needs_input", True), "written", ("exited", 0), f"Password: \nlen={len(secret)}"], shape
+    assert secret not in path.read_text()
+    if not COMMITTED.exists():  # first recording: keep it (commit tests/cassettes/interactive_systemd.jsonl)
+        shutil.copy(path, COMMITTED)
+    rep = CassetteSession(path, "none", state_dir=tmp_path / "rep")
+    assert _terminal_shape(rep.run(lambda: _terminal_session(rep, secret))) == shape
+    assert rep.last_run_s is not None and rec.last_run_s is not None and rep.last_run_s < rec.last_run_s
+
+
+def test_the_committed_terminal_session_replays(tmp_path: Path) -> None:
+    """The cassette recorded on the systemd test host replays with no host, another secret of the same length typed
+    (only its masked placeholder is in the cassette), on the virtual clock."""
+    secret = _new_secret()
+    shutil.copy(COMMITTED, tmp_path / "c.jsonl")
+    assert "[REDACTED]" in COMMITTED.read_text()  # the recorded password's placeholder
+    rep = CassetteSession(tmp_path / "c.jsonl", "none", state_dir=tmp_path / "rep")
+    shape = _terminal_shape(rep.run(lambda: _terminal_session(rep, secret)))
+    assert shape == ["detached", "42\n", "43\n", ("exited", 0), "detached", True, ("exited", 0), True,
+                     ("needs_input", True), "written", ("exited", 0), f"Password: \nlen={len(secret)}"], shape
+    assert rep.replay is not None and not rep.replay.failures
+    assert rep.last_run_s is not None and rep.last_run_s < 5.0
