@@ -4,6 +4,9 @@ look. The official MCP client over stdio, against ``agent-tools mcp`` as a separ
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,6 +16,8 @@ import mcp.types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 import agent_tools
+
+from .terminal import files_holding
 
 REPO = Path(agent_tools.__file__).resolve().parent.parent
 
@@ -127,3 +132,69 @@ async def test_a_readiness_change_and_the_end_are_told_and_a_wait_reports_the_ne
             kinds = [(e["event"], e["job"]["state"], e["job"].get("readiness")) for e in events]
             assert kinds == [("job_readiness", "running", "ready"), ("job_ended", "exited", "ready")], events
             assert events[0]["was"] == {"state": "running", "readiness": "pending"}, events
+
+
+# ---------------------------------------------------------------- item 3 over MCP: a one-time page for a password
+SECRET = "Xk9-elicited-" + os.urandom(4).hex()
+
+
+def _http(url: str, body: bytes | None = None, host: str | None = None) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    headers = {"Content-Type": "application/x-www-form-urlencoded", **({"Host": host} if host else {})}
+    req = urllib.request.Request(url, data=body, method="POST" if body is not None else "GET", headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:  # loopback only
+            return int(resp.status), resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read().decode()
+
+
+async def test_a_password_prompt_is_given_through_a_one_time_url_elicitation_page(tmp_path: Path) -> None:
+    """MCP URL-mode elicitation (2025-11-25): the operator's page writes the password to the job; the model never sees
+    it, nor does any log, result or file of the run."""
+    offered: list[types.ElicitRequestURLParams] = []
+    completed = anyio.Event()
+
+    async def on_elicit(context: Any, p: types.ElicitRequestParams) -> types.ElicitResult:
+        assert isinstance(p, types.ElicitRequestURLParams), p  # never a form for a password
+        offered.append(p)
+        return types.ElicitResult(action="accept")
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ElicitCompleteNotification):
+            completed.set()
+
+    results: list[dict[str, Any]] = []
+    log_path = tmp_path / "server-stderr.log"
+    with log_path.open("w") as errlog:
+        async with stdio_client(_params(tmp_path), errlog=errlog) as (read, write), \
+                ClientSession(read, write, elicitation_callback=on_elicit, message_handler=on_message) as session:
+            with anyio.fail_after(30):
+                await session.initialize()
+            asks = _data(await session.call_tool("run_command", {
+                "host": "local", "stdin": "tty", "budget_s": 1,
+                "command": 'read -s -p "Password: " p; echo; printf %s "$p" | sha256sum'}))
+            results.append(asks)
+            assert asks["outcome"] == "needs_input" and asks["secret"] is True, asks
+            assert len(offered) == 1 and "one-time page" in asks["next"], asks
+            url = offered[0].url
+            assert url.startswith("http://127.0.0.1:") and url not in str(asks)  # the model is not given the page
+            code, _ = await anyio.to_thread.run_sync(lambda: _http(url, host="evil.example"))
+            assert code == 421  # another Host (DNS rebinding) is refused
+            code, form = await anyio.to_thread.run_sync(lambda: _http(url))
+            assert code == 200 and "type=password" in form, form
+            code, sent = await anyio.to_thread.run_sync(lambda: _http(url, f"secret={SECRET}".encode()))
+            assert code == 200 and "Sent to job" in sent and SECRET not in sent, sent
+            with anyio.fail_after(30):
+                await completed.wait()
+            again = await anyio.to_thread.run_sync(lambda: _http(url, b"secret=other"))
+            assert again[0] == 404, again  # used once
+            done = _data(await session.call_tool("job_status", {"job_id": asks["job_id"], "wait_s": 10}))
+            results.append(done)
+            assert done["state"] == "exited" and done["exit_status"] == 0, done
+            page = _data(await session.call_tool("job_output", {"job_id": asks["job_id"]}))
+            assert hashlib.sha256(SECRET.encode()).hexdigest() in page["text"], page
+    assert SECRET not in json.dumps(results) and SECRET not in log_path.read_text()
+    assert files_holding(tmp_path, SECRET.encode()) == []  # the journal, the job's directory, anything written

@@ -61,6 +61,12 @@ The server declares the ``logging`` capability and honours ``logging/setLevel`` 
 these off). While a ``job_status``/``job_input`` call waits, each progress notification's message carries the
 newest lines the job printed (not yet shown to the agent: its result still shows them).
 
+A job waiting on a password (``needs_input`` with ``secret``): when the client declared URL-mode elicitation
+(MCP 2025-11-25; form mode must not carry sensitive data) and can take a server request, the operator is sent
+(``elicitation/create``, mode ``url``) to a one-time page on 127.0.0.1 (:mod:`agent_tools.adapters.secret_page`)
+whose form writes the value straight to the job's pipe, then ``notifications/elicitation/complete``; the model's
+result only says that the page was offered. Otherwise the result names ``agent-tools input JOB --secret``.
+
 Transports: :func:`serve_stdio`, and :func:`serve_http` (streamable HTTP with a bearer token and Host/Origin
 checks; see :mod:`agent_tools.adapters.mcp_http`).
 
@@ -101,6 +107,7 @@ from .schemas import (
     tool_schema,
     tool_schemas,
 )
+from .secret_page import SecretPage
 
 __all__ = ["APPROVAL_STATE_PREFIX", "ApprovalSink", "McpToolServer", "build_mcp_server", "serve_http",
            "serve_stdio"]
@@ -209,6 +216,7 @@ class McpToolServer:
         #: job id -> calls of the agent following that job now (the job's watch stands aside meanwhile)
         self._following: dict[str, int] = {}
         self._followed_at: dict[str, float] = {}  # job id -> when such a call last ended (anyio clock)
+        self._page: SecretPage | None = None  # started at the first password page offered
         self.toolkit = toolkit
         self.progress_interval_s = progress_interval_s
         self.max_result_chars = max_result_chars
@@ -262,8 +270,50 @@ class McpToolServer:
             if isinstance(asked, types.InputRequiredResult):
                 return asked
             result = asked
+        result = await self._offer_secret_page(ctx, result)
         self._watch(ctx, result)
         return self._result(name, result)
+
+    # ------------------------------------------------------------------ secrets a person types
+    async def _offer_secret_page(self, ctx: ServerRequestContext[Any], result: dict[str, Any]) -> dict[str, Any]:
+        """A job waiting on a password (``needs_input`` with ``secret``): when the client declared URL-mode
+        elicitation and can take a request now, send the operator to a one-time loopback page
+        (:class:`~agent_tools.adapters.secret_page.SecretPage`) that writes what they type straight to the job's
+        pipe; the model only learns that the page was offered."""
+        job_id = result.get("job_id")
+        if not (result.get("outcome") == "needs_input" and result.get("secret") is True and isinstance(job_id, str)):
+            return result
+        caps = ctx.session.client_capabilities
+        elicitation = caps.elicitation if caps is not None else None
+        if elicitation is None or elicitation.url is None or not ctx.session.can_send_request \
+                or self._watchers is None:
+            return result
+        if self._page is None:
+            self._page = SecretPage(expiry_s=self.elicitation_timeout_s)
+            await self._watchers.start(self._page.serve)
+        elicitation_id = secrets.token_urlsafe(16)
+        session = ctx.session
+
+        async def deliver(value: str) -> None:
+            out = await self.toolkit.job_input(job_id, value, secret=True)
+            if isinstance(out, ErrorOutcome):
+                raise RuntimeError(out.kind)
+            with contextlib.suppress(Exception):  # the connection may be gone: the job has it anyway
+                await session.send_elicit_complete(elicitation_id)
+
+        url = await self._page.offer(job_id, deliver)
+        message = redact(f"Job {job_id} on {result.get('host')} waits on a password ({result.get('prompt')}). "
+                         "Open the page to type it: it goes straight to the job, never to the agent.")
+        try:
+            with anyio.fail_after(self.elicitation_timeout_s):
+                answer = await session.elicit_url(message, url, elicitation_id, related_request_id=ctx.request_id)
+        except Exception as exc:  # no answer: the agent gets needs_input as it was
+            log.warning("mcp.secret_elicitation_failed", job_id=job_id, error=repr(exc))
+            return result
+        if answer.action != "accept":
+            return {**result, "next": f"the operator declined the password page; {result.get('next', '')}"}
+        return {**result, "next": f"the operator was given a one-time page to type the password (never you): "
+                                  f"job_status(job_id='{job_id}', wait_s=60) to follow the job"}
 
     # ------------------------------------------------------------------ being told: job end / readiness
     @contextlib.asynccontextmanager
