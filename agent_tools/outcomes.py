@@ -209,7 +209,8 @@ class ErrorOutcome(ResultModel):
                                         "the alias now reaches another machine than the job's (nothing is known of "
                                         "the job there); start_unconfirmed: the command may be running (follow "
                                         "job_id with job_status, do not rerun); unsupported: the host lacks it "
-                                        "(no systemd, no nvidia-smi)")
+                                        "(no systemd, no nvidia-smi, nothing to own a tty); input_refused: the job "
+                                        "takes no input (no stdin pipe, ended, or its input ended)")
     message: str
     retryable: bool = Field(description="true: the same call may work later; false: change the arguments")
     job_id: str | None = Field(default=None, description="the job id the call reserved, when it got that far "
