@@ -90,6 +90,7 @@ import anyio.abc
 import mcp.types as types
 import structlog
 from mcp.server import Server, ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -98,6 +99,7 @@ from ..outcomes import Denied, ErrorOutcome, result_view
 from ..redact import redact, redact_obj, review_text
 from ..tools.toolkit import Toolkit
 from .mcp_http import serve_http
+from .mcp_tasks import TASK_TOOLS, McpTasks, tasks_capability
 from .schemas import (
     DEFAULT_MAX_RESULT_CHARS,
     DEFAULT_MAX_RESULT_TOKENS,
@@ -218,6 +220,8 @@ class McpToolServer:
         self._followed_at: dict[str, float] = {}  # job id -> when such a call last ended (anyio clock)
         self._page: SecretPage | None = None  # started at the first password page offered
         self.toolkit = toolkit
+        #: long calls as MCP tasks (see agent_tools.adapters.mcp_tasks)
+        self.tasks = McpTasks(self)
         self.progress_interval_s = progress_interval_s
         self.max_result_chars = max_result_chars
         self.max_result_tokens = max_result_tokens
@@ -235,6 +239,9 @@ class McpToolServer:
         declared = tool_schemas(self.toolkit, "mcp")
         if not self.structured_content:
             declared = [{k: v for k, v in d.items() if k != "outputSchema"} for d in declared]
+        # the long tools may run as MCP tasks (2025-11-25; see agent_tools.adapters.mcp_tasks)
+        declared = [{**d, "execution": {"taskSupport": "optional"}} if d["name"] in TASK_TOOLS else d
+                    for d in declared]
         return [types.Tool.model_validate(d) for d in declared]
 
     def input_schema(self, name: str) -> dict[str, Any] | None:
@@ -447,6 +454,16 @@ class McpToolServer:
                 log.debug("mcp.progress_output_failed", job_id=job_id, error=repr(exc))
         return ""
 
+    @property
+    def background(self) -> anyio.abc.TaskGroup | None:
+        """The task group of the server's lifespan (:meth:`lifespan`), where background work runs (job watches,
+        the secret page, tasks); None outside it."""
+        return self._watchers
+
+    def tool_result(self, name: str, result: dict[str, Any]) -> types.CallToolResult:
+        """Tool ``name``'s result (a dispatch's JSON) as the ``CallToolResult`` a ``tools/call`` answers with."""
+        return self._result(name, result)
+
     def _result(self, name: str, result: dict[str, Any]) -> types.CallToolResult:
         text = encode_result(result, max_chars=self.max_result_chars, max_tokens=self.max_result_tokens)
         structured = json.loads(text)
@@ -580,9 +597,31 @@ def build_mcp_server(
         # the logging capability is deprecated as of 2026-07-28 (SEP-2577), but handshake-era clients (2025-11-25)
         # get the job notifications as notifications/message, which a server must declare it to send
         warnings.simplefilter("ignore", MCPDeprecationWarning)
-        return Server(name, version=__version__, instructions=INSTRUCTIONS, lifespan=handlers.lifespan,
-                      get_tool_input_schema=handlers.input_schema, on_set_logging_level=handlers.set_logging_level,
-                      on_list_tools=handlers.list_tools, on_call_tool=handlers.call_tool)
+        server = _Server(name, version=__version__, instructions=INSTRUCTIONS, lifespan=handlers.lifespan,
+                         get_tool_input_schema=handlers.input_schema, on_set_logging_level=handlers.set_logging_level,
+                         on_list_tools=handlers.list_tools, on_call_tool=handlers.call_tool)
+    tasks = handlers.tasks
+    server.middleware.append(tasks)  # a task-augmented tools/call is answered there (mcp_tasks)
+    server.add_request_handler("tasks/get", types.GetTaskRequestParams, tasks.get)
+    server.add_request_handler("tasks/result", types.GetTaskPayloadRequestParams, tasks.result)
+    server.add_request_handler("tasks/cancel", types.CancelTaskRequestParams, tasks.cancel)
+    server.add_request_handler("tasks/list", types.PaginatedRequestParams, tasks.list_tasks)
+    return server
+
+
+class _Server(Server[Any]):
+    """The SDK's low-level server, declaring MCP tasks (2025-11-25) on handshake-era connections: the SDK derives
+    capabilities from its handlers and knows no tasks (see :mod:`agent_tools.adapters.mcp_tasks`)."""
+
+    def get_capabilities(self, notification_options: NotificationOptions | None = None,
+                         experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+                         extensions: dict[str, dict[str, Any]] | None = None, *,
+                         protocol_version: str | None = None) -> types.ServerCapabilities:
+        caps = super().get_capabilities(notification_options, experimental_capabilities, extensions,
+                                        protocol_version=protocol_version)
+        if protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            caps.tasks = tasks_capability()
+        return caps
 
 
 async def serve_stdio(server: Server[Any]) -> None:
