@@ -665,8 +665,8 @@ class JobRunner:
                 return NeedsInput(host=rec.host, command=rec.command, prompt=f"needs a terminal: {tty}",
                                   exit_status=code, duration_s=round(elapsed, 3), stdout=screen, stderr=ev,
                                   job_id=rec.job_id,
-                                  next=f"it needs an interactive terminal, which commands here do not get: "
-                                       f"use {instead_of(rec.command)}")
+                                  next=f"it needs an interactive terminal: use {instead_of(rec.command)}, or "
+                                       "run it with stdin='tty' and type its keys with job_input")
         left = leftovers or []
         if left:
             log.info("job.leftovers", host=rec.host, job_id=rec.job_id, pids=[p.pid for p in left])
