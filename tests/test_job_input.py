@@ -170,6 +170,11 @@ async def test_a_tty_job_has_a_terminal_of_80x24_and_control_keys(real_sshd: Rea
         assert d["outcome"] == "finished" and d["exit_status"] == 0, d
         out = _text(d["stdout"])
         assert "tty-yes" in out and "24 80" in out and "TERM=xterm" in out and "load average" in out, out
+        env = {**os.environ, "PYTHONPATH": str(REPO), "AGENT_TOOLS_STATE_DIR": str(state_dir)}
+        cli = await anyio.run_process([sys.executable, "-m", "agent_tools.cli", "run", "-F", str(real_sshd.config_path),
+                                       real_sshd.alias, "--tty", "--json", "--", "test -t 0 && echo cli-tty-yes"],
+                                      env=env, check=False)
+        assert cli.returncode == 0 and "cli-tty-yes" in _text(json.loads(cli.stdout)["stdout"]), cli.stdout
         # Ctrl-C reaches the foreground program through the terminal (its line discipline sends SIGINT)
         job = await _start(tk, real_sshd, "sleep 600; echo not-interrupted", stdin="tty")
         c = await tk.dispatch("job_input", {"job_id": job, "text": "\x03"})  # as a model types it (then Enter)
