@@ -89,7 +89,8 @@ async def test_a_task_augmented_run_command_follows_its_job_and_cancel_stops_the
         assert [t["taskId"] for t in listed] == [tid], listed
         result = (await c.call("tasks/result", {"taskId": tid}))["result"]  # waits until the job ended
         data = result["structuredContent"]
-        assert data["state"] == "exited" and data["exit_status"] == 3 and data["new_stdout"] in ("done\n", {"text": "done\n"}), result
+        assert data["state"] == "exited" and data["exit_status"] == 3, result
+        assert data["new_stdout"] in ("done\n", {"text": "done\n"}), result
         assert result["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": tid}
         assert not result.get("isError") and "resultType" not in result, result
         assert (await c.call("tasks/get", {"taskId": tid}))["result"]["status"] == "completed"
