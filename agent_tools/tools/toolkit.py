@@ -366,7 +366,8 @@ class Toolkit:
                                   message=f"{name} failed inside agent_tools ({type(exc).__name__}: {exc}); this is "
                                           "a bug: report it, and try another way meanwhile")
         data = result_view(self._explained(result))
-        self._note_look(data.get("job_id"))
+        if "state" in data or "outcome" in data:  # (a job_output page shows no state)
+            self._note_look(data.get("job_id"))
         host = data.get("host") or (raw.get("host") if isinstance(raw.get("host"), str) else None)
         extra: list[str] = []
         if self.policy is not None and isinstance(host, str):
