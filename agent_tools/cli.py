@@ -384,6 +384,9 @@ def run(
     approve: Annotated[str | None, typer.Option("--approve", metavar="ID",
                                                 help="approve this needs_approval id (a_...) "
                                                      "and run the command it was issued for")] = None,
+    stdin: Annotated[str, typer.Option("--stdin", metavar="none|pipe",
+                                       help="pipe: the job reads a pipe that `agent-tools input` writes to")] = "none",
+    tty: Annotated[bool, typer.Option("--tty", help="run it in a pseudo-terminal (80x24) fed by that pipe")] = False,
     as_json: JsonOpt = False,
     ssh_config: SshConfigOpt = None,
     policy: PolicyOpt = None,
@@ -401,6 +404,8 @@ def run(
         args["on_timeout"] = on_timeout
     if deadline is not None:
         args["deadline_s"] = deadline
+    if tty or stdin != "none":
+        args["stdin"] = "tty" if tty else stdin
 
     async def go() -> dict[str, Any]:
         async with _toolkit(ssh_config, policy) as tk:
@@ -454,6 +459,45 @@ def status(
             return d if as_json else _cli_next(tk, d)
 
     d = _run(go, None if as_json or wait <= 0 else f"waiting on {job_id}")
+    _emit(d, as_json)
+    raise typer.Exit(1 if d.get("outcome") == "error" else 0)
+
+
+@app.command("input")
+def input_(
+    job_id: Annotated[str, typer.Argument(help="job id (j_...)")],
+    text: Annotated[str, typer.Argument(help="what to type (a newline is added)")] = "",
+    eof: Annotated[bool, typer.Option("--eof", help="then end the job's input")] = False,
+    no_newline: Annotated[bool, typer.Option("--no-newline", help="add no newline")] = False,
+    secret: Annotated[bool, typer.Option("--secret", help="read it from the terminal without echo (a password): "
+                                                          "it goes straight to the job, shown nowhere")] = False,
+    wait: Annotated[float, typer.Option("--wait", metavar="SECONDS",
+                                        help="wait this long at most for its answer")] = 2.0,
+    as_json: JsonOpt = False,
+    ssh_config: SshConfigOpt = None,
+) -> None:
+    """Type TEXT into a job started with --stdin pipe or --tty, then show what it printed since. With --secret the
+    text is read from the terminal with echo off (getpass) instead of the command line, which would keep it in the
+    shell's history and the process list."""
+    if secret:
+        if text:
+            _say(("--secret reads the text from the terminal: give no TEXT", "red"), console=err)
+            raise typer.Exit(2)
+        import getpass
+
+        try:
+            text = getpass.getpass(f"secret for {job_id} (not shown): ")
+        except (EOFError, KeyboardInterrupt):
+            _say(("nothing typed; nothing was sent", "red"), console=err)
+            raise typer.Exit(1) from None
+
+    async def go() -> dict[str, Any]:
+        async with _toolkit(ssh_config) as tk:
+            result = await tk.job_input(job_id, text, eof=eof, newline=not no_newline, wait_s=wait, secret=secret)
+            d = dict(redact_obj(result_view(result)))  # as dispatch shows it (newline is not a tool argument)
+            return d if as_json else _cli_next(tk, d)
+
+    d = _run(go, None)
     _emit(d, as_json)
     raise typer.Exit(1 if d.get("outcome") == "error" else 0)
 

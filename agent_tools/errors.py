@@ -28,7 +28,8 @@ and chained with ``from exc``; nothing above ``hosts/`` catches asyncssh types.
     │       ├── ConnectionRefused   nothing listens there (yet: a server that is loading refuses)
     │       └── TargetTimeout       no answer within the request's time
     ├── JobError                    about a durable job (field ``job_id``)
-    │   └── JobNotFound             no such job in the journal or on the host
+    │   ├── JobNotFound             no such job in the journal or on the host
+    │   └── InputRefused            input to a job that has no pipe, has ended, or had its input ended
     ├── JournalError                the local job journal cannot be opened or is damaged
     ├── PolicyError                 a policy file or decision problem
     │   ├── PolicyFileError         a malformed policy file (fields ``path``, ``line``, ``key``)
@@ -56,6 +57,7 @@ __all__ = [
     "HostError",
     "HostKeyError",
     "HostUnreachable",
+    "InputRefused",
     "JobError",
     "JobNotFound",
     "JournalError",
@@ -79,7 +81,7 @@ ErrorKind = Literal[
     "internal", "bad_arguments", "host", "unknown_host", "ssh_config", "host_changed", "unreachable", "connecting",
     "auth", "host_key", "connection_lost", "channel_open_failed", "busy", "target_unreachable", "connection_refused",
     "timeout", "job", "job_not_found", "journal", "policy", "policy_file", "replay", "launch", "start_unconfirmed",
-    "approval", "not_found", "permission_denied", "unsupported",
+    "approval", "not_found", "permission_denied", "unsupported", "input_refused",
 ]
 
 
@@ -273,6 +275,13 @@ class JobNotFound(JobError):
     """No job with this id is in the journal (and none was found on the host)."""
 
     kind: ErrorKind = "job_not_found"
+
+
+class InputRefused(JobError):
+    """Input for a job that cannot take it: started without ``stdin="pipe"`` (its stdin is ``/dev/null``),
+    already ended, or its input was ended (``eof``). Nothing was written."""
+
+    kind = "input_refused"
 
 
 class JournalError(AgentToolsError):

@@ -46,6 +46,7 @@ __all__ = [
     "Finished",
     "JobCancelResult",
     "JobInfo",
+    "JobInput",
     "JobList",
     "JobOutput",
     "JobStatus",
@@ -115,12 +116,15 @@ class NeedsInput(ResultModel):
     """The command wanted input from a person (a password or confirmation prompt) or a terminal (vim, top).
     stdin is /dev/null and there is no terminal, so it failed (or stopped) instead of hanging; ``next`` says how
     to run it non-interactively (``sudo -n``, ``--yes``, keys; ``top -b -n 1``; edit_file instead of vim).
-    What a full-screen program drew is left out of ``stdout`` (its byte count stays)."""
+    What a full-screen program drew is left out of ``stdout`` (its byte count stays). With ``secret`` the job is
+    still running (``stdin="pipe"``/``"tty"``), waiting on a password a person gives out of band."""
 
     outcome: Literal["needs_input"] = "needs_input"
     host: str
     command: str
     prompt: str = Field(description="the prompt or refusal text seen")
+    secret: bool = Field(default=False, description="true: the job is running, waiting on a password or passphrase "
+                                                    "that a person types out of band (never the model)")
     exit_status: int | None = None
     duration_s: float
     stdout: OutputView = Field(default_factory=OutputView)
@@ -214,7 +218,8 @@ class ErrorOutcome(ResultModel):
                                         "the alias now reaches another machine than the job's (nothing is known of "
                                         "the job there); start_unconfirmed: the command may be running (follow "
                                         "job_id with job_status, do not rerun); unsupported: the host lacks it "
-                                        "(no systemd, no nvidia-smi)")
+                                        "(no systemd, no nvidia-smi, nothing to own a tty); input_refused: the job "
+                                        "takes no input (no stdin pipe, ended, or its input ended)")
     message: str
     retryable: bool = Field(description="true: the same call may work later; false: change the arguments")
     job_id: str | None = Field(default=None, description="the job id the call reserved, when it got that far "
@@ -255,7 +260,20 @@ class JobStatus(ResultModel):
     leftovers: list[Leftover] = Field(default_factory=list, description="what its ended command left running; "
                                                                         "job_cancel stops them")
     unchecked: str = Field(default="", description="what the look for its processes could not see")
+    prompt: str | None = Field(default=None, description="the prompt the running job waits on (its newest output)")
+    secret: bool = Field(default=False, description="true: that prompt asks for a password a person types out of "
+                                                    "band (agent-tools input JOB --secret), never the model")
     next: str = ""
+
+
+class JobInput(JobStatus):
+    """Input written to a job's stdin (``job_input``), then the job's state and the output it wrote since the
+    previous look, as :class:`JobStatus`."""
+
+    input: Literal["written", "queued", "duplicate"] = Field(
+        description="written: the job's pipe took it; queued: the job is not reading yet, it is written when it "
+                    "does; duplicate: this idempotency key was written before (not written again)")
+    input_bytes: int = Field(description="bytes of this write (the text, plus the newline when added)")
 
 
 class JobOutput(ResultModel):
@@ -301,6 +319,8 @@ class JobInfo(ResultModel):
     leftovers: list[int] = Field(default_factory=list, description="pids its ended command left running (last seen)")
     created_at: float = Field(description="when the job was started, UTC (ISO 8601 in JSON; unix seconds in "
                                           "Python)")
+    changed: str | None = Field(default=None, description="what changed since a result last showed this job "
+                                                          "(e.g. 'exited (was running)'); absent: nothing")
 
     @field_serializer("created_at", when_used="json")
     def _utc(self, value: float) -> str:

@@ -585,7 +585,8 @@ def review_gaps(text: str, extra_patterns: Iterable[str | re.Pattern[str]] = ())
 
 def redact_obj(obj: Any, extra_patterns: Iterable[str | re.Pattern[str]] = ()) -> Any:
     """Redact a JSON-like structure: every string (keys too: an ``env`` mapping's names are the caller's text) is
-    redacted and the value of a secret-named key is hidden.
+    redacted and the value of a secret-named key is hidden (a string or a number; a boolean holds no secret: a
+    result's ``secret: true`` says that a prompt asks for one).
 
     Returns a new structure (dicts, lists and tuples are copied; other values are returned as they are).
     """
@@ -595,7 +596,8 @@ def redact_obj(obj: Any, extra_patterns: Iterable[str | re.Pattern[str]] = ()) -
     if isinstance(obj, dict):
         out: dict[Any, Any] = {}
         for key, value in obj.items():
-            if isinstance(key, str) and is_secret_name(key) and isinstance(value, str | int | float):
+            if (isinstance(key, str) and is_secret_name(key) and isinstance(value, str | int | float)
+                    and not isinstance(value, bool)):
                 out[key] = MARK if value != "" else value
             else:
                 out[redact(key, patterns) if isinstance(key, str) else key] = redact_obj(value, patterns)

@@ -428,6 +428,7 @@ async def test_every_tool_declares_an_output_schema_and_every_result_conforms(st
             ("run_command", {"host": "local", "command": "echo hello"}),
             ("run_command", {"host": "local", "command": "exit 3"}),
             ("run_command", {"host": "local", "command": "sleep 30", "budget_s": 0.3}),
+            ("run_command", {"host": "local", "command": "cat", "budget_s": 0.3, "stdin": "pipe"}),
             ("run_command", {"host": "no such host!", "command": "true"}),
             ("run_command", {"host": "local"}),  # bad arguments
             ("list_jobs", {}),
@@ -448,6 +449,10 @@ async def test_every_tool_declares_an_output_schema_and_every_result_conforms(st
             seen.add(name)
             if name == "run_command" and data.get("outcome") == "detached":
                 job = data["job_id"]
+                if arguments.get("stdin") == "pipe":
+                    typed = await call("job_input", {"job_id": job, "text": "typed"})
+                    assert typed["input"] == "written" and typed["new_stdout"]["text"] == "typed\n", typed
+                    seen.add("job_input")
                 assert (await call("job_status", {"job_id": job, "wait_s": 0.2}))["state"] == "running"
                 assert (await call("job_output", {"job_id": job}))["job_id"] == job
                 assert (await call("job_cancel", {"job_id": job, "grace_s": 1}))["state"] == "killed"

@@ -48,6 +48,26 @@ of the exact call; it is single use and expires with ``elicitation_timeout_s``. 
 version or a client that declared no form elicitation is refused: nothing is approved or run. Elicitation still
 trusts the client: it is as strong as the client's promise to show the form to a person.
 
+Being told: a job this server started for a client (a ``run_command``/``restart_service`` that came back
+``detached``, or ``needs_input`` waiting on a secret) is watched in the background (:meth:`McpToolServer.lifespan`'s
+task group): its host is looked at (:meth:`Toolkit.job_info`: state, and readiness while probes can change it; no
+output is read, so what the agent has not seen stays unseen) every ``job_watch_interval_s`` seconds, growing to
+10 s (not while a ``job_status``/``job_input``/``job_cancel`` of the agent follows it: that call shows the change),
+and when its state leaves ``running`` or its readiness changes, unless a result already showed the agent that
+(:meth:`~agent_tools.jobs.journal.Journal.looks`), a ``notifications/message`` (level
+``notice``, logger ``agent_tools.jobs``) goes to the client that started it, with ``data`` = ``{"event":
+"job_ended" | "job_readiness", "job": <its list_jobs entry>, "was": {"state": ..., "readiness": ...}}``, redacted
+like every result. The watch ends once the job has ended and its readiness is settled, or the connection is gone.
+The server declares the ``logging`` capability and honours ``logging/setLevel`` (a level above ``notice`` turns
+these off). While a ``job_status``/``job_input`` call waits, each progress notification's message carries the
+newest lines the job printed (not yet shown to the agent: its result still shows them).
+
+A job waiting on a password (``needs_input`` with ``secret``): when the client declared URL-mode elicitation
+(MCP 2025-11-25; form mode must not carry sensitive data) and can take a server request, the operator is sent
+(``elicitation/create``, mode ``url``) to a one-time page on 127.0.0.1 (:mod:`agent_tools.adapters.secret_page`)
+whose form writes the value straight to the job's pipe, then ``notifications/elicitation/complete``; the model's
+result only says that the page was offered. Otherwise the result names ``agent-tools input JOB --secret``.
+
 Transports: :func:`serve_stdio`, and :func:`serve_http` (streamable HTTP with a bearer token and Host/Origin
 checks; see :mod:`agent_tools.adapters.mcp_http`).
 
@@ -56,17 +76,23 @@ Logs go to stderr only (stdout carries the protocol on stdio); entry points conf
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
 import secrets
 import time
+import warnings
+from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 import anyio
+import anyio.abc
 import mcp.types as types
 import structlog
 from mcp.server import Server, ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import __version__
@@ -75,6 +101,7 @@ from ..outcomes import Denied, ErrorOutcome, result_view
 from ..redact import redact, redact_obj, review_text
 from ..tools.toolkit import Toolkit
 from .mcp_http import serve_http
+from .mcp_tasks import TASK_TOOLS, McpTasks, tasks_capability
 from .schemas import (
     DEFAULT_MAX_RESULT_CHARS,
     DEFAULT_MAX_RESULT_TOKENS,
@@ -84,6 +111,7 @@ from .schemas import (
     tool_schema,
     tool_schemas,
 )
+from .secret_page import SecretPage
 
 __all__ = ["APPROVAL_STATE_PREFIX", "ApprovalSink", "McpToolServer", "build_mcp_server", "serve_http",
            "serve_stdio"]
@@ -109,6 +137,10 @@ _APPROVAL_SCHEMA: dict[str, Any] = {
     "required": ["approve"],
 }
 _WAIT_KEYS = ("wait_s", "budget_s", "timeout_s", "deadline_s")
+#: job states that can still end (a job that left them has ended: job_ended)
+_RUNNING = ("running", "unconfirmed")
+#: RFC 5424 severities as MCP names them, lowest first (logging/setLevel)
+_LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
 class ApprovalSink(Protocol):
@@ -194,15 +226,31 @@ class McpToolServer:
         ``needs_approval`` goes back to the agent and only ``agent-tools approvals approve ID`` (on the machine
         holding the state directory) approves it, so whoever controls the client or holds the HTTP token cannot
         approve its own request.
+    :param job_watch_interval_s: seconds between the looks at a job the session started, for its notifications
+        (float > 0; the interval grows while nothing changes, see the module docstring).
     """
 
     def __init__(self, toolkit: Toolkit, *, progress_interval_s: float = 1.0,
                  max_result_chars: int = DEFAULT_MAX_RESULT_CHARS, approvals: ApprovalSink | None = None,
                  elicitation_timeout_s: float = 600.0, structured_content: bool = True,
-                 max_result_tokens: int = DEFAULT_MAX_RESULT_TOKENS, out_of_band_approvals: bool = False) -> None:
+                 max_result_tokens: int = DEFAULT_MAX_RESULT_TOKENS, out_of_band_approvals: bool = False,
+                 job_watch_interval_s: float = 2.0) -> None:
         if not progress_interval_s > 0:
             raise ValueError("progress_interval_s must be > 0 seconds")
+        if not job_watch_interval_s > 0:
+            raise ValueError("job_watch_interval_s must be > 0 seconds")
+        self.job_watch_interval_s = job_watch_interval_s
+        #: the connection's background task group (set by :meth:`lifespan`), and the jobs being watched
+        self._watchers: anyio.abc.TaskGroup | None = None
+        self._watched: set[str] = set()
+        self._notify_jobs = True  # logging/setLevel above notice turns the job notifications off
+        #: job id -> calls of the agent following that job now (the job's watch stands aside meanwhile)
+        self._following: dict[str, int] = {}
+        self._followed_at: dict[str, float] = {}  # job id -> when such a call last ended (anyio clock)
+        self._page: SecretPage | None = None  # started at the first password page offered
         self.toolkit = toolkit
+        #: long calls as MCP tasks (see agent_tools.adapters.mcp_tasks)
+        self.tasks = McpTasks(self)
         self.progress_interval_s = progress_interval_s
         self.max_result_chars = max_result_chars
         self.max_result_tokens = max_result_tokens
@@ -221,6 +269,9 @@ class McpToolServer:
         declared = tool_schemas(self.toolkit, "mcp")
         if not self.structured_content:
             declared = [{k: v for k, v in d.items() if k != "outputSchema"} for d in declared]
+        # the long tools may run as MCP tasks (2025-11-25; see agent_tools.adapters.mcp_tasks)
+        declared = [{**d, "execution": {"taskSupport": "optional"}} if d["name"] in TASK_TOOLS else d
+                    for d in declared]
         return [types.Tool.model_validate(d) for d in declared]
 
     def input_schema(self, name: str) -> dict[str, Any] | None:
@@ -258,7 +309,123 @@ class McpToolServer:
             if isinstance(asked, types.InputRequiredResult):
                 return asked
             result = asked
+        result = await self._offer_secret_page(ctx, result)
+        self._watch(ctx, result)
         return self._result(name, result)
+
+    # ------------------------------------------------------------------ secrets a person types
+    async def _offer_secret_page(self, ctx: ServerRequestContext[Any], result: dict[str, Any]) -> dict[str, Any]:
+        """A job waiting on a password (``needs_input`` with ``secret``): when the client declared URL-mode
+        elicitation and can take a request now, send the operator to a one-time loopback page
+        (:class:`~agent_tools.adapters.secret_page.SecretPage`) that writes what they type straight to the job's
+        pipe; the model only learns that the page was offered."""
+        job_id = result.get("job_id")
+        if not (result.get("outcome") == "needs_input" and result.get("secret") is True and isinstance(job_id, str)):
+            return result
+        caps = ctx.session.client_capabilities
+        elicitation = caps.elicitation if caps is not None else None
+        if elicitation is None or elicitation.url is None or not ctx.session.can_send_request \
+                or self._watchers is None:
+            return result
+        if self._page is None:
+            self._page = SecretPage(expiry_s=self.elicitation_timeout_s)
+            await self._watchers.start(self._page.serve)
+        elicitation_id = secrets.token_urlsafe(16)
+        session = ctx.session
+
+        async def deliver(value: str) -> None:
+            out = await self.toolkit.job_input(job_id, value, secret=True)
+            if isinstance(out, ErrorOutcome):
+                raise RuntimeError(out.kind)
+            with contextlib.suppress(Exception):  # the connection may be gone: the job has it anyway
+                await session.send_elicit_complete(elicitation_id)
+
+        url = await self._page.offer(job_id, deliver)
+        message = redact(f"Job {job_id} on {result.get('host')} waits on a password ({result.get('prompt')}). "
+                         "Open the page to type it: it goes straight to the job, never to the agent.")
+        try:
+            with anyio.fail_after(self.elicitation_timeout_s):
+                answer = await session.elicit_url(message, url, elicitation_id, related_request_id=ctx.request_id)
+        except Exception as exc:  # no answer: the agent gets needs_input as it was
+            log.warning("mcp.secret_elicitation_failed", job_id=job_id, error=repr(exc))
+            return result
+        if answer.action != "accept":
+            return {**result, "next": f"the operator declined the password page; {result.get('next', '')}"}
+        return {**result, "next": f"the operator was given a one-time page to type the password (never you): "
+                                  f"job_status(job_id='{job_id}', wait_s=60) to follow the job"}
+
+    # ------------------------------------------------------------------ being told: job end / readiness
+    @contextlib.asynccontextmanager
+    async def lifespan(self, server: Server[Any]) -> AsyncIterator[dict[str, Any]]:
+        """The server's lifespan (``Server(lifespan=...)``): the task group the job watches (and the secret page)
+        run in; entered once per server (stdio: per connection; streamable HTTP: by the session manager)."""
+        async with anyio.create_task_group() as tg:
+            self._watchers = tg
+            try:
+                yield {}
+            finally:
+                self._watchers = None
+                tg.cancel_scope.cancel()
+
+    async def set_logging_level(self, ctx: ServerRequestContext[Any],
+                                params: types.SetLevelRequestParams) -> types.EmptyResult:
+        """``logging/setLevel``: job notifications (level ``notice``) go out only at ``notice`` or below."""
+        self._notify_jobs = _LOG_LEVELS.index(params.level) <= _LOG_LEVELS.index("notice")
+        return types.EmptyResult()
+
+    def _watch(self, ctx: ServerRequestContext[Any], result: dict[str, Any]) -> None:
+        """Watch the job ``result`` started (``detached``, or ``needs_input`` waiting on a secret) until it has
+        ended and its readiness is settled (see the module docstring)."""
+        job_id = result.get("job_id")
+        started = result.get("outcome") == "detached" or (result.get("outcome") == "needs_input"
+                                                          and result.get("secret") is True)
+        if not started or not isinstance(job_id, str) or job_id in self._watched or self._watchers is None:
+            return
+        try:
+            rec = self.toolkit.journal.get(job_id)
+        except Exception:  # not in the journal: nothing to follow
+            return
+        self._watched.add(job_id)
+        self._watchers.start_soon(self._watch_job, ctx.session, job_id, rec.state, rec.readiness)
+
+    async def _watch_job(self, session: Any, job_id: str, state: str, readiness: str) -> None:
+        """Look at the job now and then; tell the client when its state left ``running`` or its readiness changed,
+        unless the agent was shown that already (a result of its own: :meth:`Journal.looks`). While a call of the
+        agent follows the job (``job_status``/``job_input``/``job_cancel`` on it), and for ``job_watch_interval_s``
+        after such a call, the watch does not look: those calls do, and show the agent what changed."""
+        delay = self.job_watch_interval_s
+        try:
+            while True:
+                await anyio.sleep(delay)
+                delay = min(delay * 1.5, max(10.0, self.job_watch_interval_s))
+                since = anyio.current_time() - self._followed_at.get(job_id, -1e9)
+                if self._following.get(job_id) or since < self.job_watch_interval_s:
+                    continue  # the agent follows it itself: its calls show what changed
+                try:
+                    info = await self.toolkit.job_info(job_id)
+                except Exception as exc:  # a host down for a while: look again later
+                    log.debug("mcp.job_watch_failed", job_id=job_id, error=repr(exc))
+                    continue
+                shown = self.toolkit.journal.looks([job_id]).get(job_id, "")
+                now = f"{info.state}/{info.readiness}"
+                if (info.state, info.readiness) != (state, readiness) and now != shown:
+                    ended = state in _RUNNING and info.state not in _RUNNING
+                    data = {"event": "job_ended" if ended else "job_readiness", "job": result_view(info),
+                            "was": {"state": state, "readiness": readiness}}
+                    if self._notify_jobs:
+                        await session.send_notification(types.LoggingMessageNotification(
+                            params=types.LoggingMessageNotificationParams(
+                                level="notice", logger="agent_tools.jobs", data=redact_obj(data))))
+                    log.info("mcp.job_change_notified", job_id=job_id, change=data["event"], state=info.state,
+                             readiness=info.readiness, sent=self._notify_jobs)
+                state, readiness = info.state, info.readiness
+                if state not in _RUNNING and readiness != "pending":
+                    return
+        except Exception as exc:  # the connection closed: nobody to tell
+            log.debug("mcp.job_notify_failed", job_id=job_id, error=repr(exc))
+        finally:
+            self._watched.discard(job_id)
+            self._followed_at.pop(job_id, None)
 
     async def dispatch(self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """``toolkit.dispatch(name, arguments)`` with progress notifications every ``progress_interval_s``.
@@ -268,13 +435,19 @@ class McpToolServer:
         total = _expected_wait_s(arguments)
         t0 = anyio.current_time()
 
+        job_id = arguments.get("job_id") if name in ("job_status", "job_input") else None
+        followed = arguments.get("job_id") if name in ("job_status", "job_input", "job_cancel") else None
+        if isinstance(followed, str):  # the watch of this job stands aside meanwhile (see _watch_job)
+            self._following[followed] = self._following.get(followed, 0) + 1
+
         async def tick() -> None:
             while True:
                 await anyio.sleep(self.progress_interval_s)
                 elapsed = round(anyio.current_time() - t0, 1)
                 within = total is not None and elapsed <= total
+                newest = await self._newest_output(job_id)
                 message = redact(f"{name}: {elapsed:g} s" + (f" of {total:g} s" if within else "")
-                                 + "; cancelling stops this wait, not the job")
+                                 + "; cancelling stops this wait, not the job" + (f"\n{newest}" if newest else ""))
                 try:
                     await ctx.session.report_progress(elapsed, total if within else None, message)
                 except Exception as exc:  # a closed stream must not fail the call itself
@@ -291,9 +464,37 @@ class McpToolServer:
             log.info("mcp.call_cancelled", tool=name, elapsed_s=round(anyio.current_time() - t0, 3),
                      note="the wait was cancelled; any job keeps running on its host")
             raise
+        finally:
+            if isinstance(followed, str):
+                self._following[followed] -= 1
+                self._followed_at[followed] = anyio.current_time()
+                if not self._following[followed]:
+                    del self._following[followed]
         log.info("mcp.tool_call", tool=name, outcome=result.get("outcome") or result.get("state") or "ok",
                  elapsed_s=round(anyio.current_time() - t0, 3))
         return result
+
+    async def _newest_output(self, job_id: Any) -> str:
+        """The newest lines job ``job_id`` printed that the agent has not seen (for a progress message), "" when
+        there are none or they cannot be had within a second (the wait goes on regardless)."""
+        if not isinstance(job_id, str):
+            return ""
+        with anyio.move_on_after(1.0):
+            try:
+                return await self.toolkit.newest_output(job_id)
+            except Exception as exc:  # an unknown job, a host that does not answer: the message goes without
+                log.debug("mcp.progress_output_failed", job_id=job_id, error=repr(exc))
+        return ""
+
+    @property
+    def background(self) -> anyio.abc.TaskGroup | None:
+        """The task group of the server's lifespan (:meth:`lifespan`), where background work runs (job watches,
+        the secret page, tasks); None outside it."""
+        return self._watchers
+
+    def tool_result(self, name: str, result: dict[str, Any]) -> types.CallToolResult:
+        """Tool ``name``'s result (a dispatch's JSON) as the ``CallToolResult`` a ``tools/call`` answers with."""
+        return self._result(name, result)
 
     def _result(self, name: str, result: dict[str, Any]) -> types.CallToolResult:
         text = encode_result(result, max_chars=self.max_result_chars, max_tokens=self.max_result_tokens)
@@ -444,9 +645,35 @@ def build_mcp_server(
                              approvals=approvals, elicitation_timeout_s=elicitation_timeout_s,
                              structured_content=structured_content, max_result_tokens=max_result_tokens,
                              out_of_band_approvals=out_of_band_approvals)
-    return Server(name, version=__version__, instructions=INSTRUCTIONS,
-                  get_tool_input_schema=handlers.input_schema,
-                  on_list_tools=handlers.list_tools, on_call_tool=handlers.call_tool)
+    with warnings.catch_warnings():
+        # the logging capability is deprecated as of 2026-07-28 (SEP-2577), but handshake-era clients (2025-11-25)
+        # get the job notifications as notifications/message, which a server must declare it to send
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        server = _Server(name, version=__version__, instructions=INSTRUCTIONS, lifespan=handlers.lifespan,
+                         get_tool_input_schema=handlers.input_schema, on_set_logging_level=handlers.set_logging_level,
+                         on_list_tools=handlers.list_tools, on_call_tool=handlers.call_tool)
+    tasks = handlers.tasks
+    server.middleware.append(tasks)  # a task-augmented tools/call is answered there (mcp_tasks)
+    server.add_request_handler("tasks/get", types.GetTaskRequestParams, tasks.get)
+    server.add_request_handler("tasks/result", types.GetTaskPayloadRequestParams, tasks.result)
+    server.add_request_handler("tasks/cancel", types.CancelTaskRequestParams, tasks.cancel)
+    server.add_request_handler("tasks/list", types.PaginatedRequestParams, tasks.list_tasks)
+    return server
+
+
+class _Server(Server[Any]):
+    """The SDK's low-level server, declaring MCP tasks (2025-11-25) on handshake-era connections: the SDK derives
+    capabilities from its handlers and knows no tasks (see :mod:`agent_tools.adapters.mcp_tasks`)."""
+
+    def get_capabilities(self, notification_options: NotificationOptions | None = None,
+                         experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+                         extensions: dict[str, dict[str, Any]] | None = None, *,
+                         protocol_version: str | None = None) -> types.ServerCapabilities:
+        caps = super().get_capabilities(notification_options, experimental_capabilities, extensions,
+                                        protocol_version=protocol_version)
+        if protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            caps.tasks = tasks_capability()
+        return caps
 
 
 async def serve_stdio(server: Server[Any]) -> None:

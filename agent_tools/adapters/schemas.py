@@ -84,7 +84,8 @@ DEFAULT_MAX_RESULT_CHARS = 8000
 DEFAULT_MAX_RESULT_TOKENS = 600
 """Bound on one tool result as the model reads it (tokens as :func:`estimate_tokens` counts them)."""
 
-_PIECE_RE = re.compile(r"\\(?:[nrtbf\"\\/]|u[0-9a-fA-F]{4})| ?[A-Za-z]+|[0-9]+|[ \t]+|\n+"
+_PIECE_RE = re.compile(r" ?[a-z]_[a-z2-7]{16}(?![A-Za-z0-9])|\\\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|[a-z0-9])"
+                       r"|\\(?:[nrtbf\"\\/]|u[0-9a-fA-F]{4})| ?[A-Za-z]+|[0-9]+|[ \t]+|\n+"
                        r"|[!-/:-@\[-`{-~]+|[^\x00-\x7f]|.", re.S)
 _CASE_FLIP_RE = re.compile(r"[a-z][A-Z]|[A-Z]{2}[a-z]")
 
@@ -97,18 +98,25 @@ def estimate_tokens(text: str) -> int:
     every tool on this machine): the weights below are the least that never count below the real number there,
     fitted as a linear program (each piece kind is one term). A word of letters (a blank before it included)
     is 0.88 of a token plus 0.26 a letter past five and 0.12 at a change of case; digits go three to a token; a
-    JSON ``\\n`` is one token, another escape about half of one; a run of blanks 1.6; a run of punctuation
-    0.85 plus 0.25 a character after its first (``":"`` and ``","`` are one token each); a character beyond
-    ASCII 1 to 3 tokens by its UTF-8 length. On that corpus the estimate is 1.0 to 1.25 times the real count
-    (3 % are added for what the corpus lacks), so a result well under the bound is never cut for it.
+    JSON ``\\n`` is one token, another escape about half of one, a visible escape of the output views as JSON
+    (``\\\\x1b``, ``\\\\u202e``: four tokens; ``\\\\r``: two; a tty job's screen is full of them); a run of blanks
+    1.6; a run of punctuation 0.85 plus 0.25 a character after its first (``":"`` and ``","`` are one token
+    each); a character beyond ASCII 1 to 3 tokens by its UTF-8 length; one of this project's ids (``j_``, ``b_``,
+    ``k_``... + 16 random base32 letters and digits, which cl100k splits into 8 to 16 tokens, 11.6 on average) 12.
+    On that corpus the estimate is 1.0 to 1.27 times the real count (3 % are added for what the corpus lacks), so a
+    result well under the bound is never cut for it.
 
     :returns: a count (int >= 0).
     """
     n = 0.0
     for piece in _PIECE_RE.findall(text):
         c = piece[0]
-        if c == "\\" and len(piece) > 1:  # a JSON escape (\n, \", \u001b)
-            n += 1.0 if piece == "\\n" else 0.56 if len(piece) == 2 else 3.0
+        if piece[-17:-16] == "_" and piece[-18:-17].isalpha():  # an id of this project (j_ + 16 base32)
+            n += 12.0
+        elif piece.startswith("\\\\") and len(piece) > 2:  # a visible escape as JSON (\\x1b, \\u202e, \\r)
+            n += 2.0 if len(piece) == 3 else 4.0
+        elif c == "\\" and len(piece) > 1:  # a JSON escape (\n, \", \u001b)
+            n += 1.0 if piece == "\\n" else 0.56 if len(piece) == 2 else 3.5
         elif piece[-1].isascii() and piece[-1].isalpha():  # a word, with the blank before it
             n += 0.88 + 0.26 * max(0, len(piece.lstrip(" ")) - 5) + 0.12 * len(_CASE_FLIP_RE.findall(piece))
         elif c.isdigit():
@@ -120,6 +128,7 @@ def estimate_tokens(text: str) -> int:
         else:
             n += (1, 1, 2, 3)[len(c.encode("utf-8", "surrogatepass")) - 1]
     return math.ceil(n * 1.03)
+
 
 ERROR_OUTCOMES = frozenset({"error", "denied"})
 """Outcomes that adapters flag as failed calls (MCP ``isError``, Anthropic ``is_error``)."""

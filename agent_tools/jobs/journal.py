@@ -17,6 +17,11 @@ directory); ``not_started`` (terminal: the launch provably never reached the hos
 ``unconfirmed`` (the launch request went out unanswered: the next look at the host settles it as running,
 exited, ... or ``not_started``). Journals written before ``not_started`` existed marked such rows ``lost`` with
 ``meta.never_started``; they are read as ``unconfirmed`` (that mark was also set on launches that did start).
+
+The ``looks`` table keeps, per job, the state and readiness the agent was last shown (``"STATE/READINESS"``, by
+any tool result that names the job), so ``list_jobs`` can say what changed since (:meth:`Journal.looks`). It is a
+table of its own, not a ``meta`` key, so that writing it never races a ``meta`` update made meanwhile (a background
+readiness check). A journal from before it gets the table when it opens.
 """
 
 from __future__ import annotations
@@ -68,6 +73,10 @@ CREATE TABLE IF NOT EXISTS jobs (
 );
 CREATE INDEX IF NOT EXISTS jobs_host ON jobs(host, created_at);
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_idem ON jobs(host, idempotency_key) WHERE idempotency_key IS NOT NULL;
+CREATE TABLE IF NOT EXISTS looks (
+    job_id TEXT PRIMARY KEY,
+    seen TEXT NOT NULL
+);
 """
 
 #: rows of journals from before the ``not_started``/``unconfirmed`` states: "lost, never started" was also said
@@ -326,6 +335,21 @@ class Journal:
             terms.append(f"state NOT IN ({','.join('?' * len(not_states))})")
             params.extend(not_states)
         return (" WHERE " + " AND ".join(terms) if terms else ""), tuple(params)
+
+    def looks(self, job_ids: Collection[str]) -> dict[str, str]:
+        """What the agent was last shown of each job (``"STATE/READINESS"``; see the module docstring); a job it
+        was never shown is absent."""
+        ids = list(job_ids)
+        if not ids:
+            return {}
+        rows = self._exec(f"SELECT job_id, seen FROM looks WHERE job_id IN ({','.join('?' * len(ids))})",
+                          tuple(ids))
+        return {str(r[0]): str(r[1]) for r in rows}
+
+    def set_look(self, job_id: str, state: str, readiness: str) -> None:
+        """Record that the agent was shown job ``job_id`` in ``state`` with ``readiness``."""
+        self._exec("INSERT INTO looks (job_id, seen) VALUES (?, ?) "
+                   "ON CONFLICT(job_id) DO UPDATE SET seen=excluded.seen", (job_id, f"{state}/{readiness}"))
 
     def ensure(self, rec: JobRecord) -> bool:
         """Insert ``rec`` unless a job with its id exists (used when rediscovering jobs from a host); returns

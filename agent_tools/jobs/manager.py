@@ -16,7 +16,7 @@ import re
 import secrets
 import shlex
 import signal as _signal
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
 from typing import Any, Literal
 
 import anyio
@@ -25,12 +25,14 @@ import structlog
 from ..errors import (
     AgentToolsError,
     BadArguments,
+    ChannelOpenFailed,
     ConnectionLost,
     ConnectUnfinished,
     ExecUnconfirmed,
     HostBusy,
     HostError,
     HostUnreachable,
+    InputRefused,
     JobNotFound,
     UnknownHost,
 )
@@ -40,6 +42,7 @@ from ..outcomes import (
     ErrorOutcome,
     Finished,
     JobCancelResult,
+    JobInput,
     JobOutput,
     JobStatus,
     Killed,
@@ -49,13 +52,14 @@ from ..outcomes import (
 )
 from ..output import VIEW_CONTEXT_BYTES, OutputView, clean_text, clean_window, view_request
 from ..probes.readiness import judge
-from ..redact import redact
+from ..redact import add_secret_values, redact
 from .discover import discover_script, parse_discovery, split_env_line
 from .hints import JobFacts, guide
 from .journal import JobRecord, Journal, now
 from .scripts import (
     cancel_request,
     cancel_script,
+    input_script,
     launch_request,
     launch_script,
     status_request,
@@ -97,6 +101,9 @@ _WARM_RETRY_S = 1.0
 #: longest command sent through a warm session (longer ones start a new session: see ``_take_warm``)
 _WARM_MAX_COMMAND = 8192
 
+#: largest single write to a job's stdin (bytes; a pipe holds 64 KiB, pipe(7))
+MAX_INPUT_BYTES = 65_536
+
 #: largest command accepted (Linux MAX_ARG_STRLEN is 128 KiB per argument; execve(2)).
 MAX_COMMAND_BYTES = 100_000
 
@@ -105,6 +112,27 @@ _LAUNCH_WORDS = frozenset({"started", "error", "exit", "view", "end"})
 _JOB_ID_RE = re.compile(r"^j_[a-z0-9]{8,32}$")
 #: journal states the host is not asked about again (their job cannot change any more)
 _SETTLED = frozenset({"exited", "killed", "not_started"})
+
+# A running job with a pipe waiting on a secret: its newest output ends in a password/passphrase prompt.
+_SECRET_PROMPT_RE = re.compile(
+    r"(?:\[sudo\] password for [^\n]*|[^\n]{0,80}\b(?:[Pp]assword|[Pp]assphrase|[Pp]asscode|PIN|[Ss]ecret|[Tt]oken)"
+    r"\b[^\n]{0,60}:[ \t]*)$")
+
+
+def find_secret_prompt(*texts: str) -> str | None:
+    """The password/passphrase prompt that ends one of ``texts`` (a running job's newest output), else None."""
+    for text in texts:
+        m = _SECRET_PROMPT_RE.search(text[-400:].rstrip("\r"))
+        if m is not None:
+            return m.group(0).strip()
+    return None
+
+
+def _secret_next(job_id: str) -> str:
+    return (f"job {job_id} waits on a password: a person types it, out of band, with `agent-tools input {job_id} "
+            "--secret` (no echo, straight to the job); never send it with job_input. Then "
+            f"job_status(job_id='{job_id}', wait_s=30)")
+
 
 def new_job_id() -> str:
     """A fresh, unguessable job id: ``j_`` + 16 characters, the base32 (RFC 4648, lower case) of 80 bits from
@@ -162,6 +190,9 @@ class JobRunner:
         self.view_bytes = view_bytes
         self.warm = warm
         self.answer_timeout_s = answer_timeout_s
+        #: job id -> the lock its probe checks take: one check of a job at a time in this process (a background
+        #: look and the agent's job_status would otherwise judge it twice at once, each from the other's old cursor)
+        self._judging: dict[str, anyio.Lock] = {}
 
     # ------------------------------------------------------------------ sessions
     def _warm_session(self) -> tuple[str, str]:
@@ -218,6 +249,8 @@ class JobRunner:
         _claim_retried: bool = False,
         hard_deadline_s: float | None = None,
         hard_deadline_why: str = "",
+        stdin: Literal["none", "pipe"] = "none",
+        tty: bool = False,
     ) -> Finished | NeedsInput | Detached | Killed | ErrorOutcome:
         """Run ``command`` on ``host`` within ``budget_s`` seconds.
 
@@ -258,6 +291,12 @@ class JobRunner:
             tree on the host (TERM, 2 s, KILL; see :mod:`agent_tools.jobs.scripts`), whether or not this process
             is still there; the job then reads ``killed`` by ``deadline`` (float > 0; None: no deadline).
         :param hard_deadline_why: where that deadline comes from, in words (shown with it).
+        :param stdin: ``none`` (``/dev/null``) or ``pipe``: a named pipe in the job directory, held open on the
+            host, that :meth:`job_input` writes to from any later call or process (see
+            :mod:`agent_tools.jobs.scripts`, "Input").
+        :param tty: run under a pseudo-terminal (80x24) owned by the host-side monitor, fed by the same pipe
+            (implies ``stdin="pipe"``); a host with neither util-linux ``script`` nor ``python3`` refuses the
+            launch (``error`` of kind ``unsupported``, nothing ran).
         :returns: ``finished``, ``needs_input``, ``detached``, ``killed`` or ``error``; never raises for
             host problems (they become ``error`` outcomes).
         :raises BadArguments: invalid arguments (also returned as ``error`` by the tools layer).
@@ -282,6 +321,9 @@ class JobRunner:
             raise BadArguments(f"on_timeout must be 'detach' or 'kill', got {on_timeout!r}")
         if hard_deadline_s is not None and not 0 < hard_deadline_s < float("inf"):
             raise BadArguments(f"deadline_s must be a number of seconds > 0, got {hard_deadline_s}")
+        if stdin not in ("none", "pipe"):
+            raise BadArguments(f"stdin must be 'none' or 'pipe', got {stdin!r}")
+        in_mode = "tty" if tty else stdin
 
         if key_on_host and not idempotency_key:
             raise BadArguments("key_on_host needs an idempotency_key")
@@ -320,7 +362,8 @@ class JobRunner:
                                                                              else {}),
                               **({"env": sorted(env)} if env else {}),  # the names only (values may be secrets)
                               **({"hard_deadline_s": hard_deadline_s, "hard_deadline_why": hard_deadline_why}
-                                 if hard_deadline_s is not None else {})})
+                                 if hard_deadline_s is not None else {}),
+                              **({"stdin": in_mode} if in_mode != "none" else {})})
         if reuse:
             self.journal.update(job_id, state="running", finished_at=None, exit_status=None, signal=None,
                                 readiness=rec.readiness, probes=rec.probes, deadline_s=deadline_s,
@@ -368,10 +411,10 @@ class JobRunner:
                             host, warm if attempt == 1 else None,
                             lambda: launch_script(self.jobs_dir, job_id, command, cwd=cwd, mode=mode,
                                                   head_bytes=head, tail_bytes=tail, env=env_,
-                                                  deadline_s=hard_deadline_s),
+                                                  deadline_s=hard_deadline_s, stdin=in_mode),
                             lambda: launch_request(self.jobs_dir, job_id, command, cwd=cwd, mode=mode,
                                                    head_bytes=head, tail_bytes=tail, env=env_,
-                                                   deadline_s=hard_deadline_s))
+                                                   deadline_s=hard_deadline_s, stdin=in_mode))
                         maybe_sent = maybe_sent or written
                         sent = not written
                         reader = WireReader(proc.read_stdout)
@@ -495,6 +538,9 @@ class JobRunner:
             # the launcher refused before running the command (no job directory, missing cwd): never started
             self.journal.update(job_id, state="not_started" if refused else "lost", finished_at=now(),
                                 meta={**rec.meta, "error": launch_error})
+            if launch_error.startswith("unsupported:"):  # the host lacks what the call needs (a terminal owner)
+                return ErrorOutcome(host=host.name, command=shown, kind="unsupported", message=launch_error,
+                                    retryable=False, job_id=job_id)
             return ErrorOutcome(host=host.name, command=shown, kind="launch", message=launch_error,
                                 retryable=False, job_id=job_id)
 
@@ -611,7 +657,7 @@ class JobRunner:
         rec.state, rec.exit_status, rec.signal, rec.meta = state, code, sig, meta
         log.debug("job.finished", host=rec.host, job_id=rec.job_id, exit_status=code, duration_s=round(elapsed, 3))
         if code != 0:
-            need = interactive_need(rec.command, ev.text, ov.text)
+            need = interactive_need(rec.command, ev.text, ov.text, stdin=str(rec.meta.get("stdin") or "none"))
             if need is not None:
                 # what a full-screen program drew for a screen nobody sees is left out (all of it stays on the host)
                 screen = need.terminal and ov.total_bytes and drew_screen(ov.text)
@@ -655,8 +701,9 @@ class JobRunner:
                       stderr=err.view(budget=self.view_bytes))
 
     def _detached(self, rec: JobRecord, elapsed: float, st: HostJobState | None, *, why: str,
-                  next_hint: str | None = None, at_once: bool = False) -> Detached:
-        """``at_once``: it detached without waiting for its budget (no ``budget_s`` then)."""
+                  next_hint: str | None = None, at_once: bool = False) -> Detached | NeedsInput:
+        """``at_once``: it detached without waiting for its budget (no ``budget_s`` then). A job with a pipe whose
+        newest output ends in a password prompt is ``needs_input`` with ``secret`` instead."""
         ov = ev = OutputView()
         if st is not None:
             if "stdout" in st.views:
@@ -665,6 +712,12 @@ class JobRunner:
                 ev = st.views["stderr"].view(budget=self.view_bytes)
             self.journal.update(rec.job_id, stdout_seen=st.stdout_bytes, stderr_seen=st.stderr_bytes)
         hint = next_hint or guide(facts_of(rec, state="running")).next_text()
+        prompt = find_secret_prompt(ev.text, ov.text) if rec.meta.get("stdin") and st is not None else None
+        if prompt is not None:  # running, waiting on a password typed into its pipe
+            self._note_prompt(rec, prompt, st)
+            return NeedsInput(host=rec.host, command=rec.command, prompt=prompt, secret=True,
+                              duration_s=round(elapsed, 3), stdout=ov, stderr=ev, job_id=rec.job_id,
+                              next=_secret_next(rec.job_id))
         log.debug("job.detached", host=rec.host, job_id=rec.job_id, elapsed_s=round(elapsed, 3))
         return Detached(host=rec.host, command=rec.command, job_id=rec.job_id, elapsed_s=round(elapsed, 3),
                         budget_s=None if at_once else rec.budget_s or 0.0, deadline_s=rec.deadline_s,
@@ -672,8 +725,19 @@ class JobRunner:
                         hard_deadline_s=_hard_deadline(rec), readiness=rec.readiness if rec.probes else "none",
                         stdout=ov, stderr=ev, next=hint)
 
+    def _note_prompt(self, rec: JobRecord, prompt: str | None, st: HostJobState | None) -> None:
+        """Remember (or forget) the secret prompt a running job's newest output ends in, with the output sizes it was
+        seen at: a later look with no new output still knows the job waits on it."""
+        if prompt is None and "prompt" not in rec.meta:
+            return
+        meta = {k: v for k, v in rec.meta.items() if k != "prompt"}
+        if prompt is not None and st is not None:
+            meta["prompt"] = {"text": prompt, "at": [st.stdout_bytes, st.stderr_bytes]}
+        rec.meta = meta
+        self.journal.update(rec.job_id, meta=meta)
+
     async def _kill_after_budget(self, host: Host, rec: JobRecord, t0: float, grace_s: float,
-                                 started: bool) -> Killed | Detached:
+                                 started: bool) -> Killed | Detached | NeedsInput:
         reason = f"still running when its {rec.budget_s or 0:g} s budget ran out (on_timeout=kill)"
         res: JobCancelResult | None = None
         with anyio.move_on_after(grace_s + 1.0):
@@ -787,6 +851,69 @@ class JobRunner:
         if not job_ids:
             return {}
         return await self._status(host, [(j, 0, 0, 0, 0) for j in job_ids])
+
+    async def look(self, host: Host, job_id: str) -> JobRecord:
+        """One look at job ``job_id`` on ``host`` without reading its output: its host-side state (unless settled
+        in the journal) and, when it has probes whose verdict can still change (``pending``, or ``ready`` with
+        units to check again), its readiness (:meth:`_evaluate_probes`). Both are recorded in the journal, as
+        ``job_status`` would; the output the agent has not seen stays unseen. Used to tell a client that a job it
+        started ended or changed readiness.
+
+        :returns: the job's journal record after the look.
+        :raises JobNotFound: unknown job id.
+        :raises HostError: the host cannot be reached, or did not answer within ``answer_timeout_s``.
+        """
+        check_job_id(job_id)
+        rec = self.journal.get(job_id)
+        if rec.state in _SETTLED or rec.state == "lost":
+            state, code, why = rec.state, rec.exit_status, rec.state
+        else:
+            with _answer_within(host, self.answer_timeout_s, "the look at the job"):
+                st = (await self._status(host, [(job_id, 0, 0, 0, 0)]))[job_id]
+            state, code, _sig, why = self.apply_state(rec, st)
+        if rec.probes and rec.readiness in ("pending", "ready") and state != "not_started":
+            with anyio.move_on_after(self.answer_timeout_s * 2):  # a slow probe: judged at the next look
+                async with self._judge_lock(job_id, wait=False) as free:
+                    if free:  # else a job_status is checking it right now, and records what it finds
+                        await self._evaluate_probes(host, self.journal.get(job_id), state, code, why)
+        return self.journal.get(job_id)
+
+    @contextlib.asynccontextmanager
+    async def _judge_lock(self, job_id: str, *, wait: bool) -> AsyncIterator[bool]:
+        """Hold job ``job_id``'s probe-check lock (see ``_judging``); yields False, without waiting, when ``wait``
+        is off and another check holds it."""
+        lock = self._judging.setdefault(job_id, anyio.Lock())
+        if not wait and lock.locked():
+            yield False
+            return
+        try:
+            async with lock:
+                yield True
+        finally:
+            if not lock.locked() and not lock.statistics().tasks_waiting:
+                self._judging.pop(job_id, None)
+
+    async def newest_output(self, host: Host, job_id: str, *, max_bytes: int = 400) -> str:
+        """The last lines job ``job_id`` wrote that the agent has not been shown yet (the tail of its new stdout,
+        else stderr; at most ``max_bytes`` bytes, cleaned and redacted as every view), "" when there are none. They
+        stay unseen: the agent's next ``job_status`` still shows them. For progress messages while a call waits.
+
+        :raises HostError: the host cannot be reached, or did not answer within ``answer_timeout_s``.
+        """
+        rec = self.journal.get(job_id)
+        with _answer_within(host, self.answer_timeout_s, "the job's newest output"):
+            st = (await self._status(host, [(job_id, rec.stdout_seen, rec.stderr_seen, 0,
+                                             max_bytes + VIEW_CONTEXT_BYTES)]))[job_id]
+        for stream in ("stdout", "stderr"):
+            raw = st.views.get(stream)
+            data = (raw.tail or raw.head) if raw is not None else b""  # all of the new bytes fit: in the head
+            if not data.strip():
+                continue
+            cut = max(0, len(data) - max_bytes)
+            lines = [ln for ln in clean_window(data, cut, len(data)).splitlines() if ln.strip()]
+            if lines:
+                return "\n".join(lines[-3:])
+        return ""
 
     async def refresh_host(self, host: Host, *, max_skip: int = 3000, exclude: Collection[str] = ()) -> list[str]:
         """Rediscover and refresh every job on ``host`` in one round trip: list the host's job directories
@@ -987,8 +1114,11 @@ class JobRunner:
             if rec.probes:
                 # probes get the time left, less a moment for the output fetch below
                 with anyio.move_on_after(t_hard - anyio.current_time() - self.answer_timeout_s / 2) as probing:
-                    reports, ready_why = await self._evaluate_probes(host, rec, state, code, why)
-                if probing.cancelled_caught:
+                    async with self._judge_lock(job_id, wait=True):
+                        rec = self.journal.get(job_id)  # as a check that ran meanwhile left it
+                        reports, ready_why = await self._evaluate_probes(host, rec, state, code, why)
+                if probing.cancelled_caught:  # (the journal: a check that ran meanwhile may have recorded some)
+                    rec = self.journal.get(job_id)
                     reports = [ProbeReport(**r) for r in rec.meta.get("last_probes", [])]
                     ready_why = ("the probe check did not finish within this call's time; the next job_status "
                                  "checks again")
@@ -1022,7 +1152,8 @@ class JobRunner:
                             stderr_seen=max(rec.stderr_seen, err_seen))
         # every byte in a result already (no view ever had to cut: the streams fit one view): no job_output hint
         cut = new_out.truncated or new_err.truncated or max(vst.stdout_bytes, vst.stderr_bytes) > self.view_bytes
-        need = (interactive_need(rec.command, new_err.text, new_out.text)
+        need = (interactive_need(rec.command, new_err.text, new_out.text,
+                                 stdin=str(rec.meta.get("stdin") or "none"))
                 if state == "exited" and code not in (None, 0) else None)
         left = [Leftover(pid=p, command=redact(c)) for p, c in st.leftovers] if state != "running" else []
         unchecked = ""
@@ -1037,11 +1168,21 @@ class JobRunner:
         # the kill deadline matters while the command runs, once it killed it, and while its leftovers run
         kill_s = (_hard_deadline(rec) if state == "running" or killed_by(rec, state) == "deadline" or left
                   else None)
+        prompt: str | None = None
+        if rec.meta.get("stdin") and state == "running":
+            if new_out.total_bytes or new_err.total_bytes:
+                prompt = find_secret_prompt(new_err.text, new_out.text)
+                self._note_prompt(rec, prompt, vst)
+            elif isinstance(rec.meta.get("prompt"), dict):
+                prompt = str(rec.meta["prompt"].get("text") or "") or None
+        elif "prompt" in rec.meta:
+            self._note_prompt(rec, None, None)
         return JobStatus(job_id=job_id, host=rec.host, command=rec.command, state=state,
                          exit_status=code, signal=sig, readiness=rec.readiness, by=killed_by(rec, state),
                          elapsed_s=elapsed_of(rec), deadline_s=rec.deadline_s, hard_deadline_s=kill_s,
                          why=g.why, probes=reports, new_stdout=new_out, new_stderr=new_err, leftovers=left,
-                         unchecked=unchecked, next=g.next_text())
+                         unchecked=unchecked, prompt=prompt, secret=prompt is not None,
+                         next=_secret_next(job_id) if prompt is not None else g.next_text())
 
     async def _evaluate_probes(self, host: Host, rec: JobRecord, state: str, code: int | None,
                                why: str) -> tuple[list[ProbeReport], str]:
@@ -1241,6 +1382,97 @@ class JobRunner:
         return JobOutput(job_id=rec.job_id, stream=stream, offset=offset,
                          next_offset=max(total, offset) if complete else nxt, total_bytes=total,
                          text="".join(s + "\n" for s in shown), grep=pattern, matches=count, eof=complete)
+
+    # ------------------------------------------------------------------ input
+    async def job_input(self, host: Host, job_id: str, text: str, *, eof: bool = False, newline: bool = True,
+                        key: str | None = None, wait_s: float = 2.0, secret: bool = False) -> JobInput:
+        """Write ``text`` to the stdin of job ``job_id`` (started with ``stdin="pipe"`` or ``tty``), then return
+        its state and the output it wrote since the previous look (as :meth:`job_status`).
+
+        The write is queued on the host in order and written by one writer per job (see
+        :mod:`agent_tools.jobs.scripts`, "Input"); it needs no SSH session to stay open afterwards. Each write
+        carries an idempotency ``key``, recorded in the job directory: a retry with the same key (this call's own
+        retry after a dropped connection, or the caller's) is ``duplicate``, never written twice. After the write
+        the host waits, up to ``wait_s`` seconds, until the job's output grew and then was quiet for 0.2 s.
+
+        :param text: what to type; control characters are allowed (``\x03`` is Ctrl-C under ``tty``).
+        :param eof: end the job's input after this write (a terminal gets Ctrl-D instead: it has no EOF of its
+            own); later writes are refused.
+        :param newline: append ``\n`` to a non-empty ``text`` (also when ``text`` is empty and not ``eof``:
+            pressing Enter).
+        :param key: the write's idempotency key (1-64 of ``A-Za-z0-9_-``; default: a new one per call).
+        :param wait_s: seconds (float, 0..60) to wait for the job's answer.
+        :param secret: ``text`` is a secret a person typed (a password): it is hidden (``[REDACTED]``) wherever it
+            appears in this process's later results (:func:`agent_tools.redact.add_secret_values`); like every
+            write, it is in no log or journal and is emptied from the host's queue once written.
+        :raises BadArguments: bad ``job_id``/``key``/``wait_s``, or more than ``MAX_INPUT_BYTES`` to write.
+        :raises InputRefused: the job has no pipe, has ended, or its input was ended.
+        :raises JobNotFound, HostError: as :meth:`job_status`.
+        """
+        check_job_id(job_id)
+        if secret:
+            add_secret_values([text])
+        if not 0 <= wait_s <= 60:
+            raise BadArguments("wait_s must be between 0 and 60 seconds")
+        key = key or "k_" + base64.b32encode(secrets.token_bytes(10)).decode().lower()  # a replay pairs these
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", key):
+            raise BadArguments("idempotency_key must be 1-64 letters, digits, '_' or '-'")
+        if not _valid_utf8(text):
+            raise BadArguments("text holds characters that are not valid UTF-8 (a lone surrogate)")
+        rec = self.journal.get(job_id)
+        mode = str(rec.meta.get("stdin", "none"))
+        if mode == "none" and not rec.meta.get("rediscovered"):
+            raise InputRefused(job_id, f"job {job_id} was started without stdin='pipe': its stdin is /dev/null and "
+                                       "no input can reach it; start the command again with stdin='pipe' (or tty)")
+        if rec.state in _SETTLED or rec.state == "lost":
+            raise InputRefused(job_id, f"job {job_id} is {rec.state}: nothing reads its input any more")
+        data = text.encode() + (b"\n" if newline and (text or not eof) else b"")
+        if eof and mode == "tty":
+            data, eof = data + b"\x04", False
+        if len(data) > MAX_INPUT_BYTES:
+            raise BadArguments(f"the input is {len(data)} bytes; one write takes at most {MAX_INPUT_BYTES}: split "
+                               "it, or write a file with write_file and have the job read that")
+        word = ""
+        with _answer_within(host, wait_s + self.answer_timeout_s, "job_input"):
+            for attempt in (1, 2, 3):
+                proc: HostProcess | None = None
+                try:
+                    proc = await host.start(input_script(self.jobs_dir, job_id, key, len(data), eof=eof,
+                                                         wait_s=wait_s))
+                    reader = WireReader(proc.read_stdout)
+                    await proc.write_stdin(data)
+                    await proc.close_stdin()
+                    words: list[str] = []
+                    while (h := await reader.header()) is not None and h[0] != "end":
+                        if h[0] == "input":
+                            words = h[1:]
+                except (HostError, WireError) as exc:  # the data arrives whole or is not queued (see the script)
+                    if isinstance(exc, HostError) and not isinstance(exc, ConnectionLost | ChannelOpenFailed):
+                        raise  # unreachable, auth, host key: another try cannot do better
+                    if attempt == 3:
+                        raise ConnectionLost(host.name, f"{host.name}: the input to {job_id} was cut short ({exc}); "
+                                                        "it was written at most once") from exc
+                    log.info("job.input_retry", host=host.name, job_id=job_id, error=str(exc))
+                    continue  # the same key: if the first try got through, the host says duplicate
+                finally:
+                    if proc is not None:
+                        with anyio.CancelScope(shield=True):
+                            await proc.close()
+                word = words[0] if words else ""
+                if word == "short" and attempt < 3:
+                    continue
+                break
+        if word in ("nopipe", "ended", "closed", "missing", "short", ""):
+            why = {"nopipe": "was started without stdin='pipe' (its stdin is /dev/null)",
+                   "ended": "has ended: nothing reads its input any more",
+                   "closed": "had its input ended (eof) by an earlier write",
+                   "missing": "has no job directory on the host any more",
+                   "short": "did not get the whole write (the connection kept dropping); nothing was written",
+                   "": "gave no answer to the write"}[word]
+            raise InputRefused(job_id, f"job {job_id} {why}; nothing was written")
+        log.info("job.input", host=rec.host, job_id=job_id, bytes=len(data), result=word, eof=eof)
+        status = await self.job_status(host, job_id, wait_s=0)
+        return JobInput(**status.model_dump(), input=word, input_bytes=len(data))
 
     # ------------------------------------------------------------------ cancel
     async def cancel(self, host: Host, job_id: str, *, grace_s: float = 5.0, reason: str = "cancelled on request",

@@ -101,6 +101,28 @@ Every script is a shell function (``at_launch``, ``at_status``, ``at_cancel``) r
   not used removes its empty directory and exits when its stdin ends, or after ``WARM_IDLE_S`` (300 s) without a
   request (a client gone in a partition: the host's sshd keeps such a session until TCP gives up).
 
+Input (``stdin="pipe"`` or ``"tty"``; other jobs keep ``/dev/null``)::
+
+    stdin      a named pipe (mkfifo, 0600) the command reads. The monitor starts a *holder* (a shell waiting
+               while the monitor lives) that keeps it open for reading and writing, so opening it never blocks and the command sees EOF
+               only when the holder goes (``eof``); nothing of it depends on any SSH session
+    stdin.pid  "<holder_pid> <holder_start>"
+    stdin.eof  present once a write asked for EOF: later writes are refused
+    input/     the write queue: ``SEQ.KEY`` (``.e``: EOF after it), numbered under a ``mkdir`` lock, written
+               in order by one *pump* (``input/.pump``) and then emptied and renamed ``SEQ.KEY.done``, so a
+               retried write (same key) is found and never written twice, and no typed text stays behind
+
+``at_input`` reads the whole write from its channel before queueing it (a channel that drops mid-way queues
+nothing) and then ignores HUP/PIPE: once it answered ``written``/``queued`` the write happens whatever
+becomes of the connection. With ``tty`` the command runs under a pseudo-terminal the monitor's child owns
+(util-linux ``script -qefc`` started by ``env --default-signal=INT,QUIT``: a background job inherits SIGINT
+ignored, and Ctrl-C must reach the program; else :data:`PTY_PROGRAM` under ``python3``; neither: the launch is
+refused ``unsupported``), 80x24, ``TERM=xterm``; what the program draws goes to ``stdout`` (stderr stays empty).
+The launch's words: 8 is the deadline (``''`` for none), 9 the stdin mode (``pipe``/``tty``), 10 the pty
+program; a launch without stdin stops at word 8 (or 7). ``at_spawn`` gives the command the pipe in both of its
+paths (the ``systemd-run --scope`` one and the plain one); ``at_in_end`` runs once the deadline watcher is
+stopped and the ``exit`` file is written.
+
 Wire format (stdout of the scripts): header lines ``@@AT <word> <fields...>\\n``; a ``view`` header is
 followed by exactly ``head_len + tail_len`` raw bytes.
 The launch report adds ``logout REASON`` (before ``started``), ``left PID CMDLINE`` for each process the command
@@ -119,8 +141,8 @@ from __future__ import annotations
 
 import shlex
 
-__all__ = ["ENV_LINE_MARK", "cancel_request", "cancel_script", "deadline_word", "launch_request", "launch_script",
-           "status_request", "status_script", "warm_request", "warm_script"]
+__all__ = ["ENV_LINE_MARK", "PTY_PROGRAM", "cancel_request", "cancel_script", "deadline_word", "input_script",
+           "launch_request", "launch_script", "status_request", "status_script", "warm_request", "warm_script"]
 
 ENV_LINE_MARK = "# agent-tools: env"
 """Ends the first line of a job's ``command`` file when the call gave ``env``: ``export NAME='value' ... # mark``."""
@@ -240,9 +262,9 @@ at_add() { # PID: add it to at_t when it is alive (not a zombie) and not there y
 """
 
 _LAUNCH = r"""
-at_launch() { # BASE ID CWD MODE HEAD TAIL COMMAND [DEADLINE_S]
+at_launch() { # BASE ID CWD MODE HEAD TAIL COMMAND [DEADLINE_S [STDIN [PTY_PROGRAM]]] (DEADLINE_S may be '')
 umask 077
-base=$1; id=$2; cwd=$3; mode=$4; hb=$5; tb=$6; cmd=$7; dl=${8:-}
+base=$1; id=$2; cwd=$3; mode=$4; hb=$5; tb=$6; cmd=$7; dl=${8:-}; at_in=${9:-}; at_pyp=${10:-}
 d=$base/$id
 if [ "$id" = "${at_rid:-}" ]; then
   trap - EXIT PIPE HUP; at_rid=  # the warm session made this directory for this job (checked below)
@@ -255,6 +277,7 @@ if ! printf '%s' "$cmd" 2>/dev/null > "$d/command"; then
   printf '@@AT error job %s exists already on the host (its command file is there)\n' "$id"; exit 97
 fi
 set +C
+[ -z "$at_in" ] || at_in_check "$d" || exit 96
 case $cwd in "~") cwd=$HOME;; "~/"*) cwd=$HOME/${cwd#"~/"};; esac
 if [ -n "$cwd" ] && ! cd "$cwd" 2>/dev/null; then
   printf '@@AT error working directory %s does not exist or is not accessible\n' "$cwd"
@@ -264,9 +287,11 @@ sh_=/bin/sh; command -v bash >/dev/null 2>&1 && sh_=bash
 export PAGER=cat SYSTEMD_PAGER= GIT_PAGER=cat GIT_EDITOR=true TERM=dumb DEBIAN_FRONTEND=noninteractive
 export SYSTEMD_COLORS=0 NO_COLOR=1 GIT_TERMINAL_PROMPT=0 PIP_NO_INPUT=1 LESS=FRX
 at_scope "$d"
+[ -z "$at_in" ] || at_in_prepare "$d"
 # the monitor: starts the command in a session of its own, records its pid, waits, records the exit status
 (
   t0=-; read -r t0 _ 2>/dev/null </proc/uptime
+  [ -z "$at_in" ] || at_in_hold "$d"
   at_spawn "$d" "$id" "$sh_" "$cmd"
   wp=  # the watcher while the command runs (module docstring): for a deadline, or to keep the lineage
   if [ -n "$dl" ] || [ -z "$at_tagok" ]; then at_watch "$d" "$id" "$dl" "$t0" run 2>/dev/null & wp=$!; fi
@@ -277,6 +302,7 @@ at_scope "$d"
   t1=-; read -r t1 _ 2>/dev/null </proc/uptime
   [ -z "$wp" ] || { kill "$wp" 2>/dev/null; wait "$wp"; }  # (once it fired: after its kill is checked)
   printf '%s\n%s %s\n%s\n' "$rc" "$t0" "$t1" "$how" > "$d/exit"
+  [ -z "$at_in" ] || at_in_end "$d"  # no holder: the command's input ends with it
   at_left "$d" "$id"  # what the command left running (until DIR/left is written, a status says it is being looked at)
   if [ -n "$at_t" ]; then  # followed by a watcher of its own, whose command line holds no user command
     [ ! -e "$d/deadline" ] || dl=
@@ -317,6 +343,43 @@ at_deadline() { # DIR [ID] -> "@@AT deadline [ID] LIMIT DONE [SURVIVORS...]" (DO
   [ -z "$dt" ] || printf '@@AT deadline_tag %s%s\n' "${2:+$2 }" "$dt"
   [ -z "$dw" ] || printf '@@AT deadline_was %s%s\n' "${2:+$2 }" "$dw"
 }
+# stdin=pipe / tty (see the module docstring, "Input"): small hooks of at_launch and its monitor
+at_in_check() { # DIR: a terminal needs util-linux script or python3 on the host; else `unsupported`, never run
+  at_pty=
+  [ "$at_in" = tty ] || return 0
+  # a background job starts with SIGINT/SIGQUIT ignored (POSIX, no job control) and sh -c cannot undo that: the
+  # terminal's Ctrl-C must reach the program, so its owner starts it with them at their defaults
+  if script -V 2>/dev/null | grep -q util-linux && env --default-signal=INT,QUIT true 2>/dev/null; then at_pty=script
+  elif command -v python3 >/dev/null 2>&1; then at_pty=python3
+  else
+    printf '@@AT error unsupported: tty=true needs util-linux script or python3 on the host; neither is there\n'
+    printf '%s\n' 2 > "$1/exit"; return 1
+  fi
+}
+at_in_prepare() { # DIR: the named pipe the command reads; a terminal gets a terminal type
+  mkfifo -m 600 "$1/stdin" || { printf '@@AT error cannot make the named pipe %s/stdin\n' "$1"; exit 96; }
+  [ "$at_in" = tty ] && export TERM=xterm COLUMNS=80 LINES=24
+  return 0
+}
+at_in_hold() { # DIR (in the monitor): hold the pipe open (a writer-and-reader: no EOF, no blocked open) by a
+  # holder process, so input works from any later session; killing the holder is EOF (its sleep does not hold the
+  # pipe). It also ends within a minute of the monitor's end (a job directory deleted under a running job).
+  at_hd=$1; exec 4<>"$at_hd/stdin"
+  s=; read -r s < /proc/self/stat; at_mp=${s%% *}
+  ( while kill -0 "$at_mp" 2>/dev/null; do sleep 60 4<&-; done ) </dev/null >/dev/null 2>&1 &
+  hp=$!; exec 4<&-; hs=-; s=; if read -r s < "/proc/$hp/stat" 2>/dev/null; then s=${s##*) }; set -- $s; hs=${20}; fi
+  printf '%s %s\n' "$hp" "$hs" > "$at_hd/stdin.pid"
+  at_src=$at_hd/stdin
+}
+at_in_eof() { # DIR: end of input: the holder goes, so the command reads EOF once the pipe is drained
+  pl=; read -r pl < "$1/stdin.pid" 2>/dev/null; set -- $pl
+  at_alive "${1:-}" "${2:--}" && kill "$1" 2>/dev/null
+  return 0
+}
+at_in_end() { # DIR (in the monitor, the command ended): no holder; a pump stuck opening the pipe gets EPIPE
+  at_in_eof "$1"
+  exec 4<>"$1/stdin"; exec 4<&-
+}
 at_scope() { # DIR -> at_sc: --system or --user when the command is to run in a transient scope of its own, else ""
               # (DIR/cgroup then says why); at_lo: why the job dies when this login ends, else ""
   at_sc=; at_lo=; at_tagok=
@@ -355,18 +418,25 @@ at_logout() { # DIR USER -> at_lo (and DIR/logout): the reason when logind kills
   printf '%s\n' "$at_lo" > "$1/logout"
 }
 at_spawn() { # DIR ID SHELL COMMAND [plain]: start the command as the job, in the transient systemd scope at_scope
-             # chose (a cgroup of its own), else (or with "plain") as it is; write DIR/pid; set pid
-  sd=$1
+             # chose (a cgroup of its own), else (or with "plain") as it is; stdin is the job's pipe (at_src) or
+             # /dev/null; write DIR/pid; set pid
+  sd=$1; at_j=$2
   [ -z "${5:-}" ] || at_sc=
+  set -- "$3" -c "$4"  # the job's argv; with a terminal (stdin=tty, see "Input"), its owner runs the command
+  case ${at_pty:-} in
+    script) set -- env --default-signal=INT,QUIT SHELL="$1" script -qefc "stty rows 24 cols 80 2>/dev/null; $3" \
+              /dev/null;;
+    python3) set -- python3 -c "$at_pyp" "$@";;
+  esac
   if [ -n "$at_sc" ]; then
     # systemd-run --scope moves itself into a new scope and then executes the command (so the pid stays the
     # job's): the trampoline records the scope's cgroup and the job's audit session, gives the job its stderr and
     # becomes the command
-    AGENT_TOOLS_JOB=$2 systemd-run "$at_sc" --scope --quiet --collect --unit="agent-tools-$2" \
-      --description="agent-tools job $2" /bin/sh -c "$at_job" at-job "$1" "$3" "$4" scope \
-      </dev/null >"$1/stdout" 2>"$1/scope.err" &
+    AGENT_TOOLS_JOB=$at_j systemd-run "$at_sc" --scope --quiet --collect --unit="agent-tools-$at_j" \
+      --description="agent-tools job $at_j" /bin/sh -c "$at_job" at-job "$sd" "$@" \
+      <"${at_src:-/dev/null}" >"$sd/stdout" 2>"$sd/scope.err" &
   else
-    ( at_tagself "$1"; AGENT_TOOLS_JOB=$2 exec setsid "$3" -c "$4" ) </dev/null >"$1/stdout" 2>"$1/stderr" &
+    ( at_tagself "$sd"; AGENT_TOOLS_JOB=$at_j exec setsid "$@" ) <"${at_src:-/dev/null}" >"$sd/stdout" 2>"$sd/stderr" &
   fi
   pid=$!
   cs=-; s=; if read -r s < "/proc/$pid/stat" 2>/dev/null; then s=${s##*) }; set -- $s; cs=${20}; fi
@@ -374,15 +444,13 @@ at_spawn() { # DIR ID SHELL COMMAND [plain]: start the command as the job, in th
   boot=-; read -r boot < /proc/sys/kernel/random/boot_id 2>/dev/null
   printf '%s %s %s %s %s\n' "$pid" "$cs" "$boot" "$mp" "$ms" > "$sd/pid"
 }
-# the job's first process (DIR SHELL COMMAND [scope]): in a scope, record its cgroup and take the job's stderr; start
-# an audit session of its own and record its id in DIR/tag (or why not); become the command
-at_job='d=$1
-if [ "${4:-}" = scope ]; then
-  m=/sys/fs/cgroup; [ -e $m/cgroup.controllers ] || m=/sys/fs/cgroup/unified
-  c=; while IFS= read -r l; do case $l in 0::/*) c=$m${l#0::}; break;; esac; done < /proc/self/cgroup
-  [ -e "$c/cgroup.procs" ] || c="- no cgroup v2 hierarchy to follow the scope by"
-  printf "%s\n" "$c" > "$d/cgroup" || exit 126; exec 2>"$d/stderr"
-fi
+# the job's first process in its scope (DIR ARGV...): record the scope's cgroup and take the job's stderr; start an
+# audit session of its own and record its id in DIR/tag (or why not); become the command (ARGV, in a session of its own)
+at_job='d=$1; shift
+m=/sys/fs/cgroup; [ -e $m/cgroup.controllers ] || m=/sys/fs/cgroup/unified
+c=; while IFS= read -r l; do case $l in 0::/*) c=$m${l#0::}; break;; esac; done < /proc/self/cgroup
+[ -e "$c/cgroup.procs" ] || c="- no cgroup v2 hierarchy to follow the scope by"
+printf "%s\n" "$c" > "$d/cgroup" || exit 126; exec 2>"$d/stderr"
 t="- the kernel keeps no audit sessions"; s0=; u0=; s=
 { read -r s0 < /proc/self/sessionid; read -r u0 < /proc/self/loginuid; } 2>/dev/null
 if [ -n "$s0" ]; then
@@ -393,8 +461,7 @@ if [ -n "$s0" ]; then
   else t="- its login set its audit loginuid, which only root may change"; fi
 fi
 printf "%s\n" "$t" > "$d/tag"
-[ "${4:-}" != scope ] || exec setsid "$2" -c "$3"
-exec "$2" -c "$3"'
+exec setsid "$@"'
 at_tagself() { # DIR: the at_job trampoline's audit session, for a job started without a scope (this subshell then
                # becomes the command)
   d=$1
@@ -714,6 +781,99 @@ r=; while [ "$n" -gt 0 ]; do IFS= read -r l || exit 0; r="$r$l
 eval "$r"
 """
 
+_INPUT = r"""
+at_input() { # JOB_DIR KEY SIZE EOF(0|1) WAIT_TICKS (1/20 s); the SIZE bytes to write come on stdin
+d=$1; k=$2; n=$3; e=$4; w=$5; q=$1/input
+[ -d "$d" ] || { printf '@@AT input missing\n'; exit 0; }
+[ -p "$d/stdin" ] || { printf '@@AT input nopipe\n'; exit 0; }
+mkdir -p "$q" 2>/dev/null
+at_in_seen "$q" "$k" && { printf '@@AT input duplicate\n'; exit 0; }
+[ -s "$d/exit" ] && { printf '@@AT input ended\n'; exit 0; }
+[ -e "$d/stdin.eof" ] && { printf '@@AT input closed\n'; exit 0; }
+cat > "$q/.$k.part" 2>/dev/null
+got=$(wc -c < "$q/.$k.part" 2>/dev/null); got=${got:-0}; got=$(( got + 0 ))
+[ "$got" -eq "$n" ] || { rm -f "$q/.$k.part"; printf '@@AT input short %s\n' "$got"; exit 0; }
+trap '' HUP PIPE INT TERM  # all of it arrived: from here on it is queued whatever becomes of the channel
+i=0; until mkdir "$q/.lock" 2>/dev/null; do  # held for a few file operations only; one left by a dead writer
+  i=$(( i + 1 )); [ "$i" -ge 100 ] && { rm -rf "$q/.lock"; i=0; }; sleep 0.05 2>/dev/null || sleep 1
+done
+if at_in_seen "$q" "$k"; then rmdir "$q/.lock"; rm -f "$q/.$k.part"; printf '@@AT input duplicate\n'; exit 0; fi
+sq=0; read -r sq < "$q/.seq" 2>/dev/null; sq=$(( ${sq:-0} + 1 )); printf '%s\n' "$sq" > "$q/.seq"
+f=$(printf '%s/%09d.%s' "$q" "$sq" "$k"); [ "$e" = 1 ] && { f=$f.e; : > "$d/stdin.eof"; }
+mv "$q/.$k.part" "$f"
+rmdir "$q/.lock"
+at_sizes "$d"; b=$(( os + es )); last=$b; quiet=0  # the output before the write: what grows after is its answer
+at_pump "$d"
+i=0; while [ ! -e "$f.done" ] && [ "$i" -lt "$w" ]; do sleep 0.05 2>/dev/null || sleep 1; i=$(( i + 1 )); done
+if [ -e "$f.done" ]; then printf '@@AT input written %s\n' "$sq"; else printf '@@AT input queued %s\n' "$sq"; fi
+# what the job prints in answer: wait (up to WAIT_TICKS in all) until its output grew, then is quiet 0.2 s
+while [ "$i" -lt "$w" ] && [ ! -s "$d/exit" ]; do
+  sleep 0.1 2>/dev/null || sleep 1; i=$(( i + 2 )); at_sizes "$d"; t=$(( os + es ))
+  if [ "$t" = "$last" ]; then [ "$t" != "$b" ] && quiet=$(( quiet + 1 )); else quiet=0; last=$t; fi
+  [ "$quiet" -ge 2 ] && break
+done
+printf '@@AT end\n'
+exit 0
+}
+at_in_seen() { # QUEUE_DIR KEY -> 0 when a write with this key was queued already (pending or done)
+  for f in "$1"/*."$2" "$1"/*."$2".*; do [ -e "$f" ] && return 0; done
+  return 1
+}
+at_pump() { # DIR: the one writer of a job's pipe: queued writes in ticket order, until none is left
+  [ -d "$1/input/.pump" ] && return 0
+  mkdir "$1/input/.pump" 2>/dev/null || return 0
+  ( trap '' HUP INT TERM
+    d=$1; q=$1/input
+    while :; do
+      f=; for x in "$q"/[0-9]*; do case $x in *.done) ;; *) [ -e "$x" ] && { f=$x; break; };; esac; done
+      if [ -z "$f" ]; then
+        rmdir "$q/.pump" 2>/dev/null
+        # a writer that queued after the scan saw the pump still here: take its write too
+        for x in "$q"/[0-9]*; do case $x in *.done) ;; *) [ -e "$x" ] && { f=$x; break; };; esac; done
+        [ -n "$f" ] && mkdir "$q/.pump" 2>/dev/null && continue
+        exit 0
+      fi
+      [ -s "$d/exit" ] && { rmdir "$q/.pump" 2>/dev/null; exit 0; }
+      cat "$f" > "$d/stdin" 2>/dev/null
+      case $f in *.e) at_in_eof "$d";; esac
+      : > "$f"; mv "$f" "$f.done"  # nothing typed stays on the host past its write (secrets included)
+    done ) </dev/null >/dev/null 2>&1 &
+}
+"""
+
+
+#: the pseudo-terminal owner used when the host has python3 but no util-linux ``script`` (or no ``env
+#: --default-signal``): argv[1:] runs on the terminal's slave side (80x24, pty(7), SIGINT/SIGQUIT at their
+#: defaults, so Ctrl-C works), stdin is copied to the master and the master to stdout until the
+#: terminal closes; the exit status is the program's (128+N for signal N)
+PTY_PROGRAM = """import os, pty, select, signal, struct, sys, fcntl, termios
+pid, fd = pty.fork()
+if pid == 0:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+    fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    os.execvp(sys.argv[1], sys.argv[1:])
+ins = [0, fd]
+while True:
+    r = select.select(ins, [], [])[0]
+    if fd in r:
+        try:
+            b = os.read(fd, 65536)
+        except OSError:
+            b = b""
+        if not b:
+            break
+        os.write(1, b)
+    if 0 in r:
+        b = os.read(0, 65536)
+        if b:
+            os.write(fd, b)
+        else:
+            ins = [fd]
+st = os.waitpid(pid, 0)[1]
+sys.exit(128 + os.WTERMSIG(st) if os.WIFSIGNALED(st) else os.WEXITSTATUS(st))
+"""
+
 
 def _q(s: str) -> str:
     return shlex.quote(s)
@@ -733,6 +893,8 @@ _EXEC_PREFIX = {name: "exec /bin/sh -c " + _q(_LIB + body + "at_" + name + ' "$@
 _EXEC_PREFIX["launch"] = ("exec /bin/sh -c " + _q(_TAKE_LIB + _LAUNCH + 'at_launch "$@"\n') + " at-launch "
                           + _q(_WLIB) + " ")
 _WARM_PREFIX = f"exec /bin/sh -c {_q(_TAKE_LIB + _LAUNCH + _STATUS + _WARM)} at-warm {_q(_WLIB)} "
+# an input request also needs the launcher's at_in_eof (the pump ends a job's input with it)
+_EXEC_PREFIX["input"] = "exec /bin/sh -c " + _q(_LIB + _LAUNCH + _INPUT + 'at_input "$@"\n') + " at-input "
 
 
 def _exec(name: str, args: str) -> str:
@@ -741,13 +903,22 @@ def _exec(name: str, args: str) -> str:
 
 
 def _launch_args(base: str, job_id: str, command: str, *, cwd: str | None, mode: str, head_bytes: int,
-                 tail_bytes: int, env: dict[str, str] | None, deadline_s: float | None) -> str:
+                 tail_bytes: int, env: dict[str, str] | None, deadline_s: float | None,
+                 stdin: str = "none") -> str:
     if env:  # one first line, marked, so that a rediscovered job shows the command that was asked for
         command = "export " + " ".join(f"{k}={_q(v)}" for k, v in env.items()) + f" {ENV_LINE_MARK}\n" + command
     args = (f"\"{base}\" {_q(job_id)} {_q(cwd or '')} {_q(mode)} {int(head_bytes)} {int(tail_bytes)} "
             f"{_q(command)}")
-    # the deadline is an optional last word: a launch without one is the same request as before it existed
-    return args if deadline_s is None else f"{args} {deadline_word(deadline_s)}"
+    # the deadline (word 8) is optional and last unless stdin (word 9; for a tty the pty program, word 10)
+    # follows it: a launch without them is the same request as before they existed
+    if stdin == "none":
+        return args if deadline_s is None else f"{args} {deadline_word(deadline_s)}"
+    dl = "''" if deadline_s is None else deadline_word(deadline_s)
+    if stdin == "pipe":
+        return f"{args} {dl} pipe"
+    if stdin == "tty":
+        return f"{args} {dl} tty {_q(PTY_PROGRAM)}"
+    raise ValueError(f"stdin must be none, pipe or tty, not {stdin!r}")
 
 
 def deadline_word(deadline_s: float) -> str:
@@ -772,7 +943,7 @@ def _cancel_args(base: str, job_id: str, grace_s: float, reason: str) -> str:
 
 def launch_script(base: str, job_id: str, command: str, *, cwd: str | None, mode: str,
                   head_bytes: int, tail_bytes: int, env: dict[str, str] | None = None,
-                  deadline_s: float | None = None) -> str:
+                  deadline_s: float | None = None, stdin: str = "none") -> str:
     """The shell command line that launches ``command`` as job ``job_id`` under directory ``base``.
 
     :param base: the jobs directory on the host (``$HOME``-relative paths allowed via ``~``-free absolute
@@ -783,18 +954,38 @@ def launch_script(base: str, job_id: str, command: str, *, cwd: str | None, mode
     :param env: extra environment variables for the command (exported before it starts).
     :param deadline_s: seconds from the command's start after which the job's monitor kills its whole tree on
         the host (see the module docstring's deadline watcher); None: no deadline.
+    :param stdin: ``none`` (``/dev/null``), ``pipe`` (the job directory's named pipe, fed by
+        :func:`input_script`) or ``tty`` (that pipe through a pseudo-terminal of 80x24; see "Input" above).
     """
     return _exec("launch", _launch_args(base, job_id, command, cwd=cwd, mode=mode, head_bytes=head_bytes,
-                                        tail_bytes=tail_bytes, env=env, deadline_s=deadline_s))
+                                        tail_bytes=tail_bytes, env=env, deadline_s=deadline_s, stdin=stdin))
 
 
 def launch_request(base: str, job_id: str, command: str, *, cwd: str | None, mode: str,
                    head_bytes: int, tail_bytes: int, env: dict[str, str] | None = None,
-                   deadline_s: float | None = None) -> bytes:
+                   deadline_s: float | None = None, stdin: str = "none") -> bytes:
     """:func:`launch_script`'s launch as a request for a warm session (see :func:`warm_script`)."""
     return warm_request("at_launch " + _launch_args(base, job_id, command, cwd=cwd, mode=mode,
                                                      head_bytes=head_bytes, tail_bytes=tail_bytes, env=env,
-                                                     deadline_s=deadline_s))
+                                                     deadline_s=deadline_s,
+                                                     stdin=stdin))
+
+
+def input_script(base: str, job_id: str, key: str, size: int, *, eof: bool, wait_s: float) -> str:
+    """The shell command line that queues ``size`` bytes, read from its stdin, for job ``job_id``'s pipe.
+
+    Replies ``@@AT input WORD [SEQ]`` then ``@@AT end``: ``written`` (the job's pipe took it), ``queued`` (the
+    pipe is full: the job is not reading; it is written when it does), ``duplicate`` (a write with this ``key``
+    was queued before: nothing written twice), ``short N`` (only N bytes arrived: nothing queued, send again),
+    ``nopipe`` (the job was started without ``stdin=pipe``), ``ended``, ``closed`` (after ``eof``),
+    ``missing``. After the write it waits, up to ``wait_s`` seconds in all, for the job's output to grow and
+    then be quiet for 0.2 s.
+
+    :param key: the write's idempotency key (letters, digits, ``_``, ``-``).
+    :param eof: end the job's input after this write.
+    """
+    ticks = max(0, round(wait_s * 20))
+    return _exec("input", f"\"{base}/{job_id}\" {_q(key)} {int(size)} {1 if eof else 0} {ticks}")
 
 
 def status_script(base: str, specs: list[tuple[str, int, int, int, int]]) -> str:

@@ -1,13 +1,14 @@
 """Commands that wanted a person or a terminal: how their refusal looks, and what to run instead.
 
-Jobs run without a terminal (stdin ``/dev/null``, no pty, ``TERM=dumb``, ``GIT_EDITOR=true``). Programs that
-need one notice and stop, and say so on stderr: vim warns ``Output is not to a terminal`` and quits when stdin
-ends, after drawing its screen on stdout (kilobytes of cursor-addressing escapes and ``~`` lines); procps
-``top`` says ``failed tty get``; ncurses programs say ``Error opening terminal``; ``docker run -it`` says ``the
-input device is not a TTY``; ``systemctl edit`` says ``Cannot edit units if not on a tty``. Programs that ask
-print a prompt and fail when stdin ends (``passwd``: ``New password: Password change has been aborted.``;
-Python's ``input()`` prompts on stdout). Some give up without asking because they cannot: ssh ``Host key
-verification failed.``, ``git commit`` without ``-m`` ``Aborting commit due to empty commit message.``
+Jobs run without a terminal unless started with ``stdin="tty"`` (stdin ``/dev/null``, or a pipe with
+``stdin="pipe"``; no pty, ``TERM=dumb``, ``GIT_EDITOR=true``). Programs that need one notice and stop, and say so on
+stderr: vim warns ``Output is not to a terminal`` and quits when stdin ends, after drawing its screen on stdout
+(kilobytes of cursor-addressing escapes and ``~`` lines); procps ``top`` says ``failed tty get``; ncurses programs
+say ``Error opening terminal``; ``docker run -it`` says ``the input device is not a TTY``; ``systemctl edit`` says
+``Cannot edit units if not on a tty``. Programs that ask print a prompt and fail when stdin ends (``passwd``: ``New
+password: Password change has been aborted.``; Python's ``input()`` prompts on stdout). Some give up without asking
+because they cannot: ssh ``Host key verification failed.``, ``git commit`` without ``-m`` ``Aborting commit due to
+empty commit message.``
 :func:`interactive_need` recognises these and names a non-interactive way to get the same thing.
 
 What counts (a failed command's output is not searched for a phrase wherever it is):
@@ -211,23 +212,30 @@ def _prompt(command: str, stderr: str, stdout: str) -> str | None:
     return str(m.group(0)).strip() if m else None
 
 
-def interactive_need(command: str, stderr: str, stdout: str = "") -> InteractiveNeed | None:
+def interactive_need(command: str, stderr: str, stdout: str = "", *, stdin: str = "none") -> InteractiveNeed | None:
     """What ``command`` (which failed) wanted from a person or a terminal, or None: a password or confirmation
     prompt, a refusal to run without a terminal, or a program that gave up because it could not ask (see the
     module docstring).
 
     :param stderr: its stderr as shown (cleaned text). :param stdout: its stdout as shown.
+    :param stdin: the job's input: ``none`` (``/dev/null``), ``pipe`` or ``tty`` (it could have been answered with
+        ``job_input``, and was not in time); the ``next`` names the other way to run it.
     """
     prompt = _prompt(command, stderr, stdout)
     if prompt is not None:
         name = next((p for p in programs(command) if p in _ASKS_INSTEAD), "")
         how = _ASKS_INSTEAD.get(name, "sudo -n with NOPASSWD, --yes/-y, key-based auth")
+        if stdin != "none":
+            return InteractiveNeed(prompt, "the command asked for input and ended: run it again with stdin='pipe' "
+                                           "(or tty) and answer with job_input (a password: the operator types it "
+                                           f"with agent-tools input JOB --secret), or non-interactively ({how})")
         return InteractiveNeed(prompt, "the command asked for input and stdin is /dev/null: run it non-interactively "
-                                       f"({how}), or ask the operator")
+                                       f"({how}), or with stdin='pipe' and answer with job_input, or ask the operator")
     tty = terminal_need(command, stderr, stdout)
     if tty is not None:
-        return InteractiveNeed(f"needs a terminal: {tty}", "it needs an interactive terminal, which commands here "
-                                                         f"do not get: use {instead_of(command, tty)}", terminal=True)
+        return InteractiveNeed(f"needs a terminal: {tty}", f"it needs an interactive terminal: use "
+                                                         f"{instead_of(command, tty)}, or run it with stdin='tty' and "
+                                                         "type its keys with job_input", terminal=True)
     progs = [p.lower() for p in programs(command)]
     for pattern, program, wanted, instead in _GAVE_UP:
         m = pattern.search(stderr[-4000:])

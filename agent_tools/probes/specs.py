@@ -104,7 +104,7 @@ class SystemdUnitProbe(_Spec):
     not_invocation: SkipJsonSchema[str | None] = Field(
         default=None, description="InvocationID before the restart: the unit must be in a different invocation "
                                   "to pass (set by the tools)")
-    settle_s: float | None = Field(default=None, description="seconds active before it passes (default 3; 0 for "
+    settle_s: float | None = Field(default=None, description="s active before passing (default 3; 0 for "
                                                              "Type=notify, dbus)")
     before_condition_us: SkipJsonSchema[int | None] = Field(
         default=None, ge=0, description="ConditionTimestampMonotonic (microseconds) before the restart (set by the "
@@ -140,9 +140,9 @@ class HttpProbe(_Spec):
     model_config = _variant("a GET from the host answers expect_status")
 
     kind: Literal["http"] = "http"
-    url: str = Field(description="http:// URL as seen from the host")
-    expect_status: int = Field(default=200, description="HTTP status that passes")
-    body_regex: str | None = Field(default=None, description="regex the body must match")
+    url: str = Field(description="http:// URL from the host")
+    expect_status: int = Field(default=200, description="passing HTTP status")
+    body_regex: str | None = Field(default=None, description="body regex to match")
     timeout_s: float = Field(default=5.0, description="seconds per request")
 
     @field_validator("expect_status")
@@ -174,13 +174,13 @@ class LogProbe(_Spec):
     """A line matching ``pattern`` appears in a unit's journal (``journalctl -u UNIT -o json --after-cursor``)
     or in a log file, after the probe's start point. ``fail_pattern`` makes a matching line a terminal failure."""
 
-    model_config = _variant("a new line of the unit's journal (or a file) matches")
+    model_config = _variant("a new journal (or file) line matches")
 
     kind: Literal["log"] = "log"
-    unit: str | None = Field(default=None, description="unit whose journal to follow (restart_service: its unit)")
+    unit: str | None = Field(default=None, description="unit's journal (restart_service: its own)")
     path: str | None = Field(default=None, description="or a log file to follow")
     pattern: str = Field(description="regex of the ready line")
-    fail_pattern: str | None = Field(default=None, description="regex of a line that means failure")
+    fail_pattern: str | None = Field(default=None, description="regex of a failure line")
     cursor: SkipJsonSchema[str | None] = Field(default=None, description="journal cursor to start after (set by "
                                                                          "the tools)")
     offset: SkipJsonSchema[int] = Field(default=0, ge=0, description="path: byte offset to start at (0: the whole "
@@ -209,11 +209,11 @@ class LogProbe(_Spec):
 class PortProbe(_Spec):
     """A TCP port accepts connections (from the host itself)."""
 
-    model_config = _variant("the TCP port accepts connections")
+    model_config = _variant("TCP port accepts connections")
 
     kind: Literal["port"] = "port"
     port: int = Field(description="TCP port")
-    address: str = Field(default="127.0.0.1", description="address as seen from the host")
+    address: str = Field(default="127.0.0.1", description="address from the host")
 
     @field_validator("port")
     @classmethod
@@ -227,7 +227,7 @@ class GpuMemoryProbe(_Spec):
     """GPU memory (``nvidia-smi --query-gpu=index,memory.used,memory.total``) is in a range on every GPU
     (e.g. ``min_used_mib`` once weights are loaded, ``max_used_mib`` after a stop)."""
 
-    model_config = _variant("every GPU's used memory is in bounds")
+    model_config = _variant("each GPU's used memory in bounds")
 
     kind: Literal["gpu_memory"] = "gpu_memory"
     min_used_mib: int | None = Field(default=None, ge=0, description="MiB used at least")

@@ -2,7 +2,8 @@
 
 agent_tools makes ids on the controller side and sends them to hosts inside commands: job ids
 ``j_`` + 16 of ``[a-z0-9]`` (:func:`agent_tools.jobs.manager.new_job_id`), backup ids ``b_`` + 16 hex digits
-(``write_file``) and approval ids ``a_`` + 22 URL-safe characters (policy approvals). A replay makes new ones,
+(``write_file``), approval ids ``a_`` + 22 URL-safe characters (policy approvals) and the idempotency keys of
+writes to a job's stdin ``k_`` + 16 of ``[a-z0-9]`` (``job_input``). A replay makes new ones,
 so a recorded request matches a new one when the texts are equal *with the ids paired up consistently*: the
 first time a recorded id meets a new id they are bound for the rest of the replay, and a recorded id bound to
 another new id (or a new id bound to another recorded id) is a mismatch. Outputs are served with the
@@ -16,15 +17,15 @@ import re
 
 __all__ = ["ID_PATTERN", "IdMap", "normalise_ids"]
 
-#: job, backup and approval ids (see the module docstring)
+#: job, backup and approval ids, and stdin write keys (see the module docstring)
 ID_PATTERN = re.compile(
-    r"(?<![A-Za-z0-9_])(j_[a-z0-9]{16}(?![A-Za-z0-9])|b_[0-9a-f]{16}(?![A-Za-z0-9])"
+    r"(?<![A-Za-z0-9_])([jk]_[a-z0-9]{16}(?![A-Za-z0-9])|b_[0-9a-f]{16}(?![A-Za-z0-9])"
     r"|a_[A-Za-z0-9_-]{22}(?![A-Za-z0-9_-]))")
 _ID_PATTERN_B = re.compile(ID_PATTERN.pattern.encode())
 
 
 def normalise_ids(text: str) -> str:
-    """``text`` with every id replaced by ``<j>``, ``<b>`` or ``<a>`` (for messages and loose comparisons)."""
+    """``text`` with every id replaced by ``<j>``, ``<k>``, ``<b>`` or ``<a>`` (for messages and loose comparisons)."""
     return ID_PATTERN.sub(lambda m: f"<{m.group(0)[0]}>", text)
 
 

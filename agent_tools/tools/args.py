@@ -12,14 +12,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..probes.specs import ProbeSpec
 
-__all__ = ["EditFileArgs", "HostArgs", "HttpGetArgs", "JobCancelArgs", "JobOutputArgs", "JobStatusArgs",
+__all__ = ["EditFileArgs", "HostArgs", "HttpGetArgs", "JobCancelArgs", "JobInputArgs", "JobOutputArgs", "JobStatusArgs",
            "ListHostsArgs", "ListJobsArgs", "ReadFileArgs", "RestartServiceArgs", "RestoreFileArgs", "RunCommandArgs",
            "ServiceStatusArgs", "WaitForArgs", "WriteFileArgs"]
 
 HOST = "host alias"
 #: what bounds a page: ``limit``, and the result size (600 tokens by default: a page is cut to fit, next_offset says
 #: where it ends)
-PAGE_LIMIT = "bytes at most (a result stops near 2 KB: next_offset reads on)"
+PAGE_LIMIT = "bytes at most (results stop near 2 KB; next_offset reads on)"
 APPROVAL = "approved needs_approval id"
 
 
@@ -29,17 +29,25 @@ class _Args(BaseModel):
 
 class RunCommandArgs(_Args):
     host: str = Field(description=HOST)
-    command: str = Field(description="shell command line; stdin is /dev/null, no terminal, pagers off")
+    command: str = Field(description="shell command line; pagers off")
     budget_s: float | None = Field(default=None, gt=0, le=3600,
-                                   description="seconds before it detaches (default: the policy's, else 15)")
+                                   description="seconds, then detached (default: the policy's, else 15)")
     on_timeout: Literal["detach", "kill"] | None = Field(
-        default=None, description="at the budget: detach (default: it runs on as a job) or kill")
+        default=None, description="at the budget: detach (default: runs on as a job) or kill")
     deadline_s: float | None = Field(default=None, gt=0, description="host kills it this many s after start")
-    cwd: str | None = Field(default=None, description="working directory on the host")
+    cwd: str | None = Field(default=None, description="working directory")
     env: dict[str, str] | None = Field(default=None, description="extra environment variables")
     idempotency_key: str | None = Field(default=None, max_length=128,
-                                        description="the same key on the same host never starts a second job")
+                                        description="reused on the host: no second job")
     approval_id: str | None = Field(default=None, description=APPROVAL)
+    stdin: Literal["none", "pipe", "tty"] = Field(default="none", description="pipe or tty (80x24), for job_input")
+
+
+class JobInputArgs(_Args):
+    job_id: str = Field(description="job id (j_...)")
+    text: str = Field(description="typed, then Enter; \\x03 = Ctrl-C")
+    eof: bool = Field(default=False, description="end its input after")
+    idempotency_key: str | None = Field(default=None, description="a retry with it types once")
 
 
 class JobStatusArgs(_Args):
@@ -49,11 +57,11 @@ class JobStatusArgs(_Args):
 
 class JobOutputArgs(_Args):
     job_id: str = Field(description="job id (j_...)")
-    stream: Literal["stdout", "stderr"] = Field(default="stdout", description="which stream")
+    stream: Literal["stdout", "stderr"] = "stdout"
     offset: int = Field(default=0, ge=0, description="byte offset to start at")
     limit: int = Field(default=16384, description=PAGE_LIMIT)  # 1..1 MiB: checked by the runner (BadArguments)
     tail_lines: int | None = Field(default=None, description="start N lines before the end")
-    grep: str | None = Field(default=None, description="only lines matching this regex (grep -iE), as OFFSET:line")
+    grep: str | None = Field(default=None, description="only lines matching it (grep -iE), as OFFSET:line")
 
 
 class JobCancelArgs(_Args):
@@ -69,7 +77,7 @@ class ListJobsArgs(_Args):
 
 
 class ListHostsArgs(_Args):
-    check: bool = Field(default=False, description="try to connect to each")
+    check: bool = Field(default=False, description="connect to each")
 
 
 class RestartServiceArgs(_Args):
@@ -77,10 +85,10 @@ class RestartServiceArgs(_Args):
     unit: str = Field(description="systemd unit, e.g. sglang.service")
     daemon_reload: bool = Field(default=True, description="daemon-reload first")
     probes: list[ProbeSpec] = Field(default_factory=list,
-                                    description="more probes of the new process (health URL, ready line); a "
-                                                "systemd_unit of the unit sets its settle_s")
-    deadline_s: float | None = Field(default=None, gt=0, description="seconds until it counts as failed "
-                                                                      "(default: TimeoutStartSec + 30)")
+                                    description="more probes (health URL, ready line); systemd_unit of the unit: "
+                                                "its settle_s")
+    deadline_s: float | None = Field(default=None, gt=0, description="s until failed (default: "
+                                                                      "TimeoutStartSec + 30)")
     approval_id: str | None = Field(default=None, description=APPROVAL)
 
 
@@ -88,8 +96,7 @@ class ServiceStatusArgs(_Args):
     host: str = Field(description=HOST)
     unit: str = Field(description="systemd unit")
     journal_lines: int = Field(default=10, ge=0, le=200, description="newest journal lines to include")
-    grep: str | None = Field(default=None, description="only journal lines matching this regex "
-                                                       "(grep -iE)")
+    grep: str | None = Field(default=None, description="journal lines matching it only (grep -iE)")
 
 
 class ReadFileArgs(_Args):
@@ -103,7 +110,7 @@ class ReadFileArgs(_Args):
 class WriteFileArgs(_Args):
     host: str = Field(description=HOST)
     path: str = Field(description="absolute path on the host")
-    content: str = Field(description="the complete new content (UTF-8)")
+    content: str = Field(description="complete new content (UTF-8)")
     backup: bool = Field(default=True, description="keep a backup for restore_file")
     approval_id: str | None = Field(default=None, description=APPROVAL)
 
@@ -111,15 +118,15 @@ class WriteFileArgs(_Args):
 class EditFileArgs(_Args):
     host: str = Field(description=HOST)
     path: str = Field(description="absolute path on the host")
-    old: str = Field(min_length=1, description="exact text to replace (must occur exactly once)")
-    new: str = Field(description="the text to put in its place")
+    old: str = Field(min_length=1, description="exact text to replace (found once)")
+    new: str = Field(description="its replacement text")
     backup: bool = Field(default=True, description="keep a backup for restore_file")
     approval_id: str | None = Field(default=None, description=APPROVAL)
 
 
 class RestoreFileArgs(_Args):
     host: str = Field(description=HOST)
-    path: str = Field(description="the file to restore")
+    path: str = Field(description="file to restore")
     backup_id: str = Field(description="backup id from write_file/edit_file (b_...)")
     approval_id: str | None = Field(default=None, description=APPROVAL)
 
@@ -136,6 +143,6 @@ class WaitForArgs(_Args):
 
 class HttpGetArgs(_Args):
     host: str = Field(description=HOST)
-    url: str = Field(description="http:// URL as seen from the host")
+    url: str = Field(description="http:// URL from the host")
     fields: list[str] | None = Field(default=None, description="JSON body: only these top-level keys")
     timeout_s: float = Field(default=10.0, gt=0, le=300, description="seconds the request may take")

@@ -44,6 +44,7 @@ from ..outcomes import (
     Finished,
     JobCancelResult,
     JobInfo,
+    JobInput,
     JobList,
     JobOutput,
     JobStatus,
@@ -59,6 +60,7 @@ from .args import (
     HostArgs,
     HttpGetArgs,
     JobCancelArgs,
+    JobInputArgs,
     JobOutputArgs,
     JobStatusArgs,
     ListHostsArgs,
@@ -120,27 +122,25 @@ class ToolSpec:
 
 RUN_COMMAND_DESC = (
     "Run a shell command on a host within budget_s. Outcomes: finished (exit status, output head+tail), detached "
-    "(still running: a job to follow with job_status), killed, needs_input (wanted a password or terminal), "
-    "needs_approval, denied, error (start_unconfirmed: it may run; follow job_id, do not rerun). Restart units with "
-    "restart_service.")
+    "(still running: follow the job with job_status), killed, needs_input (a prompt or terminal), needs_approval, "
+    "denied, error (start_unconfirmed: it may run; follow job_id, don't rerun). Units: restart_service.")
 JOB_STATUS_DESC = "A job's state, readiness (with probes) and new output; wait_s long-polls for a change."
-JOB_OUTPUT_DESC = "A job's output kept on the host: a page by byte offset, its last lines, or lines matching grep."
+JOB_INPUT_DESC = "Type into a stdin pipe/tty job; returns what it printed since."
+JOB_OUTPUT_DESC = "A job's kept output: a page by byte offset, its last lines, or lines matching grep."
 JOB_CANCEL_DESC = "Stop a job's whole process tree (TERM, KILL after grace_s) and check nothing is left."
-LIST_JOBS_DESC = "Known jobs, newest first, a page at a time; with host, their states refreshed there."
-LIST_HOSTS_DESC = ("Hosts to use: 'local' and the SSH config and policy aliases, with running jobs; check=true "
-                   "tries each.")
+LIST_JOBS_DESC = "Known jobs, newest first, a page at a time; with host, refreshed there."
+LIST_HOSTS_DESC = "Hosts: 'local', SSH config and policy aliases, with running jobs; check=true tries each."
 RESTART_SERVICE_DESC = (
-    "Restart a systemd unit without blocking: a detached job whose probes (the unit active in a new invocation, "
-    "plus yours) judge readiness by TimeoutStartSec + 30 s; follow it with job_status.")
+    "Restart a systemd unit, not blocking: a detached job; probes (its new invocation, plus yours) judge "
+    "readiness by TimeoutStartSec + 30 s. Follow with job_status.")
 SERVICE_STATUS_DESC = "A systemd unit's state, unit file and newest journal lines (grep filters them)."
 READ_FILE_DESC = "Read a file on a host, a page at a time."
-WRITE_FILE_DESC = "Replace a file's whole content atomically (mode kept), with a backup; returns diff and backup_id."
-EDIT_FILE_DESC = ("Replace the one occurrence of old in a file with new, atomically, with a backup; returns diff "
-                  "and backup_id.")
-RESTORE_FILE_DESC = "Put a file back from a backup_id of write_file/edit_file; returns the diff."
+WRITE_FILE_DESC = "Replace a file's whole content atomically (mode kept, backup made); returns diff and backup_id."
+EDIT_FILE_DESC = "Replace old (found once) with new in a file, atomically (backup made); returns diff and backup_id."
+RESTORE_FILE_DESC = "Restore a file from a write_file/edit_file backup_id; returns the diff."
 GPU_MEMORY_DESC = "Per-GPU memory used/total/free in MiB (nvidia-smi)."
 HOST_MEMORY_DESC = "Host memory total/used/available in bytes and GiB (free -b)."
-HTTP_GET_DESC = "HTTP GET as seen from the host (reaches its 127.0.0.1 services): status and body (JSON parsed)."
+HTTP_GET_DESC = "HTTP GET from the host (reaches its 127.0.0.1 services): status and body (JSON parsed)."
 WAIT_FOR_DESC = "Wait until every probe passes, one fails for good, or deadline_s passes."
 
 
@@ -181,6 +181,7 @@ class Toolkit:
         self._specs: dict[str, tuple[ToolSpec, Callable[..., Awaitable[BaseModel]]]] = {}
         self.register(ToolSpec("run_command", RUN_COMMAND_DESC, RunCommandArgs), self.run_command)
         self.register(ToolSpec("job_status", JOB_STATUS_DESC, JobStatusArgs), self.job_status)
+        self.register(ToolSpec("job_input", JOB_INPUT_DESC, JobInputArgs), self.job_input)
         self.register(ToolSpec("job_output", JOB_OUTPUT_DESC, JobOutputArgs), self.job_output)
         self.register(ToolSpec("job_cancel", JOB_CANCEL_DESC, JobCancelArgs), self.job_cancel)
         self.register(ToolSpec("list_jobs", LIST_JOBS_DESC, ListJobsArgs), self.list_jobs)
@@ -451,6 +452,8 @@ class Toolkit:
                                   message=f"{name} failed inside agent_tools ({type(exc).__name__}: {exc}); this is "
                                           "a bug: report it, and try another way meanwhile")
         data = result_view(self._explained(result))
+        if "state" in data or "outcome" in data:  # (a job_output page shows no state)
+            self._note_look(data.get("job_id"))
         host = data.get("host") or (raw.get("host") if isinstance(raw.get("host"), str) else None)
         extra: list[str] = []
         if self.policy is not None and isinstance(host, str):
@@ -459,6 +462,17 @@ class Toolkit:
         # (outcomes, rediscovered jobs, error messages, probe evidence); text that is not valid Unicode (a lone
         # surrogate from undecodable input) is shown as its escape, so every result can be encoded (JSON-RPC)
         return dict(_valid_unicode(redact_obj(data, extra)))
+
+    def _note_look(self, job_id: Any) -> None:
+        """A result naming job ``job_id`` was given to the agent: what the journal says of it now (its state and
+        readiness, which that result reflects) is the agent's newest look (``list_jobs``'s ``changed``)."""
+        if not isinstance(job_id, str):
+            return
+        try:
+            rec = self.journal.get(job_id)
+        except AgentToolsError:  # an id the journal does not know (a refused call naming one): nothing seen
+            return
+        self.journal.set_look(job_id, rec.state, rec.readiness)
 
     # ---------------------------------------------------------------- tools
     async def run_command(
@@ -472,6 +486,8 @@ class Toolkit:
         idempotency_key: str | None = None,
         approval_id: str | None = None,
         deadline_s: float | None = None,
+        stdin: str = "none",
+        tty: bool = False,
         _probes: list[dict[str, Any]] | None = None,
         _deadline_s: float | None = None,
         _key_on_host: bool = False,
@@ -482,8 +498,10 @@ class Toolkit:
         command, ``cwd`` and ``env``, or the ``approver`` callback says yes); the policy decides ``env`` (like
         ``export NAME=VALUE`` before the command) and ``cwd`` with the command. ``allow`` runs with the rule's
         budget, on_timeout, deadline, detach and probes. ``_key_on_host`` (Python callers only: not in the tool's
-        schema) claims ``idempotency_key`` on the host itself (:meth:`JobRunner.run`'s ``key_on_host``). Returns an
-        outcome model (never raises for host failures).
+        schema) claims ``idempotency_key`` on the host itself (:meth:`JobRunner.run`'s ``key_on_host``).
+        ``stdin="pipe"`` (or ``"tty"``, the same as ``tty=True``: a pseudo-terminal) gives the job an input
+        :meth:`job_input` writes to (see :meth:`JobRunner.run`). Returns an outcome model (never raises for host
+        failures).
 
         ``deadline_s`` (seconds, > 0) is a kill deadline enforced on the host by the job's monitor (it holds with
         this process gone): past it the job's whole tree is killed and the job reads ``killed`` by ``deadline``.
@@ -493,6 +511,8 @@ class Toolkit:
         add_secret_values(secret_env_values(env))  # a command echoing them must not show them anywhere
         shown = redact(command)
         try:
+            if stdin not in ("none", "pipe", "tty"):
+                raise BadArguments(f"stdin must be 'none', 'pipe' or 'tty', got {stdin!r}")
             h = self.hosts.get(host)
             decision = self.decide(host, command, cwd=cwd, env=env)
             used = approval_id if decision is not None and decision.decision == "ask" else None
@@ -527,7 +547,8 @@ class Toolkit:
                 on_timeout=on_timeout or "detach",  # type: ignore[arg-type]
                 cwd=cwd, env=env, idempotency_key=idempotency_key, key_on_host=_key_on_host, probes=probes or None,
                 deadline_s=ready_deadline_s, detach_immediately=detach_now, display_command=shown,
-                hard_deadline_s=hard_s, hard_deadline_why=hard_why))
+                hard_deadline_s=hard_s, hard_deadline_why=hard_why,
+                stdin="pipe" if stdin in ("pipe", "tty") else "none", tty=tty or stdin == "tty"))
         except AgentToolsError as exc:
             return self._explained(_error(exc, host, shown))
 
@@ -599,6 +620,46 @@ class Toolkit:
             return status
         except AgentToolsError as exc:
             return _noted(_error(_not_a_launch(exc, "job_status", job_id), None, None), notes[0] if notes else None)
+
+    async def job_input(self, job_id: str, text: str, eof: bool = False, newline: bool = True,
+                        idempotency_key: str | None = None, wait_s: float = 2.0,
+                        secret: bool = False) -> JobInput | ErrorOutcome:
+        """Type ``text`` into a job's stdin and return its new output; see :meth:`JobRunner.job_input`. The text is
+        in no result, log or journal (only its byte count); with ``secret`` (a password a person typed: not a tool
+        argument, the model never has it) it is hidden in every later result of this process too."""
+        notes: list[str] = []
+        try:
+            host = await self._job_host(job_id, notes, wait_s + self.runner.answer_timeout_s, "job_input")
+        except AgentToolsError as exc:  # nothing was written yet
+            return _noted(_error(_not_a_launch(exc, "job_input", job_id), None, None), notes[0] if notes else None)
+        try:
+            await self._secrets_of(host, job_id)
+            return await self.runner.job_input(host, job_id, text, eof=eof, newline=newline, key=idempotency_key,
+                                               wait_s=wait_s, secret=secret)
+        except AgentToolsError as exc:
+            return _noted(_error(exc, None, None), notes[0] if notes else None)
+
+    async def job_info(self, job_id: str) -> JobInfo:
+        """Job ``job_id`` as :meth:`list_jobs` lists it, after one look at its host (:meth:`JobRunner.look`: its
+        state, and its readiness when probes can still change it; no output is read, so what the agent has not seen
+        stays new for its next ``job_status``, and it is not the agent's look). Used to tell a client that a job
+        ended or its readiness changed.
+
+        :raises JobNotFound, HostError: as :meth:`job_status` (the host unreachable, or another machine now)."""
+        host = await self._job_host(job_id, [], self.runner.answer_timeout_s, "the look at the job")
+        rec = await self.runner.look(host, job_id)
+        return JobInfo(job_id=rec.job_id, host=rec.host, command=rec.command, state=rec.state,
+                       readiness=rec.readiness, exit_status=rec.exit_status, by=killed_by(rec),
+                       leftovers=[p for p, _ in rec.meta.get("leftovers") or []], created_at=rec.created_at)
+
+    async def newest_output(self, job_id: str, max_bytes: int = 400) -> str:
+        """The newest lines job ``job_id`` printed that the agent has not been shown (they stay unseen); see
+        :meth:`JobRunner.newest_output`.
+
+        :raises JobNotFound, HostError: as :meth:`job_status`."""
+        host = await self._job_host(job_id, [], self.runner.answer_timeout_s, "the job's newest output")
+        await self._secrets_of(host, job_id)
+        return await self.runner.newest_output(host, job_id, max_bytes=max_bytes)
 
     async def job_output(self, job_id: str, stream: str = "stdout", offset: int = 0, limit: int = 16384,
                          tail_lines: int | None = None, grep: str | None = None) -> JobOutput | ErrorOutcome:
@@ -688,10 +749,14 @@ class Toolkit:
             if never:
                 notes.append(f"{never} launch(es) that never started (nothing ran) are not listed")
             end = offset + len(jobs)
+            looks = self.journal.looks([r.job_id for r in jobs])
             rows = [JobInfo(job_id=r.job_id, host=r.host, command=r.command, state=r.state, readiness=r.readiness,
                             exit_status=r.exit_status, by=killed_by(r),
-                            leftovers=[p for p, _ in r.meta.get("leftovers") or []], created_at=r.created_at)
+                            leftovers=[p for p, _ in r.meta.get("leftovers") or []], created_at=r.created_at,
+                            changed=_changed(looks.get(r.job_id), r.state, r.readiness))
                     for r in jobs]
+            for r in jobs:  # this listing is the agent's newest look at them
+                self.journal.set_look(r.job_id, r.state, r.readiness)
             left = [j.job_id for j in rows if j.leftovers]
             if left:
                 notes.append("what an ended command left running (leftovers) stops with "
@@ -776,10 +841,10 @@ _LAUNCH_WORDS_RE = re.compile(r"; (?:nothing was started|it may be running)$")
 
 
 def _not_a_launch(exc: AgentToolsError, what: str, job_id: str) -> AgentToolsError:
-    """``exc`` of a call about job ``job_id`` (``what``: job_status, job_output or job_cancel) in words about that
-    call: what the host seam says of its script ("nothing was started", "it may be running") is not about the
-    job. A lost connection is ``connection_lost`` (never ``start_unconfirmed``); a cancel whose request may have
-    reached the host says it may have taken effect."""
+    """``exc`` of a call about job ``job_id`` (``what``: job_status, job_output, job_cancel, or job_input before it
+    wrote) in words about that call: what the host seam says of its script ("nothing was started", "it may be
+    running") is not about the job. A lost connection is ``connection_lost`` (never ``start_unconfirmed``); a
+    cancel whose request may have reached the host says it may have taken effect."""
     if not isinstance(exc, HostError) or isinstance(exc, HostChanged):
         return exc
     if not isinstance(exc, ConnectionLost):
@@ -950,3 +1015,14 @@ async def _unit_deadline(host: Any, probes: list[dict[str, Any]]) -> float | Non
             t = parse_timespan_s(props.get("TimeoutStartUSec", ""))
             return t + 30.0 if t is not None else None
     return None
+
+
+def _changed(seen: str | None, state: str, readiness: str) -> str | None:
+    """``list_jobs``'s ``changed``: what differs from what the agent was last shown of a job (``seen``,
+    ``"STATE/READINESS"`` from :meth:`Journal.looks`), None when nothing does."""
+    if seen is None:
+        return "not seen before"
+    was_state, _, was_ready = seen.partition("/")
+    parts = ([f"{state} (was {was_state})"] if state != was_state else []) + (
+        [f"readiness {readiness} (was {was_ready})"] if readiness != was_ready else [])
+    return ", ".join(parts) or None
