@@ -876,7 +876,8 @@ async def wait_for(tk: Toolkit, host: str, probes: list[dict[str, Any]], deadlin
     As for a job (:func:`agent_tools.probes.checks.check_probes`): ``systemd_unit`` probes are checked first
     and must see their unit up for its settle window; the other probes count only while every unit is active.
     A round of checks that has not answered by the deadline (plus a second) is given up: the wait ends
-    ``deadline_exceeded``. A ``log`` probe's file is decided as ``cat PATH`` first (:func:`probe_reads_allowed`).
+    ``deadline_exceeded``, or with the host's error when the host itself no longer answers. A ``log`` probe's
+    file is decided as ``cat PATH`` first (:func:`probe_reads_allowed`).
 
     :raises PolicyError: the policy denies or asks before a probe's file is read.
     """
@@ -891,7 +892,10 @@ async def wait_for(tk: Toolkit, host: str, probes: list[dict[str, Any]], deadlin
         left = deadline_s - (anyio.current_time() - t0)
         with anyio.move_on_after(max(left, 0.0) + _CHECK_GRACE_S) as scope:
             results = await check_probes(h, specs)
-        if scope.cancelled_caught:  # the host did not answer this round within the deadline: nothing is known
+        if scope.cancelled_caught:  # the round did not answer within the deadline: the host, or a check hangs?
+            lost = await _link_down(h)
+            if lost is not None:
+                raise lost
             results = [ProbeResult(str(s.get("kind")), probe_target(s), "not_yet",
                                    f"no answer within deadline_s={deadline_s:g}") for s in specs]
         specs = advance(specs, results)
