@@ -63,6 +63,12 @@ class Token:
             return Token("capture", alts=tuple(m.group(2).split("|")) if m.group(2) else (), name=m.group(1))
         return Token("alts", alts=tuple(text.split("|")))
 
+    @functools.cached_property
+    def _compiled(self) -> tuple[tuple[str, bool, int | None], ...]:
+        """Each alternative with whether it is a glob and the integer it is (None: not one)."""
+        return tuple((alt, any(c in _GLOB_CHARS for c in alt), int(alt) if _INTEGER_RE.match(alt) else None)
+                     for alt in self.alts)
+
     def may_match_glob(self, word: str) -> bool:
         """Whether ``word``, a pathname pattern the shell expands (``/d?v/sda``), may name a word this token
         matches (normalised like a path)."""
@@ -107,12 +113,12 @@ class Token:
         patterns = [f for f in forms if (f[:1] in ("/", "~") or (pattern and f == word)) and _is_pattern(f)] if (
             globs or pattern) else []
         number = _integer(word) if numbers else None
-        for alt in self.alts:
-            if any(globs_intersect(form, alt) for form in patterns):
+        for alt, alt_glob, alt_number in self._compiled:
+            if patterns and any(globs_intersect(form, alt) for form in patterns):
                 return True
-            if number is not None and _INTEGER_RE.match(alt) and int(alt) == number:
+            if number is not None and alt_number == number:
                 return True
-            if any(c in _GLOB_CHARS for c in alt):
+            if alt_glob:
                 if any(fnmatch.fnmatchcase(form, alt) for form in forms):
                     return True
             elif alt in forms:
@@ -205,12 +211,13 @@ class CompiledRule:
                                           pattern=deny and glob, numbers=deny)
                        for (arg, also), glob in zip(args, globs[1:], strict=True)):
                 return None
-        candidates = [(arg, also, glob) for (arg, also), glob in zip(args, globs[1:], strict=True)]
-        if self.match_any_arg and not any(t.matches_text(arg, also, abbreviations=strict, clusters=clusters,
-                                                         globs=strict, pattern=strict and glob, numbers=deny)
-                                          for t in self.match_any_arg
-                                          for arg, also, glob in candidates + self._read(command)):
-            return None
+        if self.match_any_arg:
+            candidates = [(arg, also, glob) for (arg, also), glob in zip(args, globs[1:], strict=True)]
+            candidates += self._read(command)
+            if not any(t.matches_text(arg, also, abbreviations=strict, clusters=clusters, globs=strict,
+                                      pattern=strict and glob, numbers=deny)
+                       for t in self.match_any_arg for arg, also, glob in candidates):
+                return None
         if self.redirect_to is not None:
             redirect_to = self.redirect_to
             if not any(redirect_to.matches_text(target) or (strict and redirect_to.may_match_glob(target))
