@@ -78,7 +78,7 @@ class Token:
 
     def matches_text(
         self, word: str, also: tuple[str, ...] = (), *, abbreviations: bool = False, clusters: bool = False,
-        globs: bool = False, pattern: bool = False, numbers: bool = False,
+        globs: bool = False, pattern: bool = False, numbers: bool = False, operand: bool = False,
     ) -> bool:
         """Whether ``word`` (or its normalised path form, or one of ``also``) matches this token's alternatives.
 
@@ -95,6 +95,8 @@ class Token:
             makes a rule stricter.
         :param numbers: an integer alternative (``1``, ``-1``) also matches every word that is the same number as
             bash and kill(1) read one (``0001``, ``" 1"``, ``+1``); where a match makes a rule stricter.
+        :param operand: ``word`` comes after ``--``: what a pattern expands to there is no long option (``rm -rf --
+            *`` never passes ``--no-preserve-root``).
         """
         if self.kind in ("any", "rest"):
             return True
@@ -114,7 +116,11 @@ class Token:
             globs or pattern) else []
         number = _integer(word) if numbers else None
         for alt, alt_glob, alt_number in self._compiled:
-            if patterns and any(globs_intersect(form, alt) for form in patterns):
+            # a relative pattern expands to relative names (its forms resolved in a directory are in `also`), and
+            # never to the source text of an expansion (`$HOME`)
+            if patterns and not (operand and alt.startswith("--")) and any(
+                    globs_intersect(form, alt) for form in patterns
+                    if form[:1] in ("/", "~") or alt[:1] not in ("/", "~", "$")):
                 return True
             if number is not None and alt_number == number:
                 return True
@@ -206,17 +212,21 @@ class CompiledRule:
         # command from a deny rule after it): `systemctl rebo?t` may be `systemctl reboot`, `kill -9 0001` is PID 1
         deny = self.rule.decision == "deny"
         clusters = strict and bool(argv) and clusters_short(argv[0])
+        # words after `--` are operands: a pattern there expands to no long option
+        ends = next((i for i, (w, d) in enumerate(zip(argv[1:], dynamic[1:], strict=True)) if w == "--" and not d),
+                    len(args))
         for token in self.args_contain:
             if not any(token.matches_text(arg, also, abbreviations=strict, clusters=clusters, globs=strict,
-                                          pattern=deny and glob, numbers=deny)
-                       for (arg, also), glob in zip(args, globs[1:], strict=True)):
+                                          pattern=deny and glob, numbers=deny, operand=i > ends)
+                       for i, ((arg, also), glob) in enumerate(zip(args, globs[1:], strict=True))):
                 return None
         if self.match_any_arg:
-            candidates = [(arg, also, glob) for (arg, also), glob in zip(args, globs[1:], strict=True)]
-            candidates += self._read(command)
+            candidates = [(arg, also, glob, i > ends) for i, ((arg, also), glob) in
+                          enumerate(zip(args, globs[1:], strict=True))]
+            candidates += [(arg, also, glob, True) for arg, also, glob in self._read(command)]
             if not any(t.matches_text(arg, also, abbreviations=strict, clusters=clusters, globs=strict,
-                                      pattern=strict and glob, numbers=deny)
-                       for t in self.match_any_arg for arg, also, glob in candidates):
+                                      pattern=strict and glob, numbers=deny, operand=operand)
+                       for t in self.match_any_arg for arg, also, glob, operand in candidates):
                 return None
         if self.redirect_to is not None:
             redirect_to = self.redirect_to

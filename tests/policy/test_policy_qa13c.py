@@ -141,3 +141,12 @@ def test_journalctl_other_trees_and_sort_temporary_directories_ask(default: Poli
     for policies, host in ((default, "web1"), (both, "gpu-node-1")):
         assert policies.decide(host, command).decision == "ask", host
     assert default.decide("web1", "journalctl -u sglang -n 50 --no-pager").decision == "allow"
+
+
+def test_a_pattern_is_compared_with_what_it_may_expand_to(default: PolicySet) -> None:
+    # after `--` a pattern names no long option; a relative one no absolute name and no expansion's text ($HOME)
+    assert default.decide("web1", "rm -rf -- *", cwd="/srv/app/build").decision == "ask"
+    assert default.decide("web1", "rm -rf -- *").decision == "deny"  # the login directory
+    assert default.decide("web1", "rm -rf *", cwd="/srv/app/build").decision == "deny"  # a file named --no-pre...
+    assert default.decide("web1", "cd / && rm -rf e*").decision == "deny"
+    assert default.decide("web1", "kill -- *").decision == "deny"  # kill's -1 after -- is still PID -1
