@@ -291,11 +291,12 @@ def _screen_lines(text: Text, width: int) -> int:
 
 
 def _show_call(d: dict[str, Any], command: str, digest: str, *, hidden: int, stored: bool = False,
-               payload: str | None = None) -> None:
+               payload: str | None = None, length: int | None = None) -> None:
     """The request a person approves: host, cwd, env, rule, digest, approval id, the whole command between
     rules and what the call writes (``payload``: write_file's content, edit_file's diff) between rules of its own
     (multi-line kept, nothing cut; paged when it does not fit the screen). ``command``, ``payload`` and
-    ``d["reason"]`` are shown as given (already redacted by the caller: certain shapes only, or as stored)."""
+    ``d["reason"]`` are shown as given (already redacted by the caller: certain shapes only, or as stored);
+    ``length`` is the real command's length in characters (None: not known, a stored request)."""
     lines = command.count("\n") + 1
     _say(("needs approval", "bold magenta"), " — ", plain(d.get("reason") or ""))
     _say("  host     ", _shown(d.get("host"), "bold"))
@@ -308,13 +309,21 @@ def _show_call(d: dict[str, Any], command: str, digest: str, *, hidden: int, sto
                                           + " shown here; the approval is bound to it)")
     _say("  approval ", _shown(d.get("approval_id")), f"  (expires in {d.get('expires_s')} s)")
     body = plain(command)
-    note = f"  command  {lines} line(s), {len(command)} character(s), shown exactly between the rules"
+    if not command.count(MARK):
+        note = f"  command  {lines} line(s), {len(command)} character(s), shown exactly between the rules"
+    elif length is not None:
+        note = (f"  command  {lines} line(s), {length} character(s); shown between the rules with "
+                f"{command.count(MARK)} span(s) as [REDACTED] ({len(command)} character(s) as shown)")
+    else:
+        note = (f"  command  {lines} line(s) as stored, {len(command)} character(s) as shown, with "
+                f"{command.count(MARK)} span(s) as [REDACTED]")
     if body.plain != command:
         note += "; control/invisible characters shown as escapes"
     _say(note)
     if hidden:
         what = ("as stored: secrets were redacted before the request was saved, so a hidden span may hold more than a "
-                "value" if stored else "values of a certain secret shape (tokens, keys, passwords), never code")
+                "value" if stored else "values of a certain secret shape (tokens, keys, passwords), never code or a "
+                "glob")
         _say((f"  warning: {hidden} span(s) shown as [REDACTED] ({what}); the digest binds the real text", "bold red"))
     framed = Text.assemble(("─" * 8 + " command " + "─" * 8 + "\n", "dim"), body,
                            ("\n" + "─" * 8 + " end " + "─" * 12, "dim"))
@@ -345,7 +354,7 @@ def _ask_approval(d: dict[str, Any], command: str, cwd: str | None, reason: str 
         _say(("  a redacted part of this command holds shell syntax: not asking", "bold red"), console=err)
         return False
     _show_call({**d, "cwd": cwd, "reason": review_text(reason)[0] if reason else d.get("reason")}, shown, digest,
-               hidden=hidden)
+               hidden=hidden, length=len(command))
     host = safe_text(str(d.get("host")))
     return typer.confirm(f"Approve running this command (digest {digest}) on {host}?", default=False)
 
@@ -821,7 +830,7 @@ def approvals_approve(
                 raise typer.Exit(1)
             shown, hidden = review_text(given)
             _show_call(d, shown, a.command_sha256[:12], hidden=hidden + (a.payload or "").count(MARK),
-                       payload=a.payload)
+                       payload=a.payload, length=len(given))
             hidden_code -= review_gaps(given)
         else:
             hidden = (a.command.count(MARK) + sum(str(v).count(MARK) for v in (a.env or {}).values())

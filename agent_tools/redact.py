@@ -12,17 +12,24 @@ USER PW``, ``smbclient -U user%pw``, ``vault login TOKEN``, ``ssh-keygen -N/-P x
 -w x``, ``ipmitool -P x``, ``aws configure set aws_secret_access_key x``, ``useradd -p x``, ``az login -p x``,
 ``lftp -u user,x``, ``echo 'user:x' | chpasswd``; ``.netrc`` entries (``machine h login u password x``, on one line
 or several; ``default ...``); ``user:x@host`` without a scheme (an scp destination, an alias); ``Bearer x`` of 16
-characters or more without a header; PuTTY key files' private lines; ``NAME=value`` / ``password => 'value'`` /
-``name: value`` / ``<name>value</name>`` where NAME ends in TOKEN, SECRET, PASSWORD, PASSWD, PASS, _PWD, _PAT, KEY
-(as in ``OPENAI_KEY``; ``API_KEY``, ``ACCESS_KEY``...), CREDENTIAL(S), AUTH_TOKEN or SECRET_KEY_BASE
+characters or more without a header; PuTTY key files' private lines; a private key's body lines whatever repeats
+before them (``FILE:`` from ``grep -r``, ``> `` from diff, ``cat -n``'s numbers, colours, ``cat -A``'s ``$``); ``echo
+'x' | passwd --stdin``; a shadow(5) line's hash field whatever it looks like (``tr '$' '%'``); ``.pgpass`` lines
+and YAML block scalars and lists under a secret-named key (uncertain); ``?key=`` in a URL; ``NAME=value`` /
+``password => 'value'`` / ``name: value`` / ``<name>value</name>`` where NAME ends in TOKEN, SECRET, PASSWORD,
+PASSWD, PASS, _PWD, _PAT, KEY (as in ``OPENAI_KEY``; ``API_KEY``, ``ACCESS_KEY``...), CREDENTIAL(S), AUTH_TOKEN,
+SECRET_KEY_BASE or PSK
 (case-insensitive; ``MAX_TOKENS``,
 ``TOKENIZERS_PARALLELISM``, ``host_key`` and ``public_key`` are left alone); and value shapes of common providers:
 AWS access key ids (``AKIA``/``ASIA``), GitHub (``ghp_``, ``gho_``, ``ghu_``, ``ghs_``, ``ghr_``, ``github_pat_``),
 GitLab (``glpat-``), OpenAI/Anthropic style ``sk-...``, Slack ``xox[abprs]-`` and webhook URLs, Hugging Face
 ``hf_``, Google ``AIza...`` and OAuth ``ya29.``, Stripe ``sk_live_``/``rk_live_``/``whsec_``, npm ``npm_``, PyPI
 ``pypi-``, Docker Hub ``dckr_pat_``, DigitalOcean ``dop_v1_``, HashiCorp Vault ``hvs.``, Databricks ``dapi``,
-JSON Web Tokens, and crypt(5) password hashes as shadow(5) keeps them (``$6$salt$...``, ``$y$j9T$salt$...``,
-``$5$``, ``$1$``, bcrypt ``$2b$``, scrypt ``$7$``, ``$gy$``, Argon2). Shapes are public prefixes documented by
+JSON Web Tokens, Telegram bot tokens, Discord webhooks, a Google service account's ``private_key_id``, and crypt(5)
+password hashes as shadow(5) keeps them (``$6$salt$...``, ``$y$j9T$salt$...``, ``$5$``, ``$1$``, bcrypt ``$2b$``,
+scrypt ``$7$``, ``$gy$``, Argon2; also with their ``$`` turned into another symbol) and Apache's ``$apr1$`` and
+``{SHA}``. A name written in full-width letters or with invisible characters inside (``ＰＡＳＳＷＯＲＤ=``,
+``PASS\u200bWORD=``) is read as the name it shows. Shapes are public prefixes documented by
 each provider (e.g. GitHub "About authentication"; AWS IAM identifiers; GitLab "Personal access tokens"; a
 registry's ``"auth"`` in a Docker or Podman config file, base64 of ``user:password``: containers-auth.json(5)).
 
@@ -81,13 +88,13 @@ MARK = "[REDACTED]"
 
 _SECRET_WORDS = (
     r"(?:token|secret|password|passwd|passphrase|_pwd|_pass|_pat|api[_-]?key|access[_-]?key|account[_-]?key|"
-    r"secret[_-]?key|private[_-]?key|signing[_-]?key|_key|credentials?|auth[_-]?token|secret[_-]?key[_-]?base)"
+    r"secret[_-]?key|private[_-]?key|signing[_-]?key|_key|credentials?|auth[_-]?token|secret[_-]?key[_-]?base|psk)"
 )
 _SECRET_NAME = rf"[A-Za-z0-9_.-]*?{_SECRET_WORDS}"
 _SECRET_KEY_RE = re.compile(rf"^{_SECRET_NAME}$", re.IGNORECASE)
 #: names that end like a secret but hold none (token counts; a host's or a public key, its fingerprint)
-_NOT_SECRET_RE = re.compile(r"^(?:(?:max|num|min)_?(?:new_)?tokens?|(?:ssh_)?host_?keys?|public_?keys?|pub_?keys?)$",
-                            re.IGNORECASE)
+_NOT_SECRET_RE = re.compile(r"^(?:(?:max|num|min)_?(?:new_)?tokens?|(?:ssh_)?host_?keys?|public_?keys?|pub_?keys?|"
+                            r"(?:ssh_)?authorized_keys?)$", re.IGNORECASE)
 
 
 def is_secret_name(name: str) -> bool:
@@ -150,7 +157,7 @@ _HTPASSWD_N_RE = re.compile(rf"(\bhtpasswd\s+(?:-[A-Za-z]+\s+)*-(?=[A-Za-z]*n)[A
 _VAULT_LOGIN_RE = re.compile(rf"(\bvault\s+login\s+(?:-[A-Za-z-]+(?:=\S+)?\s+)*)(?!-){_VALUE}")
 _AWS_SET_RE = re.compile(rf"(\baws\s+configure\s+set\s+(?:\S+\.)?{_SECRET_NAME}\s+){_VALUE}", re.IGNORECASE)
 _SIGNED_URL_RE = re.compile(
-    r"((?<=[?&])(?:sig|signature|X-Amz-Signature|X-Amz-Credential|X-Amz-Security-Token|X-Goog-Signature|"
+    r"((?<=[?&])(?:sig|signature|key|X-Amz-Signature|X-Amz-Credential|X-Amz-Security-Token|X-Goog-Signature|"
     r"X-Goog-Credential)=)([^&\s\"'#]+)",
     re.IGNORECASE,
 )
@@ -188,6 +195,18 @@ _PUTTY_RE = re.compile(r"(Private-Lines:[ \t]*\d+\r?\n)((?:[A-Za-z0-9+/=]+\r?\n)
 #: a registry login in a Docker/Podman config (~/.docker/config.json, auth.json): "auth" is base64 of user:password
 _DOCKER_AUTH_RE = re.compile(r"(\"auth\"\s*:\s*\")([A-Za-z0-9+/]{12,}={0,2})(?=\")")
 _XML_RE = re.compile(rf"(<({_SECRET_NAME})>)([^<\n]+)(?=</\2>)", re.IGNORECASE)
+#: a Google Cloud service account key file's key id (its "private_key" is a PEM block, found as one)
+_GCP_KEY_ID_RE = re.compile(r"(\"private_key_id\"\s*:\s*\")([0-9a-f]{40})(?=\")")
+#: ``echo 'PW' | passwd --stdin USER`` (passwd(1) of Red Hat systems reads the new password from stdin)
+_PASSWD_STDIN_RE = re.compile(r"(\becho\b[^\n|;&]*?[\s\"'])([^\s\"'|;&]+)(?=[\"']?[ \t]*\|[ \t]*(?:sudo[ \t]+)?passwd"
+                              r"[ \t]+--stdin\b)")
+#: a shadow(5) line (``name:HASH:lastchg:min:max:warn:inactive:expire:``) whatever its hash looks like now (``tr '$'
+#: '%'`` changes the crypt(5) shape, not the line's): the second field of 12 characters or more
+_SHADOW_LINE_RE = re.compile(r"(?:^|(?<=[\s:>+]))([A-Za-z_][A-Za-z0-9_.-]*\$?:)([^:\s]{12,})"
+                             r"(?=:\d*:\d*:\d*:\d*:\d*:\d*:)", re.MULTILINE)
+#: a .pgpass line (``hostname:port:database:username:password``, PostgreSQL "The Password File")
+_PGPASS_RE = re.compile(r"^([^:\s]*[A-Za-z.*][^:\s]*:(?:[0-9]{1,5}|\*):[^:\s]*[A-Za-z*][^:\s]*:"
+                        r"[^:\s]*[A-Za-z*][^:\s]*:)(\S*[^\s0-9]\S*)$", re.MULTILINE)
 _SHAPES: tuple[str, ...] = (
     r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
     r"\bgh[pousr]_[A-Za-z0-9]{36,}\b",
@@ -214,9 +233,19 @@ _SHAPES: tuple[str, ...] = (
     r"\$2[abxy]\$\d\d\$[./A-Za-z0-9]{53,}",
     r"\$(?:y|gy|7)\$[./A-Za-z0-9]+\$[./A-Za-z0-9]{1,64}\$[./A-Za-z0-9]{20,}",
     r"\$argon2(?:id|i|d)\$v=\d+\$m=\d+,t=\d+,p=\d+\$[A-Za-z0-9+/]+\$[A-Za-z0-9+/]{16,}",
+    # Apache's htpasswd: MD5 (apr1) and SHA-1
+    r"\$apr1\$[./A-Za-z0-9]{1,8}\$[./A-Za-z0-9]{22}",
+    r"\{SHA\}[A-Za-z0-9+/]{27}=",
+    # the same crypt(5) hashes with their `$` turned into another symbol on the way out (`tr '$' '%'`)
+    r"(?P<d1>[%#@!^&*~|+=;,_-])(?:1|5|6)(?P=d1)(?:rounds=\d+(?P=d1))?[./A-Za-z0-9]{1,16}(?P=d1)[./A-Za-z0-9]{22,86}",
+    r"(?P<d2>[%#@!^&*~|+=;,_-])(?:y|gy|7)(?P=d2)[./A-Za-z0-9]+(?P=d2)[./A-Za-z0-9]{1,64}(?P=d2)[./A-Za-z0-9]{20,}",
+    r"(?P<d3>[%#@!^&*~|+=;,_-])2[abxy](?P=d3)\d\d(?P=d3)[./A-Za-z0-9]{53,}",
+    # a Telegram bot token (in a URL path: api.telegram.org/botID:TOKEN/), a Discord webhook
+    r"(?<![0-9])[0-9]{6,12}:AA[A-Za-z0-9_-]{30,}",
+    r"\bdiscord(?:app)?\.com/api/webhooks/[0-9]{6,}/[A-Za-z0-9_-]{40,}",
 )
 _SHAPES_RE = re.compile("|".join(f"(?:{p})" for p in _SHAPES))
-_SECRET_HINT_RE = re.compile(r"(?:token|secret|passw(?:or)?d|pass|_pwd|_pat|key|key_base|credentials?)[\"']?\s*"
+_SECRET_HINT_RE = re.compile(r"(?:token|secret|passw(?:or)?d|pass|_pwd|_pat|key|key_base|credentials?|psk)[\"']?\s*"
                              r"(?:[=:]|=>)")
 # the same as _ASSIGNMENT_RE/_COLON_RE for lower-cased text, without IGNORECASE (4x faster)
 _ASSIGNMENT_LOW_RE = re.compile(_ASSIGNMENT_RE.pattern.replace(r"\[REDACTED\]", r"\[redacted\]"))
@@ -255,7 +284,7 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(_HTPASSWD_N_RE, 2, lambda t, lo: "htpasswd" in t, True),
     _Rule(_VAULT_LOGIN_RE, 2, lambda t, lo: "vault" in t, True),
     _Rule(_AWS_SET_RE, 2, lambda t, lo: "aws" in t, True),
-    _Rule(_SIGNED_URL_RE, 2, lambda t, lo: "sig" in lo or "x-amz-" in lo or "credential" in lo, True,
+    _Rule(_SIGNED_URL_RE, 2, lambda t, lo: "sig" in lo or "x-amz-" in lo or "credential" in lo or "key=" in lo, True,
           keep_quotes=False),
     _Rule(_DOCKER_AUTH_RE, 2, lambda t, lo: '"auth"' in t, True, keep_quotes=False),
     _Rule(_NETRC_RE, 2, lambda t, lo: "password" in lo and ("machine" in lo or "default" in lo), True),
@@ -266,6 +295,10 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(_USERINFO_RE, 2, lambda t, lo: "@" in t and ":" in t, True, keep_quotes=False),
     _Rule(_PUTTY_RE, 2, lambda t, lo: "private-lines" in lo, True, keep_quotes=False, learn=False),
     _Rule(_XML_RE, 3, lambda t, lo: "</" in t, True, keep_quotes=False),
+    _Rule(_GCP_KEY_ID_RE, 2, lambda t, lo: "private_key_id" in t, True, keep_quotes=False, learn=False),
+    _Rule(_PASSWD_STDIN_RE, 2, lambda t, lo: "--stdin" in t, True, keep_quotes=False),
+    _Rule(_SHADOW_LINE_RE, 2, lambda t, lo: ":::" in t or t.count(":") >= 8, True, keep_quotes=False, learn=False),
+    _Rule(_PGPASS_RE, 2, lambda t, lo: t.count(":") >= 4, False, keep_quotes=False),
     _Rule(_SHAPES_RE, 0, lambda t, lo: True, True, keep_quotes=False, learn=False),
 )
 _PROGRAM_GATE = re.compile(r"mysql|mariadb|sshpass|redis-cli|docker|podman|nerdctl|ssh-keygen|zip|7z|unrar|ldap|"
@@ -455,6 +488,120 @@ def _assignment_spans(text: str, low: str, certain_only: bool, learned: list[str
     return spans
 
 
+_PEM_BEGIN_RE = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
+_PEM_END_RE = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
+#: a terminal escape sequence (CSI, or OSC ended by BEL or ST): grep --color puts them around every line
+_ANSI = r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\))"
+_ANSI_RE = re.compile(_ANSI)
+#: a line of a key's body: base64, or an RFC 1421 header (an encrypted PEM key's Proc-Type and DEK-Info)
+_PEM_BODY_RE = re.compile(r"[A-Za-z0-9+/=]+|(?:Proc-Type|DEK-Info|Comment):.*")
+_MAX_KEY_LINES = 4096
+
+
+def _line_prefix_re(prefix: str) -> re.Pattern[str]:
+    """A pattern for the text before a key's BEGIN marker on its line (``/etc/ssh/k:``, ``> ``, ``+``, ``  12\t``),
+    as it starts every later line of the same key: its digits may change (grep -n, cat -n), blanks may grow or
+    shrink, and terminal escapes may come and go anywhere in it."""
+    ansi = f"(?:{_ANSI})*"
+    parts = [ansi]
+    for token in re.findall(r"[0-9]+|[ \t]+|.", _ANSI_RE.sub("", prefix), re.DOTALL):
+        parts.append(r"[0-9]+" if token[0].isdigit() else r"[ \t]*" if token[0] in " \t" else re.escape(token))
+        parts.append(ansi)
+    return re.compile("".join(parts))
+
+
+def _key_body_spans(text: str) -> list[Span]:
+    """The body of each private key block whose lines carry something besides the key: a prefix repeated on every
+    line (``FILE:`` from ``grep -r``, ``FILE:N:`` from ``grep -rn``, ``> `` from diff, ``+`` from a unified diff,
+    ``cat -n``'s numbers), terminal colours (``grep --color``) or a ``$`` at the end (``cat -A``). From the line after
+    the BEGIN marker, each line that starts with the BEGIN line's prefix and holds key text (base64, a PEM header,
+    nothing) is hidden after the prefix, up to the END marker; a line that does not stops it."""
+    spans: list[Span] = []
+    for m in _PEM_BEGIN_RE.finditer(text):
+        start = text.rfind("\n", 0, m.start()) + 1
+        prefix = _line_prefix_re(text[start:m.start()])
+        pos = text.find("\n", m.end())
+        for _ in range(_MAX_KEY_LINES):
+            if pos < 0:
+                break
+            pos += 1
+            eol = text.find("\n", pos)
+            eol = len(text) if eol < 0 else eol
+            at = prefix.match(text, pos, eol)
+            if at is None:
+                break
+            body = _ANSI_RE.sub("", text[at.end():eol]).rstrip("\r")
+            body = body.removesuffix("$").removesuffix("^M").strip()
+            end = _PEM_END_RE.search(text, at.end(), eol)
+            if end is not None:
+                if end.start() > at.end():
+                    spans.append((at.end(), end.start()))
+                break
+            if body and not _PEM_BODY_RE.fullmatch(body):
+                break
+            if body:
+                spans.append((at.end(), eol))
+            pos = eol if eol < len(text) else -1
+    return spans
+
+
+#: ``name: |`` (or ``>``) and the lines indented below it: a YAML block scalar (YAML 1.2, 8.1); ``name:`` and ``- item``
+#: lines below it: a block sequence
+_YAML_BLOCK_RE = re.compile(r"^([ \t]*)([\"']?)([A-Za-z0-9_.-]+)\2[ \t]*:[ \t]*[|>][-+0-9]*[ \t]*(?:#[^\n]*)?\n"
+                            r"((?:\1[ \t]+[^\n]*\S[^\n]*(?:\n|$)|[ \t]*\n)+)", re.MULTILINE)
+_YAML_LIST_RE = re.compile(r"^([ \t]*)([\"']?)([A-Za-z0-9_.-]+)\2[ \t]*:[ \t]*(?:#[^\n]*)?\n"
+                           r"((?:\1[ \t]*-[ \t]+[^\n]*(?:\n|$))+)", re.MULTILINE)
+_YAML_ITEM_RE = re.compile(r"^[ \t]*-[ \t]+(.*?)[ \t]*$", re.MULTILINE)
+_YAML_LINE_RE = re.compile(r"^[ \t]*(.*?)[ \t]*$", re.MULTILINE)
+
+
+def _yaml_spans(text: str) -> list[Span]:
+    """Values of a secret-named YAML key written on the lines below it: a block scalar (``token: |`` and the
+    indented lines), or a list (``secrets:`` or ``passwords:`` and its ``- VALUE`` items). Not of certain shape
+    (a ``name: value`` pair's rules: :func:`_plausible`)."""
+    spans: list[Span] = []
+    for m in _YAML_BLOCK_RE.finditer(text):
+        if not is_secret_name(m.group(3)):
+            continue
+        lines = [line for line in _YAML_LINE_RE.finditer(text, m.start(4), m.end(4)) if line.group(1)]
+        if lines and _plausible(text, lines[0].start(1), lines[-1].end(1), lines[-1].end(1)):
+            spans += [line.span(1) for line in lines]
+    for m in _YAML_LIST_RE.finditer(text):
+        name = m.group(3)
+        if not (is_secret_name(name) or (name.endswith("s") and is_secret_name(name[:-1]))):
+            continue
+        for item in _YAML_ITEM_RE.finditer(text, m.start(4), m.end(4)):
+            span = _value_span(text, *item.span(1)) if item.group(1) else None
+            if span is not None and _plausible(text, *span, item.end(1)):
+                spans.append(span)
+    return spans
+
+
+#: what changes how text looks to a pattern without changing what a person reads: full-width forms of ASCII
+#: (``ＰＡＳＳＷＯＲＤ=``), invisible characters (zero-width spaces and joiners, the word joiner, a BOM, a soft hyphen:
+#: ``PASS\u200bWORD=``) and terminal escapes (``grep --color=always .`` colours every character of a key apart)
+_FOLD_RE = re.compile(f"[\uff01-\uff5e\u200b-\u200f\u2060-\u2064\ufeff\u00ad]|{_ANSI}")
+
+
+def _folded(text: str) -> tuple[str, list[int]]:
+    """``text`` with full-width ASCII made ASCII, invisible characters and terminal escapes dropped, and for each
+    character of the result its index in ``text``."""
+    out: list[str] = []
+    where: list[int] = []
+    pos = 0
+    for m in _FOLD_RE.finditer(text):
+        out.append(text[pos:m.start()])
+        where.extend(range(pos, m.start()))
+        code = ord(m.group()[0])
+        if len(m.group()) == 1 and 0xFF01 <= code <= 0xFF5E:
+            out.append(chr(code - 0xFEE0))
+            where.append(m.start())
+        pos = m.end()
+    out.append(text[pos:])
+    where.extend(range(pos, len(text)))
+    return "".join(out), where
+
+
 def secret_spans(text: str, extra_patterns: Iterable[str | re.Pattern[str]] = (), *,
                  certain_only: bool = False) -> list[Span]:
     """The ``(start, end)`` character spans of ``text`` that :func:`redact` hides, sorted and merged.
@@ -484,6 +631,10 @@ def secret_spans(text: str, extra_patterns: Iterable[str | re.Pattern[str]] = ()
                 learned.append(text[span[0]:span[1]])
     if _SECRET_HINT_RE.search(low):
         spans += _assignment_spans(text, low, certain_only, learned)
+    if "private key" in low:
+        spans += _key_body_spans(text)
+    if not certain_only and ":" in text and "\n" in text:
+        spans += _yaml_spans(text)
     if learned:
         _learn(learned)
     with _LOCK:
@@ -497,6 +648,10 @@ def secret_spans(text: str, extra_patterns: Iterable[str | re.Pattern[str]] = ()
                 spans.append((start, end))
     if known is not None:
         spans += [m.span() for m in known.finditer(text)]
+    if _FOLD_RE.search(text):  # what the same text holds once full-width and invisible characters are read away
+        folded, where = _folded(text)
+        spans += [(where[a], where[b - 1] + 1) for a, b in secret_spans(folded, extra_patterns,
+                                                                         certain_only=certain_only) if b > a]
     return _merge(spans)
 
 
@@ -550,9 +705,11 @@ def redact_slice(text: str, start: int, end: int, extra_patterns: Iterable[str |
 
 
 #: characters a span hidden in an approval prompt may not hold: through them hidden text could be code (``$``, a
-#: backquote, ``<(``), end a command or a quoted string, or change how bash reads what follows. A literal password
-#: holding one (``--password 'pa$$w(1)'``) is shown as it is: the person approving must see every word that runs.
-_PROMPT_UNSAFE = frozenset("$`;|&<>()\n\r'\"\\")
+#: backquote, ``<(``), end a command or a quoted string, change how bash reads what follows, or expand into other
+#: words (a glob's ``* ? [ ]``, braces, ``~``: ``sshpass -p /usr/sbin/[hr]e* ssh h`` runs reboot). A literal
+#: password holding one (``--password 'pa$$w(1)'``) is shown as it is: the person approving must see every word
+#: that runs.
+_PROMPT_UNSAFE = frozenset("$`;|&<>()\n\r'\"\\*?[]{}~")
 
 
 def may_hold_code(text: str) -> bool:
@@ -569,8 +726,9 @@ def _review_spans(text: str, extra_patterns: Iterable[str | re.Pattern[str]] = (
 def review_text(text: str, extra_patterns: Iterable[str | re.Pattern[str]] = ()) -> tuple[str, int]:
     """``text`` as a person approving it is shown it, and how many spans were hidden (``[REDACTED]`` already in
     ``text`` does not count): only secrets of certain shape are hidden, and only where the hidden text holds no
-    character that could make it code or end a word (``$``, a backquote, ``;``, ``|``, ``&``, ``<``, ``>``, ``(``,
-    ``)``, a quote, a backslash, a line break): ``--password "a$(id)"`` is shown whole."""
+    character that could make it code, end a word or expand it (``$``, a backquote, ``;``, ``|``, ``&``, ``<``,
+    ``>``, ``(``, ``)``, a quote, a backslash, a line break, ``*``, ``?``, ``[``, ``]``, ``{``, ``}``, ``~``):
+    ``--password "a$(id)"`` and ``sshpass -p /usr/bin/[st]* ...`` are shown whole."""
     spans = _review_spans(text, extra_patterns)
     return (_apply(text, spans) if spans else text), len(spans)
 

@@ -194,7 +194,8 @@ def _approval_message(name: str, arguments: dict[str, Any], outcome: dict[str, A
         lines.append("Control or invisible characters are shown as escapes (\\x1b, \\r, \\u202e).")
     if hidden:
         lines.append(f"Warning: {hidden} span(s) of a certain secret shape (tokens, keys, passwords) are shown as "
-                     "[REDACTED]; they are values, never code, and the digest binds the real text.")
+                     "[REDACTED]; they are values the shell does not expand (never code or a glob), and the digest "
+                     "binds the real text.")
     bound = "host, command, cwd, env" + (" and what it writes" if payload is not None else "")
     reason = safe_text(review_text(reason if reason is not None else str(outcome.get("reason") or ""))[0])
     lines.append(f"Digest {outcome.get('command_digest') or '?'} (SHA-256 of the {bound}). Policy "

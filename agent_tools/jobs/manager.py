@@ -50,7 +50,7 @@ from ..outcomes import (
     NeedsInput,
     ProbeReport,
 )
-from ..output import VIEW_CONTEXT_BYTES, OutputView, clean_text, clean_window, view_request
+from ..output import VIEW_CONTEXT_BYTES, OutputView, clean_window, view_request
 from ..probes.readiness import judge
 from ..redact import add_secret_values, redact
 from .discover import discover_script, parse_discovery, split_env_line
@@ -1336,8 +1336,10 @@ class JobRunner:
         """The lines of a job's stream from ``offset`` on that match ``pattern`` (grep(1) ``-a -b -i -E``: the
         pattern is an ERE, case-insensitive; ``-b`` gives each line's byte offset, made absolute here), at most
         ``limit`` bytes of them (whole lines; ``tail_lines``: the last so many), each line cleaned for reading
-        (:func:`agent_tools.output.clean_text`: escapes shown, secrets hidden) and cut to 1,000 characters, in one
-        round trip with their count.
+        (:func:`agent_tools.output.clean_window`: escapes shown, secrets hidden) and cut to 1,000 characters: one
+        round trip finds them with their count, a second reads :data:`~agent_tools.output.VIEW_CONTEXT_BYTES` of
+        the stream on both sides of each, so a secret a line is only part of (a private key's body line, a
+        ``password`` line of a multi-line ``.netrc`` entry) is found and hidden as in a page of the stream.
 
         :raises BadArguments: grep says the pattern is not a valid regex. :raises JobNotFound: no job directory.
         """
@@ -1363,19 +1365,24 @@ class JobRunner:
         if len(words) != 2 or not all(w.isdigit() for w in words):
             raise ConnectionLost(host.name, f"{host.name}: no answer about job {rec.job_id}'s {stream}")
         total, count = int(words[0]), int(words[1])
-        shown: list[str] = []
+        found: list[tuple[int, bytes]] = []
         used = 0
-        nxt = offset
         for raw in body.split(b"\n"):
             at, sep, line = raw.partition(b":")
             if not sep or not at.isdigit():
                 continue  # the last, partial line (head -c) or an empty one
-            start = offset + int(at)
-            if used + len(raw) + 1 > limit and shown:
+            if used + len(raw) + 1 > limit and found:
                 break
-            text = clean_text(line)[:1000]
-            shown.append(f"{start}:{text}")
+            found.append((offset + int(at), line))
             used += len(raw) + 1
+        windows = _context_windows([(start, start + len(line)) for start, line in found], total)
+        found = found[: sum(n for _, _, n in windows)]  # lines past the context budget wait for the next page
+        around = await self._read_windows(host, rec, stream, [(a, b) for a, b, _ in windows])
+        shown: list[str] = []
+        nxt = offset
+        for start, line in found:
+            a, data = next((a, d) for a, d in around if a <= start and start + len(line) <= a + len(d))
+            shown.append(f"{start}:{clean_window(data, start - a, start - a + len(line))[:1000]}")
             nxt = start + len(line) + 1
         # every line asked for was shown (all matches, or the last tail_lines of them): the search is at the end
         complete = len(shown) == (min(count, tail_lines) if tail_lines is not None else count)
@@ -1473,6 +1480,26 @@ class JobRunner:
         log.info("job.input", host=rec.host, job_id=job_id, bytes=len(data), result=word, eof=eof)
         status = await self.job_status(host, job_id, wait_s=0)
         return JobInput(**status.model_dump(), input=word, input_bytes=len(data))
+
+    async def _read_windows(self, host: Host, rec: JobRecord, stream: str,
+                            windows: list[tuple[int, int]]) -> list[tuple[int, bytes]]:
+        """Bytes ``[a, b)`` of a job's stream for each window, in one round trip (the stream only grows, so each
+        comes back whole). :raises ConnectionLost: the answer is not what was asked for."""
+        if not windows:
+            return []
+        f = self._stream_file(rec.job_id, stream)
+        script = "; ".join(f"tail -c +{a + 1} {f} | head -c {b - a}" for a, b in windows)
+        with _answer_within(host, self.answer_timeout_s, "job_output"):
+            res = await run_on(host, script, max_output_bytes=sum(b - a for a, b in windows) + 1)
+        if len(res.stdout) != sum(b - a for a, b in windows):
+            raise ConnectionLost(host.name, f"{host.name}: job {rec.job_id}'s {stream} around the matching lines "
+                                            "did not come back whole")
+        out: list[tuple[int, bytes]] = []
+        pos = 0
+        for a, b in windows:
+            out.append((a, res.stdout[pos : pos + b - a]))
+            pos += b - a
+        return out
 
     # ------------------------------------------------------------------ cancel
     async def cancel(self, host: Host, job_id: str, *, grace_s: float = 5.0, reason: str = "cancelled on request",
@@ -1715,6 +1742,36 @@ def _valid_utf8(text: str) -> bool:
         return True
     except UnicodeEncodeError:
         return False
+
+
+#: at most this many bytes of context are read for one page of grep matches (lines past it are left for the next
+#: page)
+_GREP_CONTEXT_BUDGET_BYTES = 1 << 20
+
+
+def _context_windows(lines: list[tuple[int, int]], size: int) -> list[tuple[int, int, int]]:
+    """The windows of a stream to read around ``lines`` (``[start, end)`` byte ranges, in order): each line with
+    :data:`~agent_tools.output.VIEW_CONTEXT_BYTES` on both sides (not past ``size``, the stream's size when it was
+    searched, or the line's end: bytes that surely exist), overlapping windows merged, as ``(a, b, n)``
+    with ``n`` the number of lines a window holds; they stop at the first line that would take the bytes read past
+    :data:`_GREP_CONTEXT_BUDGET_BYTES` (always after one line at least)."""
+    out: list[list[int]] = []
+    spent = 0
+    for start, end in lines:
+        a, b = max(0, start - VIEW_CONTEXT_BYTES), min(end + VIEW_CONTEXT_BYTES, max(size, end))
+        if out and a <= out[-1][1]:
+            cost = max(0, b - out[-1][1])
+            if spent + cost > _GREP_CONTEXT_BUDGET_BYTES and spent:
+                break
+            out[-1][1] = max(out[-1][1], b)
+            out[-1][2] += 1
+        else:
+            cost = b - a
+            if spent + cost > _GREP_CONTEXT_BUDGET_BYTES and spent:
+                break
+            out.append([a, b, 1])
+        spent += cost
+    return [(a, b, n) for a, b, n in out]
 
 
 def _split_utf8_tail(data: bytes) -> int:

@@ -16,7 +16,9 @@ How a decision is made
    lowered to ``ask`` (``rule_id: <opaque>``); so is the allow of a command that writes a file its rule's
    ``redirect_to`` does not name (``free -m > /etc/passwd``: ``rule_id: <writes>``); a ``deny`` rule still
    applies to both. A command run through ``ssh HOST`` is also decided with HOST's files and the stricter of
-   the two decisions is kept (``ask`` when no file covers HOST).
+   the two decisions is kept (``ask`` when no file covers HOST). A command that is one reading among several of
+   a word the shell expands (:attr:`~agent_tools.policy.shell.SimpleCommand.alternative`: a brace expansion's
+   alternative alone, a wrapper a glob command name may name) counts only when it is denied.
 4. The command line takes the strictest decision of its simple commands (deny > ask > allow); budget,
    timeouts, deadline and detach come from the deciding command's rule (see
    :class:`~agent_tools.policy.model.Decision`), falling back to the file defaults and then to
@@ -329,6 +331,8 @@ def _decide(host: str, command: str, files_for: Callable[[str], list[LoadedPolic
         result = _decide_in(simple, files, host)
         if simple.target_host is not None:
             result = _stricter(result, _decide_in(simple, files_for(simple.target_host), simple.target_host))
+        if simple.alternative and result.decision != "deny":
+            continue  # one reading of an expanded word (a brace alternative alone): it only adds a deny
         decided.append(result)
     paths = [f.path for f in files]
     if not decided:

@@ -5,6 +5,13 @@ sensitive; ``*`` also matches ``/``). Every argument is tried both as written an
 (:func:`~agent_tools.policy.shell.normalise_path`), so a rule written for ``/`` also sees ``//`` and ``/.``; a
 relative one also as resolved in the directory the command surely runs in, and for a ``deny`` rule in every
 directory it may run in (``cd / && rm -rf *`` holds ``/*``), when that is not the login directory.
+
+Where a match makes a rule stricter, words count for more than they spell: for a rule that asks or denies,
+``match_any_arg`` also sees the files a command reads besides its operands (input redirections, and
+:attr:`~agent_tools.policy.shell.SimpleCommand.reads`: ``/etc/*`` for ``grep -r x /etc``, which meets
+``/etc/shadow``); for a ``deny`` rule a pattern the shell expands counts for every word it may expand to, in the
+command name and the verb too (``/usr/sbin/re[b]oot``, ``systemctl rebo?t``: :mod:`agent_tools.policy.globs`),
+and an integer alternative matches the same number however it is written (``kill -9 0001``, ``" 1"``, ``+1``).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from agent_tools.policy.globs import globs_intersect
 from agent_tools.policy.model import Rule
 from agent_tools.policy.options import clusters_short, is_long_abbreviation, takes_value
 from agent_tools.policy.paths import climbed, indirect_names, join_dir
@@ -27,75 +35,6 @@ _GLOB_CHARS = frozenset("*?[")
 _LONG_OPTION_RE = re.compile(r"^--[A-Za-z0-9][A-Za-z0-9-]*")
 #: ``$HOME`` / ``${HOME}`` at the start of a word, then ``/...`` or the end: the login directory
 _LOGIN_DIR_RE = re.compile(r"^\$(?:HOME|\{HOME\})(/.*)?$")
-
-
-def _glob_tokens(pattern: str) -> list[str | frozenset[str] | None]:
-    """An fnmatch pattern as tokens: a one-character string (a literal), a frozenset (a ``[...]`` class; one holding
-    ``"!"`` is negated), None (``?``) and the two-character string ``"**"`` (``*``)."""
-    out: list[str | frozenset[str] | None] = []
-    i = 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "*":
-            if not out or out[-1] != "**":
-                out.append("**")
-        elif ch == "?":
-            out.append(None)
-        elif ch == "[" and (end := pattern.find("]", i + 2)) != -1:
-            body = pattern[i + 1 : end]
-            negate = body[:1] in ("!", "^")
-            body = body[1:] if negate else body
-            members: set[str] = set()
-            k = 0
-            while k < len(body):
-                if k + 2 < len(body) and body[k + 1] == "-":
-                    members.update(chr(c) for c in range(ord(body[k]), ord(body[k + 2]) + 1))
-                    k += 3
-                else:
-                    members.add(body[k])
-                    k += 1
-            out.append(frozenset({"!", *members}) if negate else frozenset(members))
-            i = end
-        else:
-            out.append(ch)
-        i += 1
-    return out
-
-
-def _chars_meet(a: str | frozenset[str] | None, b: str | frozenset[str] | None) -> bool:
-    """Whether two one-character tokens accept a common character."""
-    if a is None or b is None:
-        return True
-    na, nb = isinstance(a, frozenset) and "!" in a, isinstance(b, frozenset) and "!" in b
-    sa = ({a} if isinstance(a, str) else set(a)) - ({"!"} if na else set())
-    sb = ({b} if isinstance(b, str) else set(b)) - ({"!"} if nb else set())
-    if na and nb:
-        return True  # both exclude finitely many characters
-    if na:
-        return bool(sb - sa)
-    if nb:
-        return bool(sa - sb)
-    return bool(sa & sb)
-
-
-@functools.lru_cache(maxsize=4096)
-def globs_intersect(a: str, b: str) -> bool:
-    """Whether some string matches both fnmatch patterns ``a`` and ``b`` (``/d?v/sda`` and ``/dev/*`` do)."""
-    ta, tb = _glob_tokens(a), _glob_tokens(b)
-
-    @functools.cache
-    def meet(i: int, j: int) -> bool:
-        if i == len(ta) and j == len(tb):
-            return True
-        if i < len(ta) and ta[i] == "**":
-            return meet(i + 1, j) or (j < len(tb) and meet(i, j + 1))
-        if j < len(tb) and tb[j] == "**":
-            return meet(i, j + 1) or (i < len(ta) and meet(i + 1, j))
-        if i == len(ta) or j == len(tb):
-            return False
-        return _chars_meet(ta[i], tb[j]) and meet(i + 1, j + 1)
-
-    return meet(0, 0)
 
 
 #: a word of clustered short options (``-Cm``, ``-Cm/tmp/x``): the run of letters after the dash
@@ -124,6 +63,12 @@ class Token:
             return Token("capture", alts=tuple(m.group(2).split("|")) if m.group(2) else (), name=m.group(1))
         return Token("alts", alts=tuple(text.split("|")))
 
+    @functools.cached_property
+    def _compiled(self) -> tuple[tuple[str, bool, int | None], ...]:
+        """Each alternative with whether it is a glob and the integer it is (None: not one)."""
+        return tuple((alt, any(c in _GLOB_CHARS for c in alt), int(alt) if _INTEGER_RE.match(alt) else None)
+                     for alt in self.alts)
+
     def may_match_glob(self, word: str) -> bool:
         """Whether ``word``, a pathname pattern the shell expands (``/d?v/sda``), may name a word this token
         matches (normalised like a path)."""
@@ -133,7 +78,7 @@ class Token:
 
     def matches_text(
         self, word: str, also: tuple[str, ...] = (), *, abbreviations: bool = False, clusters: bool = False,
-        globs: bool = False,
+        globs: bool = False, pattern: bool = False, numbers: bool = False, operand: bool = False,
     ) -> bool:
         """Whether ``word`` (or its normalised path form, or one of ``also``) matches this token's alternatives.
 
@@ -145,6 +90,13 @@ class Token:
             a match makes a rule stricter.
         :param globs: a path pattern among the forms (``/[a-z]*``, ``/*/sda`` for ``~sys/sda``) matches the
             alternatives it may expand to (``/etc``, ``/dev/*``); used where a match makes a rule stricter.
+        :param pattern: ``word`` is a pattern the shell expands (an unquoted ``*``, ``?`` or ``[``) wherever it
+            stands, so it matches every alternative it may expand to (``rebo?t`` is ``reboot``); where a match
+            makes a rule stricter.
+        :param numbers: an integer alternative (``1``, ``-1``) also matches every word that is the same number as
+            bash and kill(1) read one (``0001``, ``" 1"``, ``+1``); where a match makes a rule stricter.
+        :param operand: ``word`` comes after ``--``: what a pattern expands to there is no long option (``rm -rf --
+            *`` never passes ``--no-preserve-root``).
         """
         if self.kind in ("any", "rest"):
             return True
@@ -160,11 +112,19 @@ class Token:
                 if full is not None and is_long_abbreviation(name, full.group(0)):
                     forms.add(full.group(0) + word[len(name) :])
         cluster = _SHORT_CLUSTER_RE.match(word) if clusters else None
-        patterns = [f for f in forms if f[:1] in ("/", "~") and _is_pattern(f)] if globs else []
-        for alt in self.alts:
-            if any(globs_intersect(form, alt) for form in patterns):
+        patterns = [f for f in forms if (f[:1] in ("/", "~") or (pattern and f == word)) and _is_pattern(f)] if (
+            globs or pattern) else []
+        number = _integer(word) if numbers else None
+        for alt, alt_glob, alt_number in self._compiled:
+            # a relative pattern expands to relative names (its forms resolved in a directory are in `also`), and
+            # never to the source text of an expansion (`$HOME`)
+            if patterns and not (operand and alt.startswith("--")) and any(
+                    globs_intersect(form, alt) for form in patterns
+                    if form[:1] in ("/", "~") or alt[:1] not in ("/", "~", "$")):
                 return True
-            if any(c in _GLOB_CHARS for c in alt):
+            if number is not None and alt_number == number:
+                return True
+            if alt_glob:
                 if any(fnmatch.fnmatchcase(form, alt) for form in forms):
                     return True
             elif alt in forms:
@@ -172,6 +132,17 @@ class Token:
             elif cluster is not None and _SHORT_OPTION_RE.match(alt) and alt[1] in cluster.group(1):
                 return True
         return False
+
+
+@dataclass(frozen=True)
+class _Words:
+    """A command's words as a rule's pattern walks them: per word, whether it holds an expansion, whether it is
+    a pattern the shell expands, and its other forms (:func:`_resolved_forms`)."""
+
+    argv: list[str]
+    dynamic: list[bool]
+    globs: list[bool]
+    resolved: tuple[tuple[str, ...], ...]
 
 
 @dataclass(frozen=True)
@@ -208,19 +179,22 @@ class CompiledRule:
         """Per word of ``argv``: the forms it has resolved against the directories that count for this rule."""
         return _resolved_forms(tuple(command.argv), tuple(command.cwds), self.rule.decision)
 
-    def _read(self, command: SimpleCommand) -> list[tuple[str, tuple[str, ...]]]:
+    def _read(self, command: SimpleCommand) -> list[tuple[str, tuple[str, ...], bool]]:
         """For a rule that asks or denies: the files ``command`` reads through input redirections (``< FILE``,
-        ``<> FILE``, bash's ``$(< FILE)``), with a relative one also resolved in the directory it runs in; they
-        count as arguments for ``match_any_arg`` (``grep x < /etc/shadow`` reads /etc/shadow as ``grep x
+        ``<> FILE``, bash's ``$(< FILE)``), with a relative one also resolved in the directory it runs in, and the
+        files it reads besides its operands (:attr:`SimpleCommand.reads`: ``DIR/*`` below a directory it reads
+        recursively, a file in an option's value), each with whether it is a pattern; they count as arguments
+        for ``match_any_arg`` (``grep x < /etc/shadow`` and ``grep -r x /etc`` read /etc/shadow as ``grep x
         /etc/shadow`` does). An ``allow`` rule sees none of them (its match would only widen)."""
         if self.rule.decision == "allow":
             return []
-        out = []
+        out: list[tuple[str, tuple[str, ...], bool]] = []
         for r in command.redirects:
             if r.op in ("<", "<>") and r.static:
                 forms = () if r.target.startswith(("/", "~")) or command.cwd in (None, "~") else tuple(
                     f for f in [join_dir(str(command.cwd), r.target)] if f is not None)
-                out.append((r.target, forms))
+                out.append((r.target, forms, False))
+        out += [(name, (), _is_pattern(name)) for name in command.reads]
         return out
 
     def match(self, command: SimpleCommand, *, check_cwd: bool = True) -> dict[str, str] | None:
@@ -228,44 +202,55 @@ class CompiledRule:
         with ``check_cwd=False``), else None."""
         argv = command.argv
         dynamic = command.dynamic if len(command.dynamic) == len(argv) else [False] * len(argv)
+        globs = command.globs if len(command.globs) == len(argv) else [False] * len(argv)
         if check_cwd and self.cwd is not None and (command.cwd is None or not self.cwd.matches_text(command.cwd)):
             return None
         resolved = self._resolved(command)
         args = list(zip(argv[1:], resolved[1:], strict=True))
         strict = self.rule.decision != "allow"  # an abbreviated option counts where it makes the decision stricter
+        # a word read as every pattern or number it may be counts for a deny rule (for an ask rule it could take a
+        # command from a deny rule after it): `systemctl rebo?t` may be `systemctl reboot`, `kill -9 0001` is PID 1
+        deny = self.rule.decision == "deny"
         clusters = strict and bool(argv) and clusters_short(argv[0])
+        # words after `--` are operands: a pattern there expands to no long option
+        ends = next((i for i, (w, d) in enumerate(zip(argv[1:], dynamic[1:], strict=True)) if w == "--" and not d),
+                    len(args))
         for token in self.args_contain:
-            if not any(token.matches_text(arg, also, abbreviations=strict, clusters=clusters, globs=strict)
-                       for arg, also in args):
+            if not any(token.matches_text(arg, also, abbreviations=strict, clusters=clusters, globs=strict,
+                                          pattern=deny and glob, numbers=deny, operand=i > ends)
+                       for i, ((arg, also), glob) in enumerate(zip(args, globs[1:], strict=True))):
                 return None
-        if self.match_any_arg and not any(t.matches_text(arg, also, abbreviations=strict, clusters=clusters,
-                                                         globs=strict)
-                                          for t in self.match_any_arg for arg, also in args + self._read(command)):
-            return None
+        if self.match_any_arg:
+            candidates = [(arg, also, glob, i > ends) for i, ((arg, also), glob) in
+                          enumerate(zip(args, globs[1:], strict=True))]
+            candidates += [(arg, also, glob, True) for arg, also, glob in self._read(command)]
+            if not any(t.matches_text(arg, also, abbreviations=strict, clusters=clusters, globs=strict,
+                                      pattern=strict and glob, numbers=deny, operand=operand)
+                       for t in self.match_any_arg for arg, also, glob, operand in candidates):
+                return None
         if self.redirect_to is not None:
             redirect_to = self.redirect_to
             if not any(redirect_to.matches_text(target) or (strict and redirect_to.may_match_glob(target))
                        for target in self.written(command)):
                 return None
-        return self._match_from(0, 0, argv, dynamic, command.args_from_stdin, {}, resolved)
+        return self._match_from(0, 0, _Words(argv, dynamic, globs, resolved), command.args_from_stdin, {})
 
-    def _match_from(
-        self, ti: int, ai: int, argv: list[str], dynamic: list[bool], stdin_args: bool, caps: dict[str, str],
-        resolved: tuple[tuple[str, ...], ...],
-    ) -> dict[str, str] | None:
+    def _match_from(self, ti: int, ai: int, words: _Words, stdin_args: bool,
+                    caps: dict[str, str]) -> dict[str, str] | None:
+        argv, dynamic, resolved = words.argv, words.dynamic, words.resolved
         if ti == len(self.pattern):
             return caps if self._tail_ok(argv[ai:], resolved[ai:], stdin_args) else None
         token = self.pattern[ti]
         if token.kind == "rest":
             for k in range(ai, len(argv) + 1):
-                found = self._match_from(ti + 1, k, argv, dynamic, stdin_args, caps, resolved)
+                found = self._match_from(ti + 1, k, words, stdin_args, caps)
                 if found is not None:
                     return found
             return None
         if token.kind == "options":
             k = ai
             while True:  # shortest run of option words first
-                found = self._match_from(ti + 1, k, argv, dynamic, stdin_args, caps, resolved)
+                found = self._match_from(ti + 1, k, words, stdin_args, caps)
                 if found is not None or k >= len(argv) or dynamic[k] or not argv[k].startswith("-"):
                     return found
                 takes = takes_value(argv[0], argv[k])
@@ -273,7 +258,7 @@ class CompiledRule:
                     if self.rule.decision == "allow":
                         return None
                     if k + 2 <= len(argv):
-                        found = self._match_from(ti, k + 2, argv, dynamic, stdin_args, caps, resolved)
+                        found = self._match_from(ti, k + 2, words, stdin_args, caps)
                         if found is not None:
                             return found
                 elif takes:
@@ -287,13 +272,17 @@ class CompiledRule:
         if token.kind == "capture":
             if dynamic[ai] or not token.matches_text(word):
                 return None
-            return self._match_from(ti + 1, ai + 1, argv, dynamic, stdin_args, {**caps, token.name: word}, resolved)
+            return self._match_from(ti + 1, ai + 1, words, stdin_args, {**caps, token.name: word})
+        strict, deny = self.rule.decision != "allow", self.rule.decision == "deny"
+        # a pattern the shell expands counts, for a deny rule, for every word it may expand to: `/usr/sbin/re[b]oot`
+        # may run reboot, `systemctl rebo?t` may be `systemctl reboot` (and `kill -9 0001` is PID 1)
+        pattern = deny and words.globs[ai]
         if ai == 0 and token.kind == "alts":
-            ok = any(fnmatch.fnmatchcase(word, alt) if any(c in _GLOB_CHARS for c in alt) else word == alt
-                     for alt in token.alts)  # fmt: skip
+            ok = any((fnmatch.fnmatchcase(word, alt) if any(c in _GLOB_CHARS for c in alt) else word == alt)
+                     or (pattern and globs_intersect(word, alt)) for alt in token.alts)
         else:
-            ok = token.matches_text(word, resolved[ai], globs=self.rule.decision != "allow")
-        return self._match_from(ti + 1, ai + 1, argv, dynamic, stdin_args, caps, resolved) if ok else None
+            ok = token.matches_text(word, resolved[ai], globs=strict, pattern=pattern, numbers=deny)
+        return self._match_from(ti + 1, ai + 1, words, stdin_args, caps) if ok else None
 
     def _tail_ok(self, tail: list[str], resolved: tuple[tuple[str, ...], ...], stdin_args: bool) -> bool:
         if self.rule.exact and (tail or stdin_args):
@@ -343,6 +332,16 @@ def _resolved_forms(argv: tuple[str, ...], cwds: tuple[str | None, ...],
             forms += [r for d in above if (r := climbed(d, word)) is not None]
         out.append(tuple(dict.fromkeys(forms)))
     return tuple(out)
+
+
+#: an integer as bash's kill builtin reads a PID or a signal number (legal_number: blanks around it, a sign,
+#: decimal digits; leading zeros do not make it octal) and kill(1) too
+_INTEGER_RE = re.compile(r"^\s*[+-]?[0-9]+\s*$")
+
+
+def _integer(word: str) -> int | None:
+    """``word`` as the integer bash's kill reads it (``0001`` and ``" 1"`` are 1), or None."""
+    return int(word) if _INTEGER_RE.match(word) and len(word) < 64 else None
 
 
 def _is_pattern(word: str) -> bool:

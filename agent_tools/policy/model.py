@@ -108,8 +108,9 @@ class Rule(_Strict):
     )
     match_any_arg: list[str] = Field(
         default_factory=list, description="At least one argument must match one of these tokens (OR). For a rule "
-        "that asks or denies, a file read through an input redirection (< FILE) counts as an argument, and so "
-        "does a glob that may name a matching word (/etc/sha*)."
+        "that asks or denies, a file read through an input redirection (< FILE) counts as an argument, and so do "
+        "a glob that may name a matching word (/etc/sha*), every file below a directory the command reads "
+        "recursively (grep -r x /etc reads /etc/shadow; find -exec cat {} +) and a file in an option's value."
     )
     only_args: list[str] | None = Field(
         None, description="Every word after the matched prefix must match one of these tokens."

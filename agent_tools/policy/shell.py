@@ -9,8 +9,14 @@ backquote in an unquoted here-document's body; each of those is decided and also
 that only run another program (``sudo``, ``env``, ``nice``, ``nohup``, ``timeout``, ``stdbuf``, ``xargs``,
 ``command``, ``exec``, ``time``, ``ionice``, ``setsid``, ``chroot``, ``watch``, ``doas``, ``su -c``,
 ``busybox``/``toybox``, ``bash -c``, ``eval``, ``ssh HOST CMD``, ``find -exec``; and, for wrappers whose options
-it does not model such as ``taskset``, ``nsenter``, ``systemd-run``, ``flock``, ``ip netns exec``, every suffix
-that may be the command they run).
+it does not model such as ``taskset``, ``nsenter``, ``systemd-run``, ``flock``, ``ip netns exec``, ``sshpass``,
+``unbuffer``, ``eatmydata``, every suffix that may be the command they run). A command name that is a pattern
+(``/usr/sbin/re[b]oot``, ``/usr/bin/[s]udo reboot``) is opaque, and it is also read as every wrapper it may name
+(each suffix of its words as a command, and the script of a shell it may name), and a brace expansion's
+alternatives each on its own (``cp /dev/zero /dev/{sda,null}`` names ``/dev/sda`` as cp's target): such readings
+are marked ``alternative`` and count only where a rule denies them. ``$((...))`` of constants is the number it
+computes (``kill -9 $((0+1))``). ``reads`` lists what a command reads besides its operands
+(:mod:`agent_tools.policy.reads`: ``grep -r x /etc`` reads ``/etc/*``).
 
 Anything the parser cannot see through is still returned, marked ``opaque`` with a reason: a parse error, a
 command word that is not static text (``$CMD``, ``$(echo rm)``), ``eval``/``bash -c`` of a dynamic string,
@@ -44,6 +50,7 @@ source text (``$HOME``) and is flagged dynamic.
 
 from __future__ import annotations
 
+import ast
 import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -55,8 +62,10 @@ import tree_sitter_bash
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..redact import is_secret_name
+from .globs import globs_intersect
 from .options import is_long_abbreviation
 from .paths import ANY_DIR, climbed, indirect_names, join_dir, normalise_path
+from .reads import below, reads_of
 from .sinks import CODE_IN_TEXT_RE, find_sinks, is_plain_name
 from .substitutions import OPENERS, Quoting, find_substitutions, unescape_backquoted
 from .writes import OPENS_OPERANDS, STAT_ONLY, may_open_armed, writes_of
@@ -201,7 +210,11 @@ to file names). ``wrappers`` lists what was unwrapped, outermost first (``["sudo
     such a name is opaque (new code), and so is the definition when the name is called. ``cwds`` are the
     directories the command may run in (``~``: the login directory, as when no ``cwd`` was given and no ``cd`` came
     before; None: one the policy cannot know), :attr:`cwd` the one it surely runs in; ``writes`` lists a relative
-    file also resolved against each of them. ``argv`` is empty for a pseudo-command standing for a parse error, a
+    file also resolved against each of them. ``reads`` are the files it reads besides its plain operands, resolved
+    (``DIR/*`` for a directory it reads recursively, ``grep -r x /etc``; a file in an option's value:
+    :mod:`agent_tools.policy.reads`). ``alternative`` marks one reading among several of words the shell expands (a
+    brace expansion's alternative taken alone, a wrapper a glob command name may name): it counts only where a rule
+    denies it. ``argv`` is empty for a pseudo-command standing for a parse error, a
     dangerous variable assignment, a function definition, a redirection without a command (``> /dev/sda``) or a
     place where bash would evaluate text as code (:mod:`agent_tools.policy.sinks`).
     """
@@ -223,6 +236,8 @@ to file names). ``wrappers`` lists what was unwrapped, outermost first (``["sudo
     defines: list[str] = Field(default_factory=list)
     text: str = ""
     cwds: list[str | None] = Field(default_factory=lambda: list[str | None](["~"]))
+    reads: list[str] = Field(default_factory=list)
+    alternative: bool = False
 
     @property
     def program(self) -> str:
@@ -411,6 +426,60 @@ def _brace_expand(word: _Word) -> list[_Word]:
     return results
 
 
+#: the text of ``$((EXPR))`` made only of integer constants, ``+ - * / %``, parentheses and blanks
+_CONSTANT_ARITHMETIC_RE = re.compile(r"^\$\(\(([0-9A-Fa-fxX+\-*/%() \t]*)\)\)$")
+_ARITHMETIC_OPS: dict[type[ast.operator], Callable[[int, int], int]] = {
+    ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+    # C semantics (bash(1) ARITHMETIC EVALUATION: "evaluation is done in fixed-width integers"): truncation
+    ast.Div: lambda a, b: abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1),
+    ast.Mod: lambda a, b: abs(a) % abs(b) * (1 if a >= 0 else -1),
+}
+
+
+def constant_arithmetic(text: str) -> int | None:
+    """The value of ``$((EXPR))`` when EXPR holds only integer constants (decimal, ``0x`` hex, ``0`` octal, as bash
+    reads them), ``+ - * / %`` and parentheses (``$((0+1))`` is 1); None for anything else (a variable, another
+    operator, a division by zero), which stays an expansion."""
+    m = _CONSTANT_ARITHMETIC_RE.match(text)
+    if m is None or "**" in m.group(1):
+        return None
+
+    def constant(tok: re.Match[str]) -> str:
+        digits = tok.group(0)
+        try:
+            value = int(digits, 16) if digits[:2].lower() == "0x" else int(digits, 8) if digits[:1] == "0" else int(
+                digits)
+        except ValueError:
+            raise _NotConstant from None
+        return str(value)
+
+    def value(node: ast.expr) -> int:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            inner = value(node.operand)
+            return -inner if isinstance(node.op, ast.USub) else inner
+        if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC_OPS:
+            left, right = value(node.left), value(node.right)
+            if isinstance(node.op, (ast.Div, ast.Mod)) and right == 0:
+                raise _NotConstant
+            result = _ARITHMETIC_OPS[type(node.op)](left, right)
+            if abs(result) >= 2**63:
+                raise _NotConstant
+            return result
+        raise _NotConstant
+
+    try:
+        expression = re.sub(r"[0-9][0-9A-Za-z]*", constant, m.group(1))
+        return value(ast.parse(expression.strip() or "x", mode="eval").body)
+    except (_NotConstant, SyntaxError, ValueError, RecursionError):
+        return None
+
+
+class _NotConstant(Exception):
+    """An arithmetic expression is not made of constants only."""
+
+
 def _normalise_program(text: str) -> tuple[str, str | None]:
     """(program name, reason it cannot be trusted or None)."""
     if "/" not in text:
@@ -447,6 +516,8 @@ class _Ctx:
     tainted: frozenset[str] = frozenset()  # variables that may hold text the policy cannot see (sinks.py)
     oldpwd_set: bool = False  # the command line (or one around it) names OLDPWD: `cd -` may go anywhere
     cdpath_set: bool = False  # ... names CDPATH: `cd NAME` may go anywhere
+    reads: tuple[str, ...] = ()  # files a wrapper hands the command to open (find -exec's {}: any below its starts)
+    alternative: bool = False  # one reading among several of an expanded word: counts only when denied
     budget: _Budget = field(default_factory=lambda: _Budget())
 
 
@@ -469,6 +540,7 @@ class _Inner:
     assignments: tuple[str, ...] = ()
     note: str | None = None
     cwd: _Word | None = None
+    reads: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -809,10 +881,18 @@ _SUFFIX_WRAPPERS = frozenset({"taskset", "numactl", "chrt", "prlimit", "unshare"
                               "firejail", "bwrap", "cgexec", "catchsegv", "sg", "dbus-run-session", "xvfb-run",
                               "daemonize", "start-stop-daemon", "softlimit", "setuidgid", "capsh", "run-one",
                               "systemd-inhibit", "schroot", "proot", "fakeroot", "ip", "perf", "caffeinate", "screen",
-                              "entr", "tmux", "parallel", "systemd-nspawn", "runuser"})
+                              "entr", "tmux", "parallel", "systemd-nspawn", "runuser",
+                              # they run the command after their own options: sshpass -p PW CMD, unbuffer CMD...
+                              "sshpass", "unbuffer", "rlwrap", "torsocks", "torify", "proxychains", "proxychains4",
+                              "tsocks", "trickle", "eatmydata", "nocache", "fakechroot", "setarch", "linux32",
+                              "linux64", "cpulimit", "chronic", "ifne", "gosu", "su-exec", "ssh-agent", "dbus-launch",
+                              "lckdo", "with-lock-ex", "timelimit", "hwloc-bind", "schedtool", "srun", "mpirun",
+                              "mpiexec", "retry", "systemd-cat", "tsp", "nq", "sem", "vglrun", "optirun",
+                              "primusrun"})
 #: wrappers whose words may each be a shell command line (``tmux new -d 'CMD'``, ``parallel ::: 'CMD'``)
 _SCRIPT_WORDS = frozenset({"tmux", "parallel"})
-_PROGRAM_WORD_RE = re.compile(r"^[A-Za-z_./][A-Za-z0-9_.+/-]*$")
+#: a word that may be a program's name: a plain name or path, or a pattern that may expand to one (`/usr/sbin/re*`)
+_PROGRAM_WORD_RE = re.compile(r"^[A-Za-z_./*?\[][A-Za-z0-9_.+/*?\[\]!-]*$")
 #: options of those wrappers whose value is a shell command line
 _SCRIPT_OPTIONS: dict[str, frozenset[str]] = {n: frozenset({"-c", "--command"})
                                               for n in ("flock", "script", "sg", "capsh", "runuser")}
@@ -842,11 +922,42 @@ def _wrap_suffixes(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
     if name in _SCRIPT_WORDS:
         results.extend(_Script(w.text, name) for w in args if w.static and " " in w.text)
     for i, word in enumerate(args):
-        if (word.static and _PROGRAM_WORD_RE.match(word.text) and not word.text.startswith("-")
-                and word.text.rsplit("/", 1)[-1] not in ("", ".", "..")
-                and not re.match(r"^[0-9.,:x-]+$|^0x", word.text)):
+        if _may_name_program(word):
             results.append(_Inner(args[i:], name))
     return results
+
+
+def _may_name_program(word: _Word) -> bool:
+    """Whether ``word`` may be the name of a program a wrapper runs (not an option, a number or a count)."""
+    return (word.static and bool(_PROGRAM_WORD_RE.match(word.text)) and not word.text.startswith("-")
+            and word.text.rsplit("/", 1)[-1] not in ("", ".", "..")
+            and not re.match(r"^[0-9.,:x-]+$|^0x", word.text))
+
+
+#: wrappers whose command is not one of their suffixes (a script, a joined string, a remote command, find's
+#: -delete): a glob command name that may name one is also read as it
+_SCRIPT_WRAPPERS = frozenset({*_SHELLS, "eval", "su", "runuser", "watch", "ssh", "env", "trap", "alias", "mapfile",
+                              "readarray", "find", "flock", "script", "sg", "capsh", "tmux", "parallel", "sudo",
+                              "doas", "chroot", "busybox", "toybox", "coreutils", "ip", "timeout", "nice", "xargs"})
+
+
+def _glob_head(words: list[_Word], ctx: _Ctx) -> list[SimpleCommand]:
+    """A command name that is a pattern (``/usr/sbin/re[b]oot``, ``/usr/bin/[s]udo reboot``) may name any program:
+    the command is opaque, and every reading of it as a wrapper is decided as an alternative that counts where a
+    rule denies it: each suffix of its words that may name a program (what most wrappers run), and each wrapper
+    of :data:`_SCRIPT_WRAPPERS` it may name (``[b]ash -c 'reboot'``). Inside such an alternative a pattern's
+    suffixes are not read again (the outer one listed them)."""
+    base = words[0].text.rsplit("/", 1)[-1]
+    out = [_emit(words, ctx, f"the command name {words[0].text!r} is a glob pattern")]
+    alternative = replace(ctx, alternative=True)
+    if not ctx.alternative:
+        for i in range(1, len(words)):
+            if _may_name_program(words[i]) and ctx.budget.left > 0:
+                out.extend(_resolve(words[i:], alternative))
+    for wrapper in sorted(_SCRIPT_WRAPPERS):
+        if ctx.budget.left > 0 and globs_intersect(base, wrapper):
+            out.extend(_resolve([_Word.literal(wrapper), *words[1:]], alternative))
+    return out
 
 
 def _wrap_eval(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
@@ -1105,8 +1216,12 @@ def _wrap_find(name: str, args: list[_Word], ctx: _Ctx) -> list[_Result]:
             if j >= len(args) or not inner:
                 results.append(_Self(f"find {word.text} without a terminating ';' or '+'"))
             else:
-                results.append(_Inner(_mark_substituted(inner, "{}"), f"find {word.text}"))
                 program = _normalise_program(inner[0].text)[0] if inner[0].static else ""
+                # the command reads what find hands it: any file below the start directories
+                found = tuple(p for start in starts or [_Word.literal(".")]
+                              for p in below(start.text, start.static, ctx.cwds)) if (
+                    program not in STAT_ONLY and any("{}" in w.text for w in inner)) else ()
+                results.append(_Inner(_mark_substituted(inner, "{}"), f"find {word.text}", reads=found))
                 reach = _find_reaches_devices(starts, ctx) if program not in STAT_ONLY else None
                 if reach is not None:
                     results.append(_Self(f"find {reach} {word.text} {program} opens what it finds there, which may "
@@ -1290,8 +1405,10 @@ class _Walker:
             return result
         if kind == "$":
             return _Word.literal("$", quoted=False)
-        # Expansions and anything this module does not know: keep the source text, flagged dynamic.
         raw = self.text(node)
+        if kind == "arithmetic_expansion" and (value := constant_arithmetic(raw)) is not None:
+            return _Word.literal(str(value))  # `$((0+1))` is the word 1
+        # Expansions and anything this module does not know: keep the source text, flagged dynamic.
         return _Word(raw, (True,) * len(raw), False)
 
     def string(self, node: tree_sitter.Node) -> _Word:
@@ -1307,7 +1424,9 @@ class _Walker:
                 result = result + _Word.literal(_unescape_double(self.text(child)))
             else:
                 raw = self.text(child)
-                result = result + _Word(raw, (True,) * len(raw), False)
+                value = constant_arithmetic(raw) if child.type == "arithmetic_expansion" else None
+                result = result + (_Word(raw, (True,) * len(raw), False) if value is None
+                                   else _Word.literal(str(value)))
             pos = child.end_byte
         if end > pos:
             result = result + _Word.literal(_unescape_double(self.gap(pos, end)))
@@ -1704,9 +1823,8 @@ class _Walker:
             oldpwd_set=self.oldpwd_set,
             cdpath_set=self.cdpath_set,
         )
-        expanded: list[_Word] = []
-        for word in [*words, *extra]:
-            expanded.extend(_brace_expand(word))
+        groups = [_brace_expand(word) for word in [*words, *extra]]
+        expanded = [w for group in groups for w in group]
         for command in _resolve(expanded, ctx):
             self.out.append(command)
             self.track_cd(command)
@@ -1716,6 +1834,12 @@ class _Walker:
                     f"{command.program} reads {endless}, which never ends, and nothing after it in the pipeline stops "
                     "reading (head, dd count=, read): what it keeps or writes grows until memory or the disk is full",
                     command.text))
+        # a brace expansion's alternatives count each on its own where a rule denies: `cp /dev/zero /dev/{sda,null}`
+        # names /dev/sda as cp's target as `cp /dev/zero /dev/sda` does (the words only shift which one it is)
+        variants = [[w for k, g in enumerate(groups) for w in ([alt] if k == i else g)]
+                    for i, group in enumerate(groups) if len(group) > 1 for alt in group]
+        for variant in variants[:MAX_BRACE_WORDS]:
+            self.out.extend(_resolve(variant, replace(ctx, alternative=True)))
 
     def stopped_later(self, node: tree_sitter.Node) -> bool:
         """Whether a later stage of the pipeline ``node`` is in reads a bounded amount and then stops (``head``,
@@ -1796,6 +1920,11 @@ def _emit(words: list[_Word], ctx: _Ctx, reason: str | None, defines: tuple[str,
             if named is not None:
                 reasons.append(f"{argv[0]} opens a file named at run time ({named[:40]!r}), which may be a device "
                                "that acts when opened (a watchdog: the host reboots)")
+    # what find -exec hands a command counts as read by a program that opens its operands (`cat {}`, not `rm {}`)
+    reads = list(ctx.reads) if argv and argv[0] in OPENS_OPERANDS else []
+    if argv and words[0].static:
+        reads += reads_of(argv[0], argv[1:], [w.static for w in words[1:]], ctx.cwds,
+                          opens_operands=argv[0] in OPENS_OPERANDS)
     return SimpleCommand(
         argv=argv,
         dynamic=[not w.static for w in words],
@@ -1812,6 +1941,8 @@ def _emit(words: list[_Word], ctx: _Ctx, reason: str | None, defines: tuple[str,
         defines=list(defines),
         text=ctx.text,
         cwds=list(dict.fromkeys(ctx.cwds)),
+        reads=list(dict.fromkeys(reads)),
+        alternative=ctx.alternative,
     )
 
 
@@ -1984,7 +2115,7 @@ def _resolve(words: list[_Word], ctx: _Ctx) -> list[SimpleCommand]:
     if not head.static:
         return [_emit(words, ctx, f"the command name {head.text!r} is computed at run time")]
     if head.has_unquoted(_GLOB_CHARS):
-        return [_emit(words, ctx, f"the command name {head.text!r} is a glob pattern")]
+        return _glob_head(words, ctx)
     if head.text == "":
         return [_emit(words, ctx, "the command name is empty")]
     name, _ = _normalise_program(head.text)
@@ -2018,6 +2149,7 @@ def _resolve(words: list[_Word], ctx: _Ctx) -> list[SimpleCommand]:
                 inner_ctx,
                 assignments=(*ctx.assignments, *result.assignments),
                 args_from_stdin=ctx.args_from_stdin or result.args_from_stdin,
+                reads=tuple(dict.fromkeys((*ctx.reads, *result.reads))),
             )
             if result.cwd is not None:  # `env -C DIR`, `sudo -D DIR`
                 inner_ctx = replace(inner_ctx, cwds=tuple(
@@ -2088,9 +2220,11 @@ def parse_command(command: str, *, cwd: str | None = None,
         NAME=VALUE`` at its start, so a variable not known to be inert, or a value holding ``$(...)``, is an opaque
         pseudo-command (``env NAME=...``).
     :returns: the simple commands in source order (a ``find -exec`` yields ``find`` and then the inner
-        command). A command line that does not parse yields an opaque pseudo-command (empty ``argv``) first,
-        followed by whatever commands could still be recognised. A name redefined in the command line (shell
-        function, alias, ``enable``, ``hash -p``) makes its calls opaque. Never raises for any input string.
+        command), and after a command whose words the shell expands, its other readings marked
+        :attr:`SimpleCommand.alternative` (a brace alternative alone, a wrapper a glob command name may name).
+        A command line that does not parse yields an opaque pseudo-command (empty ``argv``) first, followed by
+        whatever commands could still be recognised. A name redefined in the command line (shell function,
+        alias, ``enable``, ``hash -p``) makes its calls opaque. Never raises for any input string.
     """
     start = "~" if cwd in (None, "") else join_dir("~", cwd)
     ctx = _Ctx(cwds=(start,))

@@ -50,7 +50,8 @@ from .specs import (
 from .systemd import STATE_KEYS as UNIT_STATE_KEYS
 from .systemd import UNIT_PROPS, check_unit
 
-__all__ = ["STATE_KEYS", "UNIT_PROPS", "ProbeResult", "advance", "check_probe", "check_probes", "port_holder"]
+__all__ = ["STATE_KEYS", "UNIT_PROPS", "ProbeResult", "advance", "check_probe", "check_probes", "port_holder",
+           "probe_target"]
 
 log = structlog.get_logger(__name__)
 
@@ -146,38 +147,51 @@ async def _http(host: Host, p: HttpProbe) -> ProbeResult:
 @dataclass(frozen=True)
 class _FileLook:
     """One look at a log file: its inode, the offset read from (0 when the file is another one than the probe's
-    inode, or shorter than its offset), the bytes from there, and its modification time on the host's uptime clock
-    (seconds; None when unknown)."""
+    inode, or shorter than its offset), the bytes from there, its modification time on the host's uptime clock
+    (seconds; None when unknown), its size, and whether it is something other than a regular file (``special``:
+    a device, a FIFO, a socket or a directory, never opened)."""
 
     inode: str
     offset: int
     data: bytes
     mtime_s: float | None
     size: int = 0
+    special: bool = False
+
+
+#: seconds a log probe's read of its file may take on the host before timeout(1) kills it (a regular file only: a
+#: slow or hung file system must not leave a reader behind)
+READ_LIMIT_S = 10
 
 
 async def _file_look(host: Host, path: str, offset: int, inode: Any, *, read: bool) -> _FileLook:
     """Look at a log file in one round trip (stat(1), date(1) -r and /proc/uptime; with ``read``, the bytes from the
-    offset, at most 4 MiB). :raises HostError: the host cannot be reached."""
+    offset, at most 4 MiB, read within :data:`READ_LIMIT_S`). Only a regular file is ever opened (``test -f``,
+    which follows links): a device (``/dev/watchdog``: opening it arms the watchdog and the host reboots), a FIFO
+    (an open blocks until a writer comes) or a directory is only looked at with stat(1), and reported ``special``.
+    :raises HostError: the host cannot be reached."""
     q = shlex.quote(path)
     known = shlex.quote(str(inode)) if inode else "''"
     cmd = (f"read -r up _ </proc/uptime; n=$(date +%s.%N); m=$(date -r {q} +%s.%N 2>/dev/null); "
-           f"i=$(stat -L -c %i -- {q} 2>/dev/null); s=$(wc -c < {q} 2>/dev/null); o={int(offset)}; "
+           f"i=$(stat -L -c %i -- {q} 2>/dev/null); s=; t=-; if [ -f {q} ]; then t=f; "
+           f"s=$(stat -L -c %s -- {q} 2>/dev/null); elif [ -e {q} ]; then t=x; fi; o={int(offset)}; "
            f"{{ [ -z {known} ] || [ \"$i\" = {known} ]; }} && [ \"${{s:-0}}\" -ge \"$o\" ] || o=0; "
-           'echo "@@file ${i:--} ${s:-0} $o $up $n ${m:--}"'
-           + (f'; [ -z "$s" ] || tail -c +$((o + 1)) -- {q} | head -c 4194304' if read else ""))
+           'echo "@@file ${i:--} ${s:-0} $o $up $n ${m:--} $t"'
+           + (f"; [ -z \"$s\" ] || {{ if command -v timeout >/dev/null 2>&1; then timeout -k 1 {READ_LIMIT_S} "
+              f"tail -c +$((o + 1)) -- {q}; else tail -c +$((o + 1)) -- {q}; fi; }} | head -c 4194304"
+              if read else ""))
     res = await run_on(host, cmd)
     head, _, data = res.stdout.partition(b"\n")
     words = head.decode("ascii", "replace").split()
-    if len(words) != 7 or words[0] != "@@file":
+    if len(words) != 8 or words[0] != "@@file":
         return _FileLook(str(inode or ""), offset, b"", None, offset)
-    _, ino, size, used, up, now_s, mtime = words
+    _, ino, size, used, up, now_s, mtime, kind = words
     try:
         mtime_s: float | None = float(up) - (float(now_s) - float(mtime))
     except ValueError:
         mtime_s = None
     return _FileLook("" if ino == "-" else ino, int(used) if used.isdigit() else 0, data, mtime_s,
-                     int(size) if size.isdigit() else 0)
+                     int(size) if size.isdigit() else 0, special=kind == "x")
 
 
 async def file_floor(host: Host, spec: dict[str, Any]) -> dict[str, Any]:
@@ -217,6 +231,10 @@ async def _log(host: Host, p: LogProbe, invocation: str | None = None,
         assert p.path is not None
         look = await _file_look(host, p.path, p.offset, state.get(INODE), read=True)
         updates = {"offset": look.offset + len(look.data), INODE: look.inode}
+        if look.special:
+            return ProbeResult("log", target, "failed", f"{p.path} is not a regular file (a device, a FIFO, a socket "
+                               "or a directory): a log probe reads regular files only, and opening a device may act "
+                               "on it (a watchdog reboots the host)", updates)
         if since_s is not None and look.mtime_s is not None and look.mtime_s < since_s - _MTIME_SLACK_S:
             # nothing was written to the file since the units' new invocation began: whatever is in it after the
             # probe's start was written before (the old process, while it stopped): it does not count
@@ -419,6 +437,11 @@ async def _only_new_listeners(host: Host, specs: list[dict[str, Any]], results: 
                 r.updates, r.details)
             continue
         results[i] = ProbeResult(r.kind, r.target, "not_yet", f"{r.evidence}, {why}", r.updates, r.details)
+
+
+def probe_target(spec: dict[str, Any]) -> str:
+    """What a probe spec looks at, as its results name it (a unit, a path, a URL, ``ADDRESS:PORT``)."""
+    return _target(spec)
 
 
 def _target(spec: dict[str, Any]) -> str:

@@ -33,6 +33,7 @@ from ..errors import (
     HostError,
     NotFound,
     PermissionDenied,
+    PolicyError,
     TargetTimeout,
     TargetUnreachable,
     Unsupported,
@@ -40,9 +41,12 @@ from ..errors import (
 from ..hosts.base import Host, run_on
 from ..jobs.hints import NextCall, render
 from ..outcomes import Denied, Detached, Finished, NeedsApproval, ProbeReport, ResultModel
-from ..probes.checks import UNIT_PROPS, advance, check_probes, port_holder
+from ..output import VIEW_CONTEXT_BYTES
+from ..probes.checks import UNIT_PROPS, advance, check_probes, port_holder, probe_target
 from ..probes.parse import parse_free, parse_nvidia_smi, parse_systemctl_show, parse_timespan_s
+from ..probes.result import ProbeResult
 from ..probes.specs import probe_from_dict, with_log_units
+from ..redact import redact_slice
 
 if TYPE_CHECKING:
     from ..jobs.journal import JobRecord
@@ -437,6 +441,7 @@ async def plan_restart(tk: Toolkit, host: str, unit: str, daemon_reload: bool = 
     """
     unit = check_unit(unit)
     extra = with_log_units([probe_from_dict(p).model_dump(exclude_none=True) for p in (probes or [])], unit)
+    probe_reads_allowed(tk, host, extra)
     own = next((p for p in extra if p.get("kind") == "systemd_unit" and check_unit(str(p["unit"])) == unit), {})
     extra = [p for p in extra if p is not own]
     h = tk.hosts.get(host)
@@ -544,8 +549,10 @@ async def _journal_cursor(h: Host, unit: str) -> str | None:
 
 
 async def _file_size(h: Host, path: str) -> int:
-    """``path``'s size in bytes now (0 when it does not exist yet: all of it will be new)."""
-    res = await run_on(h, f"wc -c < {shlex.quote(path)} 2>/dev/null || echo 0")
+    """``path``'s size in bytes now (0 when it does not exist yet, or is not a regular file: all of it will be new),
+    from stat(1): the file is not opened (a device or a FIFO never is)."""
+    q = shlex.quote(path)
+    res = await run_on(h, f"[ -f {q} ] && stat -L -c %s -- {q} 2>/dev/null || echo 0")
     text = res.stdout.decode("ascii", "replace").strip().splitlines()
     return int(text[-1]) if text and text[-1].isdigit() else 0
 
@@ -578,7 +585,11 @@ async def _unit_and_cursor(h: Host, host: str, unit: str) -> tuple[dict[str, str
 async def read_file(tk: Toolkit, host: str, path: str, offset: int = 0, limit: int = 65536,
                     approval_id: str | None = None) -> FileContent | Denied | NeedsApproval:
     """Bytes ``[offset, offset+limit)`` of a file on the host, decoded for reading. With a policy, the read is
-    decided as ``cat PATH`` (a file of password hashes or private keys asks first in the shipped policies)."""
+    decided as ``cat PATH`` (a file of password hashes or private keys asks first in the shipped policies).
+    Secrets are hidden with the file's bytes on both sides of the page
+    (:data:`~agent_tools.output.VIEW_CONTEXT_BYTES` before it in the same round trip, and after it in one more
+    when the page ends before the file does), so a secret the page cuts (a private key read from its middle, a
+    ``.netrc`` entry's ``password`` line) is found as in the whole file."""
     _check_path(path)
     if offset < 0 or not 0 < limit <= 1 << 20:
         raise BadArguments("offset must be >= 0 and limit between 1 and 1048576 bytes")
@@ -587,21 +598,29 @@ async def read_file(tk: Toolkit, host: str, path: str, offset: int = 0, limit: i
     decision = await tk.gate(host, f"cat {q}", approval_id, same_args="host, path")
     if decision is not None:
         return decision
-    res = await run_on(h, f"wc -c < {q} && tail -c +{offset + 1} -- {q} | head -c {limit}")
+    start = max(0, offset - VIEW_CONTEXT_BYTES)  # bytes before the page: only to find secrets the page cuts
+    res = await run_on(h, f"wc -c < {q} && tail -c +{start + 1} -- {q} | head -c {offset - start + limit}")
     if res.exit_status != 0 and b"Is a directory" in res.stderr:  # wc: 'standard input': Is a directory (EISDIR)
         raise BadArguments(f"{path} is a directory on {host}: read_file reads files (run_command 'ls -la {q}' lists "
                            "it)")
     if res.exit_status != 0:
         raise file_error(host, path, "read", res.stderr)
-    first, _, data = res.stdout.partition(b"\n")
+    first, _, window = res.stdout.partition(b"\n")
     total = int(first.strip() or 0)
+    before, data = window[: offset - start], window[offset - start :]
     end = offset + len(data)
     if b"\0" in data[:8000]:
         # a NUL in the first bytes: a binary file (grep(1) and git decide so), not text to read
         raise BadArguments(f"{path} on {host} is a binary file ({total} bytes, it holds NUL bytes): read_file shows "
                            f"text; run_command 'file {q}' says what it is, 'od -A d -c {q} | head' shows its bytes")
-    return FileContent(host=host, path=path, offset=offset, total_bytes=total,
-                       text=data.decode("utf-8", "replace"), next_offset=end if end < total else None)
+    after = b""
+    if end < total:
+        more = await run_on(h, f"tail -c +{end + 1} -- {q} | head -c {VIEW_CONTEXT_BYTES}")
+        after = more.stdout
+    parts = [b.decode("utf-8", "replace") for b in (before, data, after)]
+    text = redact_slice("".join(parts), len(parts[0]), len(parts[0]) + len(parts[1]))
+    return FileContent(host=host, path=path, offset=offset, total_bytes=total, text=text,
+                       next_offset=end if end < total else None)
 
 
 async def _read_all(h: Host, path: str) -> bytes | None:
@@ -825,20 +844,60 @@ async def host_memory(tk: Toolkit, host: str) -> HostMemory:
                       available_bytes=avail, available_gib=_gib(avail), buff_cache_bytes=mem.get("buff_cache_bytes", 0))
 
 
+def probe_reads_allowed(tk: Toolkit, host: str, probes: list[dict[str, Any]]) -> None:
+    """A ``log`` probe of a file reads it as ``cat PATH`` does, so with a policy it is decided as that read
+    (:func:`read_file` is too) before anything is read: where the policy denies it or asks first (a file of
+    password hashes or private keys), the probe is refused, as it has no approval of its own.
+
+    :raises PolicyError: a probe's file may not be read without approval (kind ``policy``).
+    """
+    for p in probes:
+        path = p.get("path")
+        if p.get("kind") != "log" or not path:
+            continue
+        q = shlex.quote(str(path))
+        decision = tk.decide(host, f"cat {q}")
+        if decision is None or decision.decision == "allow":
+            continue
+        verb = "denies" if decision.decision == "deny" else "asks first for"
+        raise PolicyError(f"a log probe reads {path} as `cat {q}` does, and the policy {verb} that (rule "
+                          f"{decision.rule_id}: {decision.reason}): probe a file the policy lets you read, or read "
+                          f"this one with read_file(host={host!r}, path={str(path)!r}), which can be approved")
+
+
+#: seconds a round of probe checks may run past a wait's deadline before it is given up (the round's commands are
+#: cancelled; a log probe's read is bounded on the host too: :data:`agent_tools.probes.checks.READ_LIMIT_S`)
+_CHECK_GRACE_S = 1.0
+
+
 async def wait_for(tk: Toolkit, host: str, probes: list[dict[str, Any]], deadline_s: float = 60.0) -> WaitResult:
     """Poll ``probes`` on ``host`` (backoff 0.2 → 2 s) until all pass, one fails, or ``deadline_s`` passes.
 
     As for a job (:func:`agent_tools.probes.checks.check_probes`): ``systemd_unit`` probes are checked first
     and must see their unit up for its settle window; the other probes count only while every unit is active.
+    A round of checks that has not answered by the deadline (plus a second) is given up: the wait ends
+    ``deadline_exceeded``, or with the host's error when the host itself no longer answers. A ``log`` probe's
+    file is decided as ``cat PATH`` first (:func:`probe_reads_allowed`).
+
+    :raises PolicyError: the policy denies or asks before a probe's file is read.
     """
     specs = with_log_units([probe_from_dict(p).model_dump() for p in probes], None)
+    probe_reads_allowed(tk, host, specs)
     h = tk.hosts.get(host)
     t0 = anyio.current_time()
     delay = 0.2
     units = [str(s["unit"]) for s in specs if s.get("kind") == "systemd_unit"]
     look = f"service_status(host={host!r}, unit={units[0]!r}) shows the unit and its journal" if units else ""
     while True:
-        results = await check_probes(h, specs)
+        left = deadline_s - (anyio.current_time() - t0)
+        with anyio.move_on_after(max(left, 0.0) + _CHECK_GRACE_S) as scope:
+            results = await check_probes(h, specs)
+        if scope.cancelled_caught:  # the round did not answer within the deadline: the host, or a check hangs?
+            lost = await _link_down(h)
+            if lost is not None:
+                raise lost
+            results = [ProbeResult(str(s.get("kind")), probe_target(s), "not_yet",
+                                   f"no answer within deadline_s={deadline_s:g}") for s in specs]
         specs = advance(specs, results)
         reports = [r.report() for r in results]
         elapsed = round(anyio.current_time() - t0, 3)

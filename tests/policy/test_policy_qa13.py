@@ -265,14 +265,14 @@ def test_recursive_deletes_of_system_directories_by_other_names_are_denied(defau
 @pytest.mark.parametrize(
     "command",
     ["rm -rf build", "rm -rf /tmp/build", "rm -rf ~alice/build", "find . -name '*.pyc' -delete",
-     "rsync -a --delete /etc/ /backup/etc/", "cp x ~/notes", "cp /dev/zero /dev/{sda,null}"],
+     "rsync -a --delete /etc/ /backup/etc/", "cp x ~/notes"],
 )
 def test_their_neighbours_still_only_ask(default: PolicySet, command: str) -> None:
     assert default.decide("local", command).decision == "ask", default.decide("local", command).reason
 
 
 @pytest.mark.parametrize(
-    "command", ["grep -r x /dev", "grep -r x /etc", "grep -D read x /etc/hostname", "ls -l ~sys/watchdog",
+    "command", ["grep -r x /dev", "grep -r x /var/log", "grep -D read x /etc/hostname", "ls -l ~sys/watchdog",
                 "tree -L 2 /etc", "date +%s", "date -u", "head -c 16 /dev/urandom",
                 "tr -dc a-z < /dev/urandom | head -c 8", "sleep 5 & wait", "for h in a b c; do sleep 1 & done; wait",
                 "cat /dev/zero | head -c 4"],
