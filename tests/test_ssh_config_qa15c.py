@@ -56,6 +56,11 @@ def _ssh_G(config: Path, alias: str) -> dict[str, str]:
     return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
 
 
+def _ssh(config: Path, alias: str, *remote: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ssh", "-F", str(config), alias, *remote], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+
+
 def _logins(server: RealSshd, since: int) -> int:
     return server.log_text()[since:].count("Accepted publickey for ")
 
@@ -103,8 +108,7 @@ async def test_proxycommand_and_proxyjump_whichever_is_obtained_first_wins_as_ss
     assert (pc.split()[0] if isinstance(pc, str) else None) == (truth["proxycommand"].split()[0]
                                                                 if "proxycommand" in truth else None) == proxycommand
     mark = len(real_sshd.log_text())
-    ssh = subprocess.run(["ssh", "-F", str(proxy_cfg), alias, "echo", "via-ssh"], capture_output=True, text=True,
-                         timeout=60, stdin=subprocess.DEVNULL)
+    ssh = _ssh(proxy_cfg, alias, "echo", "via-ssh")
     assert ssh.returncode == 0 and ssh.stdout == "via-ssh\n", ssh.stderr
     assert _logins(real_sshd, mark) == connections
     mark = len(real_sshd.log_text())
@@ -135,3 +139,58 @@ async def test_a_dead_proxyjump_hop_is_named_in_the_error(proxy_cfg: Path) -> No
         await host.aclose()
     assert "at ProxyJump hop hopdead, 127.0.0.1:" in str(info.value), info.value
     assert getattr(info.value, "kind", None) == "unreachable"
+
+
+def test_status_of_a_job_on_an_alias_a_wildcard_names_says_the_config_changed_not_renamed(
+        real_sshd: RealSshd, dead_port: int, tmp_path: Path) -> None:
+    """Finding 8: a job on `lo-b`, reached through `Host lo-*` lines only; the file changes (lo-b's port with it):
+    status said "no Host line in it ... names lo-b now: renamed, or its Include removed?" (only literal aliases
+    were looked up), while `Host lo-*` still names it (ssh -G: the same host name, another port)."""
+    import json
+
+    cfg = tmp_path / "ssh_config"
+
+    def write(first: str) -> None:
+        cfg.write_text(f"""\
+Host {first}
+    Port {real_sshd.port}
+Host lo-*
+    HostName 127.0.0.1
+    User {real_sshd.user}
+    IdentityFile {real_sshd.client_key_path}
+    IdentitiesOnly yes
+    IdentityAgent none
+    UserKnownHostsFile {real_sshd.known_hosts_path}
+    GlobalKnownHostsFile /dev/null
+    StrictHostKeyChecking yes
+    BatchMode yes
+    ConnectTimeout 5
+Host *
+    Port {dead_port}
+""")
+
+    write("lo-* !lo-skip")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HOME": str(home), "AGENT_TOOLS_STATE_DIR": str(tmp_path / "st"),
+           "AGENT_TOOLS_SSH_CONFIG": ""}
+
+    def cli(*args: str) -> dict[str, object]:
+        res = subprocess.run([sys.executable, "-m", "agent_tools.cli", args[0], "--json", *args[1:]], env=env,
+                             capture_output=True, text=True, timeout=90)
+        return json.loads(res.stdout)  # type: ignore[no-any-return]
+
+    started = cli("run", "-F", str(cfg), "--budget", "0.5", "lo-b", "--", "sleep 30")
+    assert started["outcome"] == "detached", started
+    try:
+        write("lo-* !lo-skip !lo-b")  # only lo-b's port changes
+        assert (_ssh_G(cfg, "lo-b")["hostname"], _ssh_G(cfg, "lo-b")["port"]) == ("127.0.0.1", str(dead_port))
+        status = cli("status", str(started["job_id"]))
+        assert status["outcome"] == "error", status
+        msg = str(status["message"])
+        assert "renamed" not in msg and "no Host line" not in msg, msg
+        assert (f"changed since the launch; the line Host lo-* ({cfg}) applies to lo-b now, and it is reached as "
+                "the file says") in msg, msg
+    finally:
+        write("lo-* !lo-skip")
+        assert cli("cancel", str(started["job_id"]), "--grace", "1")["state"] == "killed"
