@@ -38,7 +38,8 @@ class RunCommandArgs(_Args):
     cwd: str | None = Field(default=None, description="working directory on the host")
     env: dict[str, str] | None = Field(default=None, description="extra environment variables")
     idempotency_key: str | None = Field(default=None, max_length=128,
-                                        description="the same key on the same host never starts a second job")
+                                        description="the same key on the same host never starts a second job "
+                                                    "(another command under it is refused)")
     approval_id: str | None = Field(default=None, description=APPROVAL)
 
 
@@ -52,7 +53,7 @@ class JobOutputArgs(_Args):
     stream: Literal["stdout", "stderr"] = Field(default="stdout", description="which stream")
     offset: int = Field(default=0, ge=0, description="byte offset to start at")
     limit: int = Field(default=16384, description=PAGE_LIMIT)  # 1..1 MiB: checked by the runner (BadArguments)
-    tail_lines: int | None = Field(default=None, description="start N lines before the end")
+    tail_lines: int | None = Field(default=None, description="the last N lines (the page ends at the output's end)")
     grep: str | None = Field(default=None, description="only lines matching this regex (grep -iE), as OFFSET:line")
 
 
