@@ -247,3 +247,31 @@ def test_opencode_subagent_sessions_are_named_and_the_listing_says_whose_they_ar
     (storage / "message" / "ses_qa15cParent").mkdir(parents=True)
     calls = parse_opencode(storage, session="ses_qa15cParent")
     assert "1 bash call(s) of this session's subagent session(s) ses_qa15cChild" in calls.describe()
+
+
+def test_codex_the_tools_answer_decides_an_exit_124_whichever_line_comes_first(tmp_path: Path) -> None:
+    """Finding 4, the other order: a function_call_output before its exec_command_end still decides (no note: the
+    command's own 124; the note: the tool's timeout), not the duration alone."""
+    def line(t: str, kind: str, payload: dict[str, object]) -> str:
+        return json.dumps({"timestamp": f"2026-01-05T09:00:{t}.000Z", "type": kind, "payload": payload}) + "\n"
+
+    def shell(t: str, cid: str, cmd: str) -> str:
+        return line(t, "response_item", {"type": "function_call", "name": "shell", "call_id": cid,
+                                         "arguments": json.dumps({"command": ["bash", "-lc", cmd]})})
+
+    def answer(t: str, cid: str, out: str) -> str:
+        return line(t, "response_item", {"type": "function_call_output", "call_id": cid, "output": json.dumps(
+            {"output": out, "metadata": {"exit_code": 124, "duration_seconds": 10.0}})})
+
+    def end(t: str, cid: str) -> str:
+        return line(t, "event_msg", {"type": "exec_command_end", "call_id": cid, "aggregated_output": "",
+                                     "exit_code": 124, "duration": {"secs": 10, "nanos": 0}})
+
+    rollout = tmp_path / "rollout-order.jsonl"
+    rollout.write_text(line("00", "session_meta", {"id": "s", "cwd": "/w"})
+                       + shell("01", "a", "timeout 10 curl -s http://10.0.0.5/") + answer("11", "a", "")
+                       + end("12", "a") + shell("13", "b", "sleep 99")
+                       + answer("23", "b", "command timed out after 10000 milliseconds\n") + end("24", "b"))
+    own, killed = parse_codex(rollout)
+    assert (own.timed_out, own.exit_status) == (False, 124)
+    assert killed.timed_out and killed.timeout_s == 10 and killed.exit_status is None

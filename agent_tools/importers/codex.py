@@ -241,6 +241,7 @@ class _Rollout:
         self.order: list[str] = []
         self.ended: set[str] = set()  # call ids settled by exec_command_end
         self.end_codes: dict[str, int | None] = {}  # call id -> exit status its exec_command_end gave
+        self.model_outputs: dict[str, Any] = {}  # call id -> its function_call_output's output (model-facing)
         self.aborted: set[str] = set()  # call ids in flight when their turn was aborted (turn_aborted)
         self.asked: dict[str, float | None] = {}  # call id -> the timeout (s) the call asked for
         self.sessions: dict[str, ShellCall] = {}  # unified exec session id -> call
@@ -359,6 +360,7 @@ class _Rollout:
             call.stopped_how = f"stopped when its turn was aborted ({reason})"
 
     def _output(self, call: ShellCall, output: Any, ts: float | None) -> None:
+        self.model_outputs.setdefault(call.call_id, output)
         text, code, duration, running = _parse_output(output)
         if call.call_id in self.aborted:  # stopped with its turn; what came after is what it had printed
             if text.strip() != "aborted" and code is None and running is None:
@@ -488,6 +490,8 @@ class _Rollout:
             return
         call.ended_at = end
         self._settle(call, out, code, duration, model_text=False)
+        if call.call_id in self.model_outputs:  # its model-facing output came first: that decides an exit 124
+            self._model_note(call, self.model_outputs[call.call_id])
 
     def exec_json_item(self, event: str, item: dict[str, Any]) -> None:
         """``codex exec --json``: an ``item.*`` event of a ``command_execution`` item (see the module docstring)."""
