@@ -186,6 +186,35 @@ def _plan(out: Path) -> list[dict]:  # type: ignore[type-arg]
     return list(module.PLAN)
 
 
+def test_a_saved_output_is_read_only_from_the_runtimes_own_directory(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A transcript names the saved file's path; only its name is looked up in the runtime's own directory, so a
+    transcript naming another file of this machine cannot make an import copy it into the cassette."""
+    secret = tmp_path / "elsewhere" / "toolu_x.txt"
+    secret.parent.mkdir()
+    secret.write_text("TOPSECRET-CONTENT\n")
+    line = CC_2.read_text().splitlines()[6:8]  # call 4: its saved file is not beside the transcript
+    session = tmp_path / "s.jsonl"
+    session.write_text("\n".join(line).replace(
+        "/home/dev/.claude/projects/-home-dev-app/5e551011-qa15c/tool-results/toolu_01qa15c004.txt", str(secret))
+        + "\n")
+    [call] = parse_claude_code(session)
+    assert "TOPSECRET" not in call.output and call.output_cut is not None, call
+    (tmp_path / "s" / "tool-results").mkdir(parents=True)
+    (tmp_path / "s" / "tool-results" / "toolu_x.txt").write_text("the saved output\n")
+    [call] = parse_claude_code(session)
+    assert (call.output, call.output_cut) == ("the saved output\n", None)  # the same name, beside the transcript
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    export = tmp_path / "export.json"
+    export.write_text(OC_EXPORT.read_text().replace("/home/dev/.local/share/opencode/tool-output/tool_q3here",
+                                                    str(tmp_path / "elsewhere" / "toolu_x.txt")))
+    seq = _by_command(parse_opencode(export))["seq 1 5"]
+    assert "TOPSECRET" not in seq.output and seq.output_cut is not None, seq
+    (tmp_path / "xdg" / "opencode" / "tool-output").mkdir(parents=True)
+    (tmp_path / "xdg" / "opencode" / "tool-output" / "toolu_x.txt").write_text("1\n2\n")
+    assert _by_command(parse_opencode(export))["seq 1 5"].output == "1\n2\n"  # opencode's own data directory
+
+
 def test_opencode_cut_outputs_are_read_whole_or_said_to_be_cut(tmp_path: Path) -> None:
     """Finding 6 (opencode): `...output truncated...` + `metadata.truncated`: the whole output from
     `metadata.outputPath` (or the data directory's `tool-output/`) when it is there, else the part kept, said to be

@@ -52,8 +52,8 @@ structure only — never by searching the command's output, which may quote any 
   30 s timeout, and the line stays its output;
 * an output over the tool's limit (2.0.52 on): the content is ``<persisted-output>`` with a header ("Output too
   large (1.5 MB)"), ``Full output saved to: FILE`` and a preview, and the sidecar names ``persistedOutputPath``:
-  the whole output is read from that file when it is here (the path, or the same name under
-  ``<sessionId>/tool-results/`` beside the transcript), else from the sidecar's stdout/stderr when they hold
+  the whole output is read from that file when it is here (its name under ``<sessionId>/tool-results/`` beside
+  the transcript; no other path the transcript names is read), else from the sidecar's stdout/stderr when they hold
   more than the preview; otherwise the preview is the output and :attr:`~.model.ShellCall.output_cut` says
   what is missing;
 * a background command: the sidecar's ``backgroundTaskId`` (the content then reads ``Command running in
@@ -193,9 +193,9 @@ _PREVIEW_RE = re.compile(r"^Preview \(([^)\n]*)\):\n(.*?)(?:\n\.\.\.)?\s*\Z", re
 def _persisted(text: str, side: dict[str, Any], base: Path) -> tuple[str, str | None] | None:
     """For a result whose output Claude Code saved to a file (``<persisted-output>`` in the content, or the
     sidecar's ``persistedOutputPath``): ``(output, what is missing or None)``. The whole output is the saved file
-    when it is here (the path the transcript names, or the same name under ``<sessionId>/tool-results/`` beside
-    the transcript), else the sidecar's stdout/stderr when they hold more than the preview; otherwise the preview,
-    with a note of what is missing. None when the output was not saved to a file."""
+    when it is here (its name under ``<sessionId>/tool-results/`` beside the transcript, where Claude Code saves
+    it; no other path is read), else the sidecar's stdout/stderr when they hold more than the preview; otherwise
+    the preview, with a note of what is missing. None when the output was not saved to a file."""
     m = _PERSISTED_RE.match(text)
     saved = side.get("persistedOutputPath") if isinstance(side.get("persistedOutputPath"), str) else None
     if m is None and not saved:
@@ -203,11 +203,14 @@ def _persisted(text: str, side: dict[str, Any], base: Path) -> tuple[str, str | 
     body = m.group(1) if m else ""
     where = _SAVED_TO_RE.search(body)
     saved = saved or (where.group(1) if where else None)
-    for cand in ([Path(saved), base.with_suffix("") / "tool-results" / Path(saved).name] if saved else []):
+    # only the session's own tool-results/ is read (by the file's name): a path the transcript names could be any
+    # file of this machine, and what is read goes into the cassette
+    if saved and Path(saved).name not in ("", ".", ".."):
         try:
-            return cand.read_text(encoding="utf-8", errors="replace"), None
+            return (base.with_suffix("") / "tool-results" / Path(saved).name).read_text(encoding="utf-8",
+                                                                                       errors="replace"), None
         except OSError:
-            continue
+            pass
     preview = _PREVIEW_RE.search(body)
     shown = preview.group(2) if preview else ""
     side_text = str(side.get("stdout") or "") + str(side.get("stderr") or "")

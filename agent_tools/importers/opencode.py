@@ -33,9 +33,9 @@ own output may quote any of it):
 * an empty output reads ``(no output)``; a cut one starts with ``...output truncated...`` and "Full output saved
   to: FILE" and keeps the end (``metadata.truncated``, ``metadata.outputPath``; older builds keep the start and
   end with "(Output was truncated due to length limit)"): the markers are removed, and the whole output is read
-  from that file when it is here (the path, or the same name under ``tool-output/`` of the data directory the
-  database or storage is in); otherwise :attr:`~.model.ShellCall.output_cut` says which part the transcript
-  holds.
+  from that file when it is here (its name under ``tool-output/`` of the data directory the database or storage
+  is in, or of this machine's for an export; no other path a part names is read); otherwise
+  :attr:`~.model.ShellCall.output_cut` says which part the transcript holds.
 
 A call runs in its bash ``workdir`` (relative to the session's directory), else in the session's ``directory``.
 A ``task`` tool part starts a subagent session (``state.metadata.sessionId``; the database's ``session.parent_id``,
@@ -151,19 +151,27 @@ def _error(call: ShellCall, state: dict[str, Any]) -> None:
     call.skip(f"{what}: {error[:160]!r}")
 
 
+def _default_data_dir() -> Path:
+    """opencode's data directory on this machine (``$XDG_DATA_HOME/opencode``, default ``~/.local/share``)."""
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "opencode"
+
+
 def _saved_output(meta: dict[str, Any], marker_path: str | None, data_dir: Path | None) -> tuple[str | None, str]:
-    """``(the whole output, or None when it is not here; where it was saved)`` of a cut output: the file named by
-    ``metadata.outputPath`` (or the marker's "Full output saved to"), else the same name under ``data_dir``'s
-    ``tool-output/``."""
+    """``(the whole output, or None when it is not here; where it was saved)`` of a cut output: the file that
+    ``metadata.outputPath`` (or the marker's "Full output saved to") names, looked up by its name under the data
+    directory's ``tool-output/`` (``data_dir``, else this machine's opencode data directory). No other path is
+    read: a part could name any file of this machine, and what is read goes into the cassette."""
     saved = meta.get("outputPath") if isinstance(meta.get("outputPath"), str) and meta["outputPath"] else marker_path
     if not saved:
         return None, "a file the part does not name"
-    for cand in [Path(saved)] + ([data_dir / "tool-output" / Path(saved).name] if data_dir is not None else []):
-        try:
-            return cand.read_text(encoding="utf-8", errors="replace"), saved
-        except OSError:
-            continue
-    return None, saved
+    name = Path(saved).name
+    if name in ("", ".", ".."):
+        return None, saved
+    try:
+        return ((data_dir or _default_data_dir()) / "tool-output" / name).read_text(encoding="utf-8",
+                                                                                   errors="replace"), saved
+    except OSError:
+        return None, saved
 
 
 def _completed(call: ShellCall, state: dict[str, Any], data_dir: Path | None = None) -> None:
