@@ -16,6 +16,7 @@ from .cli_help import HelpGroup
 from .display import safe_text
 from .importers import ShellCall, ShellCalls, import_calls, parse_claude_code, parse_codex, parse_opencode
 from .importers.generate import NAME_RE
+from .importers.opencode import SessionChoiceError
 from .redact import redact
 
 __all__ = ["import_app"]
@@ -60,6 +61,10 @@ def _run(calls: list[ShellCall], runtime: str, source: Path, out_dir: Path, name
       f"{len(skipped)} not\n")
     for c in skipped:
         w(f"  not imported: call {c.index} `{_short(c.command)}` — {c.skip_reason}\n")
+    for c in calls:
+        if c.ran and c.output_cut:
+            w(f"  output cut: call {c.index} `{_short(c.command)}` — {c.output_cut}: the replay shows only that "
+              "part\n")
     for i, n in sorted(replaced.items()):
         w(f"  replaced: call {i} `{_short(by_index[i].command)}` — a check of call {n}, not run: call {n}'s job is "
           "followed with job_status instead\n")
@@ -100,6 +105,9 @@ def opencode(
     """Import the bash calls of an opencode session (export JSON, or opencode's own storage)."""
     try:
         calls = parse_opencode(session, session=session_id)
+    except SessionChoiceError as exc:  # opencode's storage, but which session?
+        sys.stderr.write(safe_text(redact(f"agent-tools import: {exc}")) + "\n")
+        raise typer.Exit(1) from exc
     except ValueError as exc:
         sys.stderr.write(safe_text(redact(f"agent-tools import: {session}: not an opencode session: {exc}")) + "\n")
         raise typer.Exit(1) from exc

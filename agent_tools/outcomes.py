@@ -289,6 +289,9 @@ class JobOutput(ResultModel):
     text: str
     eof: bool = Field(description="true when next_offset reached the stream's current end (with grep: every match "
                                   "was shown)")
+    cut_before: int | None = Field(default=None, description="with tail_lines: the page ends at the output's end, "
+                                                             "and this many bytes of those lines before offset are "
+                                                             "not shown (0: none)")
 
 
 class JobCancelResult(ResultModel):

@@ -252,7 +252,9 @@ def test_codex_unified_exec_sessions_prefer_exec_command_end() -> None:
     assert (calls["nvidia-smi --query-gpu=memory.used --format=csv,noheader"].exit_status,
             calls["grep -c MiB /tmp/none.log"].exit_status, calls["ls /srv/model/w | wc -l"].output) == (0, 2, "12\n")
     assert calls["pkill -f vllm.entrypoints"].skip_reason == "refused: 'exec command rejected by user'"
-    assert (calls["sleep 600"].skip_reason or "").startswith("no result in the transcript")
+    # in flight when its turn was aborted (turn_aborted, no output after it): it ran until then (qa15c #10)
+    assert calls["sleep 600"].ran and calls["sleep 600"].interrupted
+    assert calls["sleep 600"].how_it_ended() == "stopped when its turn was aborted (interrupted)"
     assert "update_plan" not in " ".join(calls) and len(calls) == 8  # other tools are not shell calls
 
 
@@ -281,7 +283,7 @@ def test_codex_exec_command_end_supplies_what_the_output_lacks(tmp_path: Path) -
                              12: "no result in the transcript"}),
     ("opencode", OC_EXPORT, {6: "refused", 7: "no exit status", 10: "no result in the transcript"}),
     ("codex", CODEX_0_46, {5: "refused"}),
-    ("codex", CODEX_UNIFIED, {5: "refused", 8: "no result in the transcript"}),
+    ("codex", CODEX_UNIFIED, {5: "refused"}),  # call 8: in flight when the turn was aborted (qa15c #10)
     ("codex", CODEX_EXEC_JSON, {3: "refused", 5: "no exit status", 6: "no result in the transcript"}),
 ])
 def test_import_cli_says_why_each_call_was_not_imported_and_the_test_replays(
@@ -465,7 +467,7 @@ def test_opencode_aborted_running_call_and_permission_errors() -> None:
 
 
 @pytest.mark.parametrize(("runtime", "path", "call", "stopped_at_s"), [
-    ("opencode", OC_ABORTED, 1, 300.0), ("codex", CODEX_ABORTED, 1, 300.001)])
+    ("opencode", OC_ABORTED, 1, 300.0), ("codex", CODEX_ABORTED, 1, 300.0)])  # codex: turn_aborted's time
 def test_a_call_stopped_while_it_ran_replays_as_a_job_cancelled_then(
         runtime: str, path: Path, call: int, stopped_at_s: float, tmp_path: Path) -> None:
     res = import_calls(parse_opencode(path) if runtime == "opencode" else parse_codex(path), runtime=runtime,

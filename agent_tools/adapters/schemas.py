@@ -511,11 +511,12 @@ def bound_result(result: dict[str, Any], *, max_chars: int = DEFAULT_MAX_RESULT_
     A page (``job_output``, ``read_file``: a top-level ``text`` with ``offset`` and ``total_bytes``) keeps the
     longest head that fits with the note, and ``next_offset`` is moved back to the end of what is shown (paging
     never skips a byte); a page is cut whenever its text is longer than that head, so a larger ``limit`` never shows
-    less than a smaller one. Any other result, each step only while the JSON is still too long: (1) shorten output
-    texts (``stdout``/``stderr`` views: head + tail with a marker that gives the offset job_output reads on
-    from, ``omitted_bytes`` raised by what was cut); (2) shorten any other long string the same way; (3) drop
-    the tail of the longest lists. Every change is named in ``shortened``. A result that still does not fit is
-    replaced by its top-level scalars and the note.
+    less than a smaller one. A ``tail_lines`` page (``cut_before`` set) keeps the longest end instead, ``offset``
+    moved forward to its start and ``cut_before`` grown by what was left out. Any other result, each step only
+    while the JSON is still too long: (1) shorten output texts (``stdout``/``stderr`` views: head + tail with a
+    marker that gives the offset job_output reads on from, ``omitted_bytes`` raised by what was cut); (2) shorten
+    any other long string the same way; (3) drop the tail of the longest lists. Every change is named in
+    ``shortened``. A result that still does not fit is replaced by its top-level scalars and the note.
 
     :param result: a JSON-ready dict (as :meth:`Toolkit.dispatch` returns).
     :param max_chars: the bound in characters (> 500).
@@ -526,7 +527,8 @@ def bound_result(result: dict[str, Any], *, max_chars: int = DEFAULT_MAX_RESULT_
         return len(text) <= max_chars and estimate_tokens(text) <= max_tokens
 
     if _is_page(result):
-        return _fit_page(result, fits, _PAGE_NOTE.format(tokens=max_tokens, chars=max_chars))
+        return _fit_page(result, fits, _PAGE_NOTE.format(tokens=max_tokens, chars=max_chars),
+                         _TAIL_NOTE.format(tokens=max_tokens, chars=max_chars))
     if fits(result):
         return result
     # the largest character bound whose shortened result fits (binary search: each try is one _bound_chars)
@@ -554,13 +556,17 @@ def _is_page(result: dict[str, Any]) -> bool:
             and isinstance(result.get("total_bytes"), int))
 
 
-def _fit_page(result: dict[str, Any], fits: Callable[[dict[str, Any]], bool], note: str) -> dict[str, Any]:
+def _fit_page(result: dict[str, Any], fits: Callable[[dict[str, Any]], bool], note: str,
+              tail_note: str = "") -> dict[str, Any]:
     """The page with the longest head of its text that fits together with ``note`` (binary search; a byte page is
     cut where the bound falls, so a larger ``limit`` never shows less, and ``next_offset`` reads on from the first
     byte left out). A ``grep`` page (lines ``OFFSET:line``) keeps whole lines only, and its ``next_offset`` is the
-    offset of the first line left out, where the search goes on."""
+    offset of the first line left out, where the search goes on. A ``tail_lines`` page (``cut_before`` set) keeps
+    the longest *end* instead, with ``tail_note`` (:func:`_fit_tail_page`): it was asked for the output's end."""
     text: str = result["text"]
     grep = isinstance(result.get("grep"), str)
+    if isinstance(result.get("cut_before"), int) and not grep:
+        return _fit_tail_page(result, fits, tail_note)
 
     def head(n: int) -> str:
         kept = text[:n]
@@ -592,6 +598,36 @@ def _fit_page(result: dict[str, Any], fits: Callable[[dict[str, Any]], bool], no
             hi = mid - 1
     if lo >= len(text) and fits(result):
         return result
+    return cut(lo)
+
+
+_TAIL_NOTE = ("text cut at its start to fit the result size ({tokens} tokens, {chars} characters): it ends at the "
+              "output's end; cut_before bytes before offset are not shown")
+
+
+def _fit_tail_page(result: dict[str, Any], fits: Callable[[dict[str, Any]], bool], note: str) -> dict[str, Any]:
+    """A ``tail_lines`` page (``cut_before`` set): the longest *end* of its text that fits with the note; ``offset``
+    moves forward to where the kept text starts (never past it: bytes are counted low, so reading up to ``offset``
+    skips nothing) and ``cut_before`` grows by what was left out."""
+    text: str = result["text"]
+    end = int(result.get("next_offset", int(result["offset"]) + _raw_bytes_at_most(text)))
+
+    def cut(n: int) -> dict[str, Any]:
+        kept = text[len(text) - n:] if n else ""
+        offset = max(int(result["offset"]), end - _raw_bytes_at_most(kept))
+        return {**result, "text": kept, "offset": offset,
+                "cut_before": int(result["cut_before"]) + offset - int(result["offset"]),
+                "shortened": note}
+
+    if fits(result):
+        return result
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(cut(mid)):
+            lo = mid
+        else:
+            hi = mid - 1
     return cut(lo)
 
 

@@ -118,10 +118,14 @@ class HostRegistry:
             log.info("host.remembered_config", alias=alias, ssh_config=present)
         change = config_change(remembered)
         if change is not None:
-            from .sshconfig import config_hosts
+            from .sshconfig import config_hosts, config_match
 
             named = next((h for h in config_hosts(present) if h.alias == alias), None)
-            if named is None:
+            pattern = config_match(alias, present) if named is None else None
+            if pattern is not None:  # a wildcard line (Host lo-*) applies to it: not renamed
+                reached = (f"the line Host {pattern[0]} ({pattern[1]}) applies to {alias} now, and it is reached as "
+                           "the file says")
+            elif named is None:
                 reached = (f"no Host line in it (or in what it includes) names {alias} now: renamed, or its "
                            "Include removed?")
             else:

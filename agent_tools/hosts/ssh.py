@@ -758,11 +758,16 @@ class SshHost:
                     tunnel = await self._hops(via.jumps, timing, depth=depth + 1)
                 hop_timing = self.settings.timing(via.config)
                 files = host_keys.known_hosts_files(None, via.config, via.hostname, via.port)
-                conn = await asyncssh.connect(hop.host, **via.connect_kwargs(), tunnel=tunnel or (),
-                                              known_hosts=files.trusted(),
-                                              connect_timeout=hop_timing.connect_timeout_s,
-                                              keepalive_interval=hop_timing.keepalive_interval_s,
-                                              keepalive_count_max=hop_timing.keepalive_count_max)
+                try:
+                    conn = await asyncssh.connect(hop.host, **via.connect_kwargs(), tunnel=tunnel or (),
+                                                  known_hosts=files.trusted(),
+                                                  connect_timeout=hop_timing.connect_timeout_s,
+                                                  keepalive_interval=hop_timing.keepalive_interval_s,
+                                                  keepalive_count_max=hop_timing.keepalive_count_max)
+                except (asyncssh.Error, OSError) as exc:  # say it was the hop: its address is not the host's
+                    err = _translate(self.name, exc, "connect")
+                    raise type(err)(self.name, f"{err} (at ProxyJump hop {hop.host}, {via.hostname}:{via.port}, "
+                                               "from the SSH config)") from exc
                 conn.set_tunnel(tunnel)
                 tunnel = conn
         except BaseException:

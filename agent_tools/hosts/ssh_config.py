@@ -41,6 +41,13 @@ first value wins); this module applies them the way ssh(1) does where asyncssh's
   (they are the caller's own keys; which host keys are trusted never depends on ``$HOME``).
 * **ProxyJump hops** are resolved the same way (ssh runs ``ssh -W host:port hop`` with the same config files),
   so a hop's missing key or ``Match final`` block behaves as it does for ssh.
+* **ProxyCommand and ProxyJump** compete (ssh_config(5), ProxyJump: "whichever is specified first will prevent
+  later instances of the other option from taking effect"): a ``ProxyCommand`` obtained first (``none`` too)
+  makes every later ``ProxyJump`` void, and a ``ProxyJump`` host obtained first every later ``ProxyCommand``
+  (readconf.c ``parse_jump`` sets ``ProxyCommand none`` with it); ``ProxyJump none`` stops only later
+  ``ProxyJump`` lines (``ssh -G`` of OpenSSH 9.2). asyncssh keeps the first value of each option on its own, so
+  ``Host bastion-exempt`` / ``ProxyCommand none`` before ``Host *`` / ``ProxyJump bastion`` went through the
+  bastion; here the first one obtained wins, as in ssh.
 
 The resolved options are handed to asyncssh as the configuration of the ``options`` argument of
 ``asyncssh.connect``, with ``config=None`` ("no new configuration files will be loaded, but any configuration
@@ -170,7 +177,25 @@ class _SshConfig(SSHClientConfig):
             out.append("all" if ok != word.startswith("!") else "!all")
         SSHConfig._match(self, option, out)
 
+    def _set_proxy_command(self, option: str, args: list[str]) -> None:
+        """``ProxyCommand``, unless a ``ProxyJump`` host was obtained first (ssh sets ``ProxyCommand none`` with
+        it: readconf.c ``parse_jump``). ``ProxyJump none`` obtained first does not stop it (``ssh -G``, 9.2)."""
+        if self._options.get("ProxyJump") is not None:
+            args.clear()
+            return
+        SSHConfig._set_string(self, option, args)
+
+    def _set_proxy_jump(self, option: str, args: list[str]) -> None:
+        """``ProxyJump``, unless a ``ProxyCommand`` (``none`` too) was obtained first (ssh_config(5): "whichever is
+        specified first will prevent later instances of the other option from taking effect")."""
+        if "ProxyCommand" in self._options:
+            args.clear()
+            return
+        SSHConfig._set_string(self, option, args)
+
     _handlers = {**SSHClientConfig._handlers, "match": ("Match", _match_as_ssh),  # noqa: RUF012 (as the base)
+                 "proxycommand": ("ProxyCommand", _set_proxy_command),
+                 "proxyjump": ("ProxyJump", _set_proxy_jump),
                  # not read by asyncssh: SshSettings.key_mode applies it
                  "stricthostkeychecking": ("StrictHostKeyChecking", SSHConfig._set_string)}
     # ssh_config(5) TOKENS: UserKnownHostsFile takes % tokens and ${VAR}s too (asyncssh expands neither there)

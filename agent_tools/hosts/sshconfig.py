@@ -20,7 +20,7 @@ from pathlib import Path
 
 import structlog
 
-__all__ = ["ConfigHost", "config_hosts", "config_matches"]
+__all__ = ["ConfigHost", "config_hosts", "config_match", "config_matches"]
 
 log = structlog.get_logger(__name__)
 
@@ -118,10 +118,16 @@ def config_hosts(paths: Sequence[str | os.PathLike[str]]) -> list[ConfigHost]:
 def config_matches(alias: str, paths: Sequence[str | os.PathLike[str]]) -> bool:
     """True when some ``Host`` line of ``paths`` other than a bare ``*`` applies to ``alias`` (ssh_config(5)
     pattern rules: ``*``/``?`` globs, a ``!pattern`` that matches excludes the line)."""
-    for patterns, _, _, _ in _blocks(paths):
+    return config_match(alias, paths) is not None
+
+
+def config_match(alias: str, paths: Sequence[str | os.PathLike[str]]) -> tuple[str, str] | None:
+    """``(the Host line's patterns, its file)`` of the first ``Host`` line of ``paths`` other than a bare ``*``
+    that applies to ``alias`` (see :func:`config_matches`), or None."""
+    for patterns, _, path, _ in _blocks(paths):
         if patterns == ["*"]:
             continue
         negated = any(p.startswith("!") and fnmatch.fnmatchcase(alias, p[1:]) for p in patterns)
         if not negated and any(not p.startswith("!") and fnmatch.fnmatchcase(alias, p) for p in patterns):
-            return True
-    return False
+            return " ".join(patterns), path
+    return None

@@ -46,7 +46,16 @@ structure only — never by searching the command's output, which may quote any 
 * a result with ``is_error`` false exited 0 (a leading ``Exit code N`` is then the command's own output);
 * empty output reads ``(Bash completed with no output)`` (or ``Tool ran without output or errors``);
 * a timeout: an ``is_error`` result whose first or last line (after the ``Exit code`` line) is ``Command timed
-  out after 2m 0s`` (older ``2m 0.0s``; usually with ``Exit code 143``);
+  out after 2m 0s`` (older ``2m 0.0s``), from 2.0 on with ``Exit code 143`` (the tool kills the command with
+  SIGTERM), and only when the call lasted about the time the line names (the lines' timestamps): a command that
+  printed that line itself and failed after 3 s (or, in 1.0.x, whose raw output ends with it) was not met by a
+  30 s timeout, and the line stays its output;
+* an output over the tool's limit (2.0.52 on): the content is ``<persisted-output>`` with a header ("Output too
+  large (1.5 MB)"), ``Full output saved to: FILE`` and a preview, and the sidecar names ``persistedOutputPath``:
+  the whole output is read from that file when it is here (its name under ``<sessionId>/tool-results/`` beside
+  the transcript; no other path the transcript names is read), else from the sidecar's stdout/stderr when they hold
+  more than the preview; otherwise the preview is the output and :attr:`~.model.ShellCall.output_cut` says
+  what is missing;
 * a background command: the sidecar's ``backgroundTaskId`` (the content then reads ``Command running in
   background with ID: <id>`` or "... was moved to the background (ID: <id>)"); without that id the notice
   counts only as the first line of a successful result of a call that asked for ``run_in_background``, or (no
@@ -59,7 +68,8 @@ structure only — never by searching the command's output, which may quote any 
 * a resumed session repeats earlier lines: a ``tool_use`` id seen again, and a second result for a call that
   has one, are the same call (the first is kept).
 
-Durations come from the lines' ``timestamp``. Unknown line types and fields are skipped.
+Durations come from the lines' ``timestamp``; a call ran in the ``cwd`` of the line that made it. Unknown line
+types and fields are skipped.
 """
 
 from __future__ import annotations
@@ -173,6 +183,46 @@ def _whole_message(text: str, call: ShellCall) -> bool:
     return m is None or m.group(1).strip() == call.command.strip()
 
 
+#: ``<persisted-output>`` (Claude Code >= 2.0.52: an output over the limit is saved to a file; the result holds a
+#: header, the file's path and a preview)
+_PERSISTED_RE = re.compile(r"^\s*<persisted-output>\n?(.*?)\n?</persisted-output>\s*$", re.DOTALL)
+_SAVED_TO_RE = re.compile(r"^Full output saved to:\s*(.+?)\s*$", re.MULTILINE)
+_PREVIEW_RE = re.compile(r"^Preview \(([^)\n]*)\):\n(.*?)(?:\n\.\.\.)?\s*\Z", re.MULTILINE | re.DOTALL)
+
+
+def _persisted(text: str, side: dict[str, Any], base: Path) -> tuple[str, str | None] | None:
+    """For a result whose output Claude Code saved to a file (``<persisted-output>`` in the content, or the
+    sidecar's ``persistedOutputPath``): ``(output, what is missing or None)``. The whole output is the saved file
+    when it is here (its name under ``<sessionId>/tool-results/`` beside the transcript, where Claude Code saves
+    it; no other path is read), else the sidecar's stdout/stderr when they hold more than the preview; otherwise
+    the preview, with a note of what is missing. None when the output was not saved to a file."""
+    m = _PERSISTED_RE.match(text)
+    saved = side.get("persistedOutputPath") if isinstance(side.get("persistedOutputPath"), str) else None
+    if m is None and not saved:
+        return None
+    body = m.group(1) if m else ""
+    where = _SAVED_TO_RE.search(body)
+    saved = saved or (where.group(1) if where else None)
+    # only the session's own tool-results/ is read (by the file's name): a path the transcript names could be any
+    # file of this machine, and what is read goes into the cassette
+    if saved and Path(saved).name not in ("", ".", ".."):
+        try:
+            return (base.with_suffix("") / "tool-results" / Path(saved).name).read_text(encoding="utf-8",
+                                                                                       errors="replace"), None
+        except OSError:
+            pass
+    preview = _PREVIEW_RE.search(body)
+    shown = preview.group(2) if preview else ""
+    side_text = str(side.get("stdout") or "") + str(side.get("stderr") or "")
+    if len(side_text) > len(shown):
+        return side_text, None
+    header = _SAVED_TO_RE.sub("", body.split("\n", 1)[0]).strip() if body.strip() else ""
+    header = re.sub(r"\s*Full output saved to:.*$", "", header) or "the output was saved to a file"
+    what = f"only its preview ({preview.group(1)})" if preview else "no part of it"
+    return shown, (f"the transcript holds {what}: {header.rstrip('.')}; the whole output was saved to "
+                   f"{saved or 'a file the transcript does not name'}, which is not here")
+
+
 def _timeout_line(text: str) -> tuple[str, float] | None:
     """``(text without it, seconds)`` when the first or last line of ``text`` is the tool's timeout notice."""
     lines = text.split("\n")
@@ -189,7 +239,8 @@ def _timeout_line(text: str) -> tuple[str, float] | None:
 class _Session:
     """Parsing state: calls by tool_use id, background ids, follow-up tool_use ids."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: Path) -> None:
+        self.path = path  # the transcript (files Claude Code saved beside it are looked up from here)
         self.calls: dict[str, ShellCall] = {}
         self.order: list[str] = []
         self.answered: set[str] = set()  # tool_use ids whose result was read (a repeated result is the same)
@@ -199,7 +250,7 @@ class _Session:
         self.chunks: dict[int, list[str]] = {}  # background call index -> output chunks seen by follow-ups
         self.repeated = 0  # tool_use blocks seen again (resumed sessions)
 
-    def tool_use(self, block: dict[str, Any], ts: float | None) -> None:
+    def tool_use(self, block: dict[str, Any], ts: float | None, cwd: str | None = None) -> None:
         name = block.get("name")
         inp = block.get("input") if isinstance(block.get("input"), dict) else {}
         assert isinstance(inp, dict)
@@ -214,7 +265,8 @@ class _Session:
             timeout_ms = inp.get("timeout")
             call = ShellCall(index=len(self.order) + 1, call_id=tid, command=command,
                              started_at=ts, timeout_s=float(timeout_ms) / 1000
-                             if isinstance(timeout_ms, int | float) and not isinstance(timeout_ms, bool) else 120.0)
+                             if isinstance(timeout_ms, int | float) and not isinstance(timeout_ms, bool) else 120.0,
+                             cwd=cwd)
             call.skip("no result in the transcript (the session ended before the call returned)")
             self.calls[tid] = call
             self.order.append(tid)
@@ -263,7 +315,7 @@ class _Session:
             if not call.ran:
                 return
             t = _timeout_line(text)
-            if t is not None:
+            if t is not None and self._tool_timeout(call, t[1], exit_status, version, ts):
                 text, call.timeout_s = t
                 call.timed_out, exit_status = True, None  # killed by the tool, not an exit of the command
                 call.nonzero = False
@@ -288,7 +340,10 @@ class _Session:
         elif stopped:
             call.interrupted = True
             exit_status = None
-        if "stdout" in side or "stderr" in side:  # the command's own output, without the tool's framing
+        persisted = _persisted(text, side, self.path)
+        if persisted is not None:  # the output was saved to a file: read it, or say what is missing
+            text, call.output_cut = persisted
+        elif "stdout" in side or "stderr" in side:  # the command's own output, without the tool's framing
             out = str(side.get("stdout") or "")
             err = str(side.get("stderr") or "")
             text = out + ("\n" if out and err and not out.endswith("\n") else "") + err
@@ -301,6 +356,19 @@ class _Session:
             text = ""
         call.output = text
         call.exit_status = exit_status
+
+    @staticmethod
+    def _tool_timeout(call: ShellCall, limit_s: float, exit_status: int | None, version: int | None,
+                      ts: float | None) -> bool:
+        """Whether a ``Command timed out after N`` line of a failed result is the tool's notice, not the command's
+        own output: from 2.0 on the tool writes it with ``Exit code 143`` (it kills the command with SIGTERM), and
+        in every version the call lasted (about) the N it names when the transcript's times say (a command that
+        failed after 3 s did not meet a 30 s timeout)."""
+        if version is not None and version >= 2 and exit_status != 143:
+            return False
+        if call.started_at is None or ts is None or ts < call.started_at:
+            return True  # no usable times: the line's place and the status are all there is
+        return ts - call.started_at >= 0.9 * limit_s - 1.0
 
     def _not_run(self, call: ShellCall, text: str, sidecar: Any, version: int | None) -> bool:
         """For an ``is_error`` result without an ``Exit code`` line: mark ``call`` not imported and say why when
@@ -400,7 +468,7 @@ def parse_claude_code(path: str | os.PathLike[str]) -> ShellCalls:
     :raises OSError: the file cannot be read. Malformed lines and unknown line types are skipped (and counted in
         :attr:`ShellCalls.seen`).
     """
-    session = _Session()
+    session = _Session(Path(path))
     seen = ShellCalls()
     for raw in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
         if not raw.strip():
@@ -431,7 +499,7 @@ def parse_claude_code(path: str | os.PathLike[str]) -> ShellCalls:
             if not isinstance(block, dict):
                 continue
             if line.get("type") == "assistant" and block.get("type") == "tool_use":
-                session.tool_use(block, ts)
+                session.tool_use(block, ts, line["cwd"] if isinstance(line.get("cwd"), str) and line["cwd"] else None)
             elif line.get("type") == "user" and block.get("type") == "tool_result":
                 session.tool_result(block, line.get("toolUseResult"), ts, version)
             elif line.get("type") == "user" and block.get("type") == "text":

@@ -51,8 +51,13 @@ def make_plan(timeline: Timeline, *, budget_s: float = DEFAULT_BUDGET_S, host: s
     busy: tuple[int, float] | None = None  # (call, when its run_command returns): a call before then waits for it
     for k, c in enumerate(kept):
         start = timeline.start_s[c.index]
+        arguments: dict[str, Any] = {"host": host, "command": c.command, "budget_s": budget_s}
+        if c.cwd:  # where it ran (a re-recording on a real host runs it there too)
+            arguments["cwd"] = c.cwd
         step: dict[str, Any] = {"tool": "run_command", "call": c.index, "at_s": round(start, 3),
-                                "arguments": {"host": host, "command": c.command, "budget_s": budget_s}}
+                                "arguments": arguments}
+        if c.output_cut:
+            step["output_cut"] = c.output_cut
         if busy is not None and start < busy[1] - 1.0:  # parallel calls, or an old timeout below the budget
             step["note"] = (f"made at {start:.0f} s, while the replay's run_command of call {busy[0]} still waits "
                             f"(its {budget_s:g} s budget): runs once that returns, at about {busy[1]:.0f} s")
@@ -191,10 +196,14 @@ def import_calls(calls: list[ShellCall], *, runtime: str, source: str | os.PathL
             c.skip("its command holds text that is not valid UTF-8 (a lone surrogate such as \\udcff, from bytes "
                    "that were not UTF-8): agent-tools refuses such a command as bad_arguments")
     # the one seam for transcripts: their commands and outputs are redacted before anything is inferred, run,
-    # recorded or written (cassette, generated test, the plan in it)
-    calls = [dataclasses.replace(c, command=redact(c.command), output=redact(c.output),
-                                 final_output=None if c.final_output is None else redact(c.final_output),
-                                 skip_reason=None if c.skip_reason is None else redact(c.skip_reason))
+    # recorded or written (cassette, generated test, the plan in it); an output's lone surrogate (a JavaScript
+    # string cut inside an emoji's surrogate pair, written by JSON.stringify as "\ud83d") becomes U+FFFD, as
+    # bytes that are not UTF-8 do on a host: it is what the command printed, and an output is never refused
+    calls = [dataclasses.replace(c, command=redact(c.command), output=redact(well_formed(c.output)),
+                                 cwd=None if c.cwd is None else redact(well_formed(c.cwd)),
+                                 output_cut=None if c.output_cut is None else redact(well_formed(c.output_cut)),
+                                 final_output=None if c.final_output is None else redact(well_formed(c.final_output)),
+                                 skip_reason=None if c.skip_reason is None else redact(well_formed(c.skip_reason)))
              for c in calls]
     timeline = infer_timeline(calls)
     if not timeline.calls:
@@ -202,9 +211,11 @@ def import_calls(calls: list[ShellCall], *, runtime: str, source: str | os.PathL
     plan = make_plan(timeline)
     host = TranscriptHost(timeline, HOST)
     skipped = [{"call": c.index, "command": c.command, "why": c.skip_reason} for c in calls if not c.ran]
+    cut = [{"call": c.index, "what": c.output_cut} for c in calls if c.ran and c.output_cut]
     recorder = Recorder(name, header={"synthesised": True,
                                       "source": {"runtime": runtime, "file": src.name, "calls": len(calls),
-                                                 "skipped": skipped},
+                                                 "skipped": skipped,
+                                                 **({"output_cut": cut} if cut else {})},
                                       "inferred": host.describe()})
     with tempfile.TemporaryDirectory(prefix="agent-tools-import-") as tmp:
         journal = Journal(Path(tmp) / "journal.sqlite3")
@@ -233,6 +244,14 @@ def import_calls(calls: list[ShellCall], *, runtime: str, source: str | os.PathL
     replaced = timeline.replaced()
     test_path.write_text(_test_source(name, runtime, src.name, plan, results, calls, replaced), encoding="utf-8")
     return ImportResult(cassette_path, test_path, plan, results, replaced)
+
+
+def well_formed(text: str) -> str:
+    """``text`` with each lone UTF-16 surrogate (``\\ud83d`` from a JSON escape, ``\\udcff`` from
+    ``surrogateescape``) replaced by U+FFFD; a pair written as two escapes becomes the character it encodes."""
+    if _valid_unicode(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def _valid_unicode(text: str) -> bool:
@@ -265,6 +284,8 @@ def _test_source(name: str, runtime: str, source: str, plan: list[dict[str, Any]
         if step["tool"] == "run_command":
             call = by_index[int(step["call"])]
             checks.append(f"    # call {call.index}: `{_short(call.command, 60)}` — before: {_short(step['was'], 40)}")
+            if call.output_cut:
+                checks.append(f"    #   its output is cut: {_short(call.output_cut, 100)}")
             if res["outcome"] == "finished" and call.nonzero and call.exit_status is None:
                 checks.append(f"    assert steps[{i}][\"outcome\"] == \"finished\" and steps[{i}][\"exit_status\"] != 0"
                               "  # the transcript says only non-zero")

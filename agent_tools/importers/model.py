@@ -41,8 +41,16 @@ class ShellCall:
         ``write_stdin`` polls or ``exec_command_end``) showed the command had ended, else None.
     :param killed_at: for a call the old tool left running: unix seconds when a later entry stopped it on
         request (Claude Code ``KillShell``/``TaskStop``), else None; :param killed_by: that entry's name.
+        For a Codex unified exec session, a ``write_stdin`` of Ctrl-C or Ctrl-D before its process ended counts
+        the same way (``killed_by`` ``"write_stdin Ctrl-C"``).
     :param final_exit_status: the exit status that later entry showed (None: not shown).
     :param final_output: the whole output that later entry showed, when it showed more than :attr:`output`.
+    :param stopped_how: for an :attr:`interrupted` call, how the transcript says it was stopped, when it says
+        more than "by the user" (e.g. ``"stopped when its turn was aborted (interrupted)"``).
+    :param cwd: the directory the command ran in, when the transcript says (Codex ``workdir`` or the turn's
+        ``cwd``, opencode ``workdir`` or the session's directory, the ``cwd`` of Claude Code's line), else None.
+    :param output_cut: when the transcript holds only part of the output, what is missing, for people (e.g.
+        ``"only the first 2.0 KB of 1.5 MB: the rest was saved to FILE, which is not here"``), else None.
     :param ran: False for calls that are not imported; :attr:`skip_reason` says why.
     :param skip_reason: why the call is not imported (a permission refusal and its text, no result in the
         transcript, a tool error before the command ran, no exit status), or None.
@@ -66,6 +74,9 @@ class ShellCall:
     killed_by: str | None = None
     final_exit_status: int | None = None
     final_output: str | None = None
+    stopped_how: str | None = None
+    cwd: str | None = None
+    output_cut: str | None = None
     ran: bool = True
     skip_reason: str | None = None
 
@@ -92,7 +103,7 @@ class ShellCall:
             return f"killed by the old tool's {self.timeout_s:g} s timeout" if self.timeout_s else \
                 "killed by the old tool's timeout"
         if self.interrupted:
-            return "stopped by the user before it ended"
+            return self.stopped_how or "stopped by the user before it ended"
         if self.background:
             return "left running in the background by the old tool"
         return self.exit_text()

@@ -3,8 +3,9 @@
 A plan is a list of JSON-ready steps, in transcript order, each at its original time offset:
 
 * ``{"tool": "run_command", "call": N, "at_s": S, "arguments": {...}, "probes"?: [...], "deadline_s"?: D}`` —
-  transcript call N through ``run_command`` (default 15 s budget). ``probes``, when inferred, judge the job's
-  readiness (as ``restart_service`` does).
+  transcript call N through ``run_command`` (default 15 s budget; ``cwd`` in the arguments when the transcript
+  says where it ran). ``probes``, when inferred, judge the job's readiness (as ``restart_service`` does); an
+  ``output_cut`` says what of the call's output the transcript does not hold (the replay shows only the rest).
 * ``{"tool": "job_status", "follow": N, "at_s"?: S, "wait_s": W, "until_s": U}`` — (from offset S, when given:
   a follow-up the transcript shows after other calls) follow call N's job with
   ``job_status(wait_s=W)`` (each wait cut to what is left before ``U``) until it settles (readiness

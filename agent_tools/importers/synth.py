@@ -299,8 +299,8 @@ def infer_timeline(calls: list[ShellCall]) -> Timeline:
         if c.interrupted and c.finished_at is None:
             stop = max((c.ended_at - t0) if c.ended_at is not None else start[c.index], start[c.index])
             info.cancel_at_s = stop
-            info.evidence = (f"the user stopped it at {stop:.0f} s, {stop - start[c.index]:.0f} s after it started: "
-                             "replayed as job_cancel then")
+            info.evidence = (f"{c.stopped_how or 'the user stopped it'} at {stop:.0f} s, {stop - start[c.index]:.0f} s "
+                             "after it started: replayed as job_cancel then")
             timed[c.index] = info
             continue
         if c.finished_at is not None:

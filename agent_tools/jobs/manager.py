@@ -278,7 +278,8 @@ class JobRunner:
         :param deadline_s: seconds from start after which the job counts as past its deadline.
         :param probes: probe specs (dicts) to judge the job's readiness by.
         :param idempotency_key: a second call with the same key on the same host returns the first job
-            instead of starting another one (client retries after a dropped connection).
+            instead of starting another one (client retries after a dropped connection); one with another
+            command under that key is refused (:class:`BadArguments`: it was not run).
         :param key_on_host: the key is also claimed on the host (needs ``idempotency_key``): the job's id is
             :func:`job_id_for_key` and the host's job directory decides, so a call from another process or
             machine, with another journal (a retried Temporal activity on a new worker), finds the job the first
@@ -341,6 +342,7 @@ class JobRunner:
                 prior = await self._release_unstarted(host, prior)
             if prior is not None:
                 log.info("job.idempotent_hit", host=host.name, job_id=prior.job_id)
+                _same_command(prior, shown, host.name)
                 return await self._outcome_of_existing(host, prior, budget_s)
 
         exec_len = len(launch_script(self.jobs_dir, "j_" + "x" * 16, command, cwd=cwd, mode="fg", head_bytes=0,
@@ -376,6 +378,7 @@ class JobRunner:
                 if warm is not None:
                     await warm[1].close_stdin()
                     await warm[1].close()
+                _same_command(holder, shown, host.name)
                 return await self._outcome_of_existing(host, holder, budget_s)
         else:
             self.journal.add(rec)
@@ -1269,9 +1272,10 @@ class JobRunner:
 
         :param offset: byte offset into the stream (int >= 0).
         :param limit: bytes to return at most (int, 1..1048576).
-        :param tail_lines: the page starts ``tail_lines`` lines before the end of the stream instead of at
-            ``offset`` (tail(1) ``-n``; one more round trip finds where); with ``grep``, the last so many matching
-            lines.
+        :param tail_lines: the page holds the last ``tail_lines`` lines of the stream instead of starting at
+            ``offset`` (tail(1) ``-n``; one more round trip finds where they start) and ends at the stream's end:
+            when those lines are longer than ``limit``, their start is left out (``cut_before`` says how many
+            bytes; ``offset`` is where the page starts); with ``grep``, the last so many matching lines.
         :param grep: only the lines matching this extended regex, case-insensitive (grep(1) ``-a -i -E``), from
             ``offset`` on, each written ``OFFSET:line`` with the byte offset where it starts in the stream;
             ``matches`` counts the matching lines from ``offset`` on, and ``next_offset`` is where the search goes on
@@ -1289,8 +1293,10 @@ class JobRunner:
         rec = self.journal.get(job_id)
         if grep is not None:
             return await self._grep_output(host, rec, stream, offset, limit, grep, tail_lines)
-        if tail_lines is not None:
-            offset = await self._tail_offset(host, rec, stream, tail_lines)
+        tail_start: int | None = None
+        if tail_lines is not None:  # the page ends at the stream's end: longer lines lose their start, not their end
+            tail_start, size = await self._tail_offset(host, rec, stream, tail_lines)
+            offset = max(tail_start, size - limit)
         # bytes [offset - C, offset + limit + C): the page plus context on both sides, so that a secret the page's
         # edges cut is found and hidden (redaction only; the page itself is [offset, offset + limit))
         start = max(0, offset - VIEW_CONTEXT_BYTES)
@@ -1302,20 +1308,27 @@ class JobRunner:
         total = st.stdout_bytes if stream == "stdout" else st.stderr_bytes
         window = raw.head
         lead = offset - start
+        if tail_start is not None and offset > tail_start:
+            skip = 0  # a tail page cut at its start begins at a character, not inside one
+            while skip < 3 and lead + skip < len(window) and window[lead + skip] & 0xC0 == 0x80:
+                skip += 1
+            offset, lead = offset + skip, lead + skip
         data = window[lead : lead + limit]
         cut = _split_utf8_tail(data) if offset + len(data) < total else 0
         if 0 < cut < len(data):
             data = data[:-cut]  # never split a UTF-8 character across two pages (the next page starts with it)
         nxt = offset + len(data)
         return JobOutput(job_id=job_id, stream=stream, offset=offset, next_offset=nxt, total_bytes=total,
-                         text=clean_window(window, lead, lead + len(data)), eof=nxt >= total)
+                         text=clean_window(window, lead, lead + len(data)), eof=nxt >= total,
+                         cut_before=None if tail_start is None else max(0, offset - tail_start))
 
     def _stream_file(self, job_id: str, stream: str) -> str:
         """The shell word of a job's output file on the host (the jobs dir expanded there, inside double quotes)."""
         return f'"{self.jobs_dir}/{job_id}/{stream}"'
 
-    async def _tail_offset(self, host: Host, rec: JobRecord, stream: str, lines: int) -> int:
-        """The byte offset of the ``lines``-th line from the end of a job's stream (tail(1) ``-n``), one round trip.
+    async def _tail_offset(self, host: Host, rec: JobRecord, stream: str, lines: int) -> tuple[int, int]:
+        """``(the byte offset of the lines-th line from the end, the size)`` of a job's stream (tail(1) ``-n``), one
+        round trip.
 
         :raises JobNotFound: its directory is gone from the host.
         """
@@ -1329,7 +1342,7 @@ class JobRunner:
             raise JobNotFound(rec.job_id, f"job {rec.job_id}: its directory is gone from {rec.host}")
         if len(words) != 2 or not all(w.isdigit() for w in words):
             raise ConnectionLost(host.name, f"{host.name}: no answer about the size of job {rec.job_id}'s {stream}")
-        return max(0, int(words[0]) - int(words[1]))
+        return max(0, int(words[0]) - int(words[1])), int(words[0])
 
     async def _grep_output(self, host: Host, rec: JobRecord, stream: Literal["stdout", "stderr"], offset: int,
                            limit: int, pattern: str, tail_lines: int | None) -> JobOutput:
@@ -1772,6 +1785,21 @@ def _context_windows(lines: list[tuple[int, int]], size: int) -> list[tuple[int,
             out.append([a, b, 1])
         spent += cost
     return [(a, b, n) for a, b, n in out]
+
+
+def _same_command(prior: JobRecord, shown: str, host: str) -> None:
+    """A call whose idempotency key already started ``prior`` must be a retry of that call: another command under
+    the same key is refused (HTTP APIs answer a reused key with other parameters the same way), so that its
+    caller never reads the first command's result as its own. Commands are compared as journalled (redacted).
+
+    :raises BadArguments: ``shown`` is not the command ``prior`` runs (the key itself is not repeated: it may be
+        a secret, and the journal keeps only its digest).
+    """
+    if prior.command != shown:
+        raise BadArguments(f"this idempotency_key already started job {prior.job_id} on {host} with another command "
+                           f"({prior.command[:120]!r}), so {shown[:120]!r} was not run: a key names one command "
+                           f"(a retry of it); use a new key to run this one, or job_status(job_id='{prior.job_id}') "
+                           "for that job")
 
 
 def _split_utf8_tail(data: bytes) -> int:

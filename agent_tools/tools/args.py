@@ -38,7 +38,7 @@ class RunCommandArgs(_Args):
     cwd: str | None = Field(default=None, description="working directory")
     env: dict[str, str] | None = Field(default=None, description="extra environment variables")
     idempotency_key: str | None = Field(default=None, max_length=128,
-                                        description="reused on the host: no second job")
+                                        description="one job per key and host")
     approval_id: str | None = Field(default=None, description=APPROVAL)
     stdin: Literal["none", "pipe", "tty"] = Field(default="none", description="pipe or tty (80x24), for job_input")
 
@@ -60,7 +60,7 @@ class JobOutputArgs(_Args):
     stream: Literal["stdout", "stderr"] = "stdout"
     offset: int = Field(default=0, ge=0, description="byte offset to start at")
     limit: int = Field(default=16384, description=PAGE_LIMIT)  # 1..1 MiB: checked by the runner (BadArguments)
-    tail_lines: int | None = Field(default=None, description="start N lines before the end")
+    tail_lines: int | None = Field(default=None, description="the last N lines")
     grep: str | None = Field(default=None, description="only lines matching it (grep -iE), as OFFSET:line")
 
 
