@@ -16,7 +16,7 @@ import re
 import secrets
 import shlex
 import signal as _signal
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import anyio
@@ -63,7 +63,17 @@ from .scripts import (
     warm_script,
 )
 from .terminal import drew_screen, interactive_need
-from .wire import HostJobState, RawView, WireError, WireReader, parse_deadline, parse_status, read_view
+from .wire import (
+    Elsewhere,
+    HostJobState,
+    RawView,
+    WireError,
+    WireReader,
+    parse_deadline,
+    parse_elsewhere,
+    parse_status,
+    read_view,
+)
 
 __all__ = ["DEFAULT_JOBS_DIR", "JobRunner", "job_id_for_key", "new_job_id"]
 
@@ -347,6 +357,8 @@ class JobRunner:
         exit_code: int | None = None
         at_deadline: tuple[float | None, list[int] | None] | None = None  # the monitor killed it at its deadline
         deadline_how = deadline_tag = ""  # how that kill found the job's processes (HostJobState.deadline_how, _tag)
+        deadline_else: list[Elsewhere] = []  # what it may have handed on (HostJobState.deadline_elsewhere)
+        deadline_else_how = ""
         deadline_was: int | None = None  # the command had ended before that kill (it was of its leftovers)
         cover = {"how": "", "tag": ""}  # how the look for leftovers found the job's processes (see _unchecked)
         writing: list[int] = []  # leftovers that still hold the job's output files open
@@ -399,6 +411,10 @@ class JobRunner:
                                 deadline_how = " ".join(words[1:])
                             elif words[0] == "deadline_tag":
                                 deadline_tag = " ".join(words[1:])
+                            elif words[0] == "deadline_elsewhere" and (e := parse_elsewhere(words[1:])):
+                                deadline_else.append(e)
+                            elif words[0] == "deadline_elsewhere_how":
+                                deadline_else_how = " ".join(words[1:])
                             elif words[0] == "deadline_was":
                                 deadline_was = int(words[1]) if words[1].lstrip("-").isdigit() else None
                             elif words[0] in ("how", "tag"):
@@ -520,8 +536,9 @@ class JobRunner:
             self.journal.update(job_id, meta=rec.meta)
         if (exit_code is not None and not detach_immediately and at_deadline is not None and exit_code > 128
                 and deadline_was is None):
-            return self._deadline_killed(rec, exit_code, views, elapsed, *at_deadline, how=deadline_how,
-                                         tag=deadline_tag)
+            return self._deadline_killed(rec, exit_code, views, elapsed, *at_deadline,
+                                         unchecked=_unchecked(deadline_how, deadline_tag, deadline_else,
+                                                              deadline_else_how, rec.host))
         if exit_code is not None and not detach_immediately:
             return self._finished(rec, exit_code, views, elapsed, leftovers, ended,
                                   unchecked=_unchecked(cover["how"], cover["tag"]), writing=writing)
@@ -543,7 +560,7 @@ class JobRunner:
         if st is not None and st.present and st.exit_code is not None:
             if st.deadline_s is not None and st.cancelled and st.exit_code > 128 and st.deadline_was is None:
                 return self._deadline_killed(rec, st.exit_code, st.views, anyio.current_time() - t0, st.deadline_s,
-                                             st.deadline_survivors, how=st.deadline_how, tag=st.deadline_tag)
+                                             st.deadline_survivors, unchecked=_deadline_unchecked(st, rec.host))
             return self._finished(rec, st.exit_code, st.views, anyio.current_time() - t0,
                                   [Leftover(pid=p, command=redact(c)) for p, c in st.leftovers], ended=st.ended,
                                   unchecked=_unchecked(st.how, st.tag), left_pending=st.leftovers_pending)
@@ -635,11 +652,9 @@ class JobRunner:
                         unchecked=unchecked, next=nexts.removeprefix("; "))
 
     def _deadline_killed(self, rec: JobRecord, code: int, views: dict[str, RawView], elapsed: float,
-                         limit_s: float | None, survivors: list[int] | None, *, how: str = "",
-                         tag: str = "") -> Killed:
+                         limit_s: float | None, survivors: list[int] | None, *, unchecked: str = "") -> Killed:
         """The launcher reported the exit of a job its monitor killed at the job's deadline: ``killed`` by
-        ``deadline``, its output kept; ``how``, ``tag``: how the kill found the job's processes (its
-        ``unchecked``: :func:`_unchecked`)."""
+        ``deadline``, its output kept; ``unchecked``: what the kill's look could not see (:func:`_unchecked`)."""
         out = views.get("stdout", RawView(0, b"", b""))
         err = views.get("stderr", RawView(0, b"", b""))
         sig = _signal_name(code)
@@ -649,8 +664,8 @@ class JobRunner:
         rec.meta = meta
         log.info("job.deadline_killed", host=rec.host, job_id=rec.job_id, exit_status=code, deadline_s=limit_s)
         return Killed(host=rec.host, command=rec.command, job_id=rec.job_id, signal=sig or "TERM", by="deadline",
-                      reason=deadline_why(rec, limit_s, survivors, _unchecked(how, tag)), survivors=survivors or [],
-                      unchecked=_unchecked(how, tag),
+                      reason=deadline_why(rec, limit_s, survivors, unchecked), survivors=survivors or [],
+                      unchecked=unchecked,
                       duration_s=round(elapsed, 3), exit_status=code, stdout=out.view(budget=self.view_bytes),
                       stderr=err.view(budget=self.view_bytes))
 
@@ -879,7 +894,7 @@ class JobRunner:
             by_deadline = st.deadline_s is not None and st.deadline_was is None
             if st.cancelled and sig and by_deadline:
                 state, why, by = "killed", deadline_why(rec, st.deadline_s, st.deadline_survivors,
-                                                        _unchecked(st.deadline_how, st.deadline_tag),
+                                                        _deadline_unchecked(st, rec.host),
                                                         interrupted=st.deadline_interrupted), "deadline"
             elif st.cancelled and sig and st.deadline_s is None:
                 state, why, by = "killed", f"cancelled: {st.cancel_reason or rec.cancel_reason or 'on request'}", \
@@ -902,7 +917,7 @@ class JobRunner:
             if st.deadline_was is not None and st.deadline_s is not None:
                 # the command had ended by itself; what it left running was killed at its deadline
                 why = deadline_why(rec, st.deadline_s, st.deadline_survivors,
-                                   _unchecked(st.deadline_how, st.deadline_tag), was=st.deadline_was,
+                                   _deadline_unchecked(st, rec.host), was=st.deadline_was,
                                    interrupted=st.deadline_interrupted)
         elif st.boot_id and st.current_boot and st.boot_id != st.current_boot:
             state, why = "lost", (f"the host rebooted (boot id {st.boot_id[:8]}… → {st.current_boot[:8]}…) and "
@@ -1028,7 +1043,7 @@ class JobRunner:
         unchecked = ""
         if state in ("exited", "killed"):
             if st.deadline_s is not None and st.deadline_how:
-                unchecked = _unchecked(st.deadline_how, st.deadline_tag)
+                unchecked = _deadline_unchecked(st, rec.host)
             elif st.how:
                 unchecked = _unchecked(st.how, st.tag)
         g = guide(facts_of(rec, state=state, detail=why, readiness_detail=ready_why, output_cut=cut,
@@ -1265,6 +1280,8 @@ class JobRunner:
         escalated: list[int] = []
         survivors: list[int] = []
         how = tag = ""  # "cgroup PATH" or "- REASON"; "ses N" or "- REASON" (see the cancel script)
+        elsewhere: list[Elsewhere] = []  # what the job may have handed on, still running (see _unchecked)
+        else_how = ""
         was: int | None = None  # the command's exit status, when it had ended before the cancel
         missing = False
         with _answer_within(host, limit_s, "job_cancel"):
@@ -1287,6 +1304,10 @@ class JobRunner:
                             how = " ".join(words[1:])
                         elif words[0] == "tag":
                             tag = " ".join(words[1:])
+                        elif words[0] == "elsewhere" and (e := parse_elsewhere(words[1:])) is not None:
+                            elsewhere.append(e)
+                        elif words[0] == "elsewhere_how":
+                            else_how = " ".join(words[1:])
                         elif words[0] == "targets":
                             signalled = pids
                         elif words[0] == "escalated":
@@ -1321,18 +1342,20 @@ class JobRunner:
                 await anyio.sleep(0.05)
         if state == "running":
             state = "killed"
-        unchecked = _unchecked(how, tag)
+        unchecked = _unchecked(how, tag, elsewhere, else_how, rec.host)
+        handed = (f"; {len(elsewhere)} process(es) it may have handed to systemd or a login still run (unchecked "
+                  "names them and how to stop them)" if elsewhere else "")
         if not signalled:
             msg = ("nothing of the job was running; no signal sent" if not unchecked else
-                   "nothing of the job was found running; no signal sent (see unchecked for what could not be "
-                   "checked)")
+                   "nothing of the job was found running; no signal sent" + (handed or " (see unchecked for what "
+                                                                              "could not be checked)"))
         else:
             whose = (f"the command had exited with status {was} before; {len(signalled)} process(es) it left "
                      "running were sent TERM" if was is not None else f"sent TERM to {len(signalled)} process(es)")
             msg = (whose + (f", KILL to {len(escalated)} that outlived the {grace_s:g} s grace" if escalated else "")
                    + (f"; SURVIVORS: {survivors}" if survivors else
                       "; no survivors" if not unchecked else
-                      "; none of those survived (see unchecked for what could not be checked)"))
+                      "; none of those survived" + (handed or " (see unchecked for what could not be checked)")))
         log.info("job.cancelled", host=rec.host, job_id=job_id, by=by, signalled=len(signalled),
                  escalated=len(escalated), survivors=survivors, checked=how.split(" ")[0] or "-", was=was)
         final_state: Literal["killed", "exited", "lost"] = (
@@ -1348,22 +1371,67 @@ class JobRunner:
                                escalated=escalated, survivors=survivors, unchecked=unchecked, message=msg)
 
 
-def _unchecked(how: str, tag: str) -> str:
+def _unchecked(how: str, tag: str, elsewhere: Sequence[Elsewhere] = (), else_how: str = "", host: str = "") -> str:
     """What a look for a job's processes could not see (see :func:`agent_tools.jobs.scripts.cancel_script`), from
     the scripts' ``how`` (``cgroup PATH``, or ``- REASON`` without one) and ``tag`` (``ses N``: the job's own audit
-    session, or ``- REASON``) lines. With an audit session nothing is out of sight: every process the job starts
-    keeps it, whatever it does to its cgroup, session or environment. Without one, a process that left the job's
-    cgroup (when it has one), session and process group and dropped its environment marker, before any look saw it
-    and after its parent ended, cannot be found; "" when nothing was out of sight."""
-    if tag.startswith("ses ") or not (how or tag):  # (neither: the report did not say, as a replay's)
-        return ""
-    why_tag = tag.removeprefix("-").strip() or "not recorded"
-    if how.startswith("cgroup "):
-        return ("a process that left its cgroup, its session and its environment (systemd-run --scope or su, with "
-                f"setsid and env -i) before a look saw it cannot be found: no audit session of its own: {why_tag}")
-    reason = how.removeprefix("-").strip() or "the host did not say how it looked"
-    return (f"processes that left both its session and its environment (env -i with setsid) cannot be found: no "
-            f"cgroup for it: {reason}; no audit session of its own: {why_tag}")
+    session, or ``- REASON``) lines, and, for a kill (cancel, deadline), the processes it may have handed on
+    (``elsewhere``: :class:`~agent_tools.jobs.wire.Elsewhere`, still running) and why that look could not be made
+    whole (``else_how``: ``- REASON``, "" when it was).
+
+    With an audit session every process the job starts is in sight, whatever it does to its cgroup, session or
+    environment, except one that starts an audit session of its own (root may) and leaves the job's cgroup too: it
+    is then in a unit, scope or login that began while the job ran, or in a newer audit session, and the look for
+    what the job handed on lists it, with the processes systemd or sshd started for the job (``systemd-run
+    --unit``, ``ssh host cmd``): nothing tells whose those are, so they are named with the call that stops them,
+    never counted as "no survivors". Without an audit session, a process that left the job's cgroup (when it has
+    one), session and process group and dropped its environment marker, before any look saw it and after its
+    parent ended, cannot be found. "" when nothing was out of sight.
+
+    :param host: the job's host alias (for the stop call named with ``elsewhere``).
+    """
+    parts: list[str] = []
+    if not (tag.startswith("ses ") or not (how or tag)):  # (neither: the report did not say, as a replay's)
+        why_tag = tag.removeprefix("-").strip() or "not recorded"
+        if how.startswith("cgroup "):
+            parts.append("a process that left its cgroup, its session and its environment (systemd-run --scope or su, "
+                         f"with setsid and env -i) before a look saw it cannot be found: no audit session of its own: "
+                         f"{why_tag}")
+        else:
+            reason = how.removeprefix("-").strip() or "the host did not say how it looked"
+            parts.append(f"processes that left both its session and its environment (env -i with setsid) cannot be "
+                         f"found: no cgroup for it: {reason}; no audit session of its own: {why_tag}")
+    if else_how:
+        parts.append("units and logins it may have had started for it (systemd-run --unit, ssh) could not be looked "
+                     f"for: {else_how.removeprefix('-').strip()}")
+    if elsewhere:
+        parts.append(_handed_on(elsewhere, host))
+    return "; ".join(parts)
+
+
+def _deadline_unchecked(st: HostJobState, host: str) -> str:
+    """:func:`_unchecked` of the kill a job's deadline made (as its status reports it)."""
+    return _unchecked(st.deadline_how, st.deadline_tag, st.deadline_elsewhere, st.deadline_elsewhere_how, host)
+
+
+def _handed_on(elsewhere: Sequence[Elsewhere], host: str) -> str:
+    """The processes a kill found the job may have handed on (:func:`_unchecked`), with the call that stops them:
+    ``systemctl stop`` of their units (``--user`` in a user manager's), ``kill`` of those in no unit."""
+    shown: list[str] = []
+    system: list[str] = []
+    user: list[str] = []
+    pids: list[str] = []
+    for e in elsewhere:
+        unit = e.cgroup.rstrip("/").rsplit("/", 1)[-1]
+        named = re.fullmatch(r"[\w@:.\\-]+\.(service|scope)", unit) is not None
+        shown.append(f"{e.pid} {redact(e.command)!r}" + (f" ({unit})" if named else ""))
+        (user if named and "/user@" in e.cgroup else system if named else pids).append(unit if named else str(e.pid))
+    calls = [c for c in (("systemctl stop " + " ".join(dict.fromkeys(system))) if system else "",
+                         ("systemctl --user stop " + " ".join(dict.fromkeys(user))) if user else "",
+                         ("kill " + " ".join(pids)) if pids else "") if c]
+    stop = " && ".join(calls)
+    return ("still running and started while it ran, in a unit, login or audit session of their own (systemd-run, "
+            "ssh, a new loginuid): nothing on the host says whether they are the job's: " + ", ".join(shown)
+            + f"; if they are, stop them with run_command(host='{host}', command={stop!r})")
 
 
 def _with_leftovers(meta: dict[str, Any], leftovers: list[tuple[int, str]], pending: bool = False) -> dict[str, Any]:
