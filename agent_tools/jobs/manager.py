@@ -1085,8 +1085,11 @@ class JobRunner:
                               last=last)
         meta = dict(rec.meta, last_probes=[p.model_dump() for p in verdict.reports], readiness_why=verdict.detail)
         if verdict.readiness != "pending" and rec.readiness == "pending":
-            # a verdict that follows from the command's end holds since that end, not since this look
-            meta["settled_at"] = rec.finished_at if verdict.at_end and rec.finished_at is not None else now()
+            # a verdict that follows from the command's end holds since that end, one of the deadline since the
+            # deadline: not since this look
+            meta["settled_at"] = (rec.finished_at if verdict.at_end and rec.finished_at is not None else
+                                  rec.created_at + rec.deadline_s if verdict.at_deadline and rec.deadline_s else
+                                  now())
         self.journal.update(rec.job_id, probes=verdict.specs, readiness=verdict.readiness, meta=meta)
         if verdict.readiness != rec.readiness:
             log.info("job.readiness", host=rec.host, job_id=rec.job_id, readiness=verdict.readiness,
@@ -1577,8 +1580,8 @@ def elapsed_of(rec: JobRecord) -> float:
     """A job's ``elapsed_s``: 0 for a job that did not start (``not_started``) or whose start is not confirmed
     yet (``unconfirmed``); seconds from its start until now while it runs or its readiness is pending;
     frozen once it is over, at its end (the host's record of the run time, else when its end was first seen)
-    or, with probes, when the readiness verdict was reached, whichever is later. The same on every later
-    look."""
+    or, with probes, when the readiness verdict was reached (``deadline_exceeded``: at the deadline, whenever it
+    was first seen), whichever is later. The same on every later look."""
     if rec.state in ("not_started", "unconfirmed"):
         return 0.0  # nothing ran (so far)
     settled = rec.meta.get("settled_at") if rec.probes else None
