@@ -92,6 +92,12 @@ ANSWER_TIMEOUT_S = 4.0
 _EXTEND_S = 4.0
 _EXTEND_MAX_S = 60.0
 
+#: seconds the look at a job gets once its launch's budget ran out (it may have ended right at the budget)
+_LOOK_S = 0.7
+
+#: pause before a long-poll looks again after its look failed for the link (the connection dropped or went silent)
+_RELOOK_S = 0.5
+
 #: longest a call waits for a warm session that is starting (it would start a new session otherwise), seconds
 _WARM_WAIT_S = 2.0
 
@@ -237,7 +243,10 @@ class JobRunner:
         whole process tree (TERM, ``kill_grace_s``, KILL, survivors checked). Returns by about
         ``budget_s`` + 1 s normally, and within ``budget_s`` + 4 s whatever happens (a host that stops
         answering included: connect, channel open and the exec's answer all count against the budget, and an exec
-        already sent gets at most 3 s more to be answered).
+        already sent gets at most 3 s more to be answered). When the budget runs out (or the connection fails
+        after the command was sent) the job is looked at on the host, on a new connection if need be, and after a
+        failed connection until the budget is over: a job that ended is ``finished``; ``detached`` says it still
+        runs only when a look got an answer, else that the host went silent and the job's state is not known.
 
         What a failed start says is what is known: an ``error`` whose launch provably never reached the host
         (no connection, the session refused or never opened, every channel busy, the launcher refused it) has
@@ -371,6 +380,8 @@ class JobRunner:
         refused = False  # the launcher said it could not set the job up (it never ran the command)
         maybe_sent = False  # a launch request was written to a warm session at some point (it may have arrived)
         proc: HostProcess | None = None
+        heard: float | None = None  # when the launch last heard from the host (loop clock)
+        lost: HostError | None = None  # the connection failed after the command was sent
         try:
             with anyio.move_on_after(budget_s - (anyio.current_time() - t0)):
                 for attempt in (1, 2):
@@ -391,6 +402,7 @@ class JobRunner:
                             words = await reader.header()
                             if words is None:
                                 break
+                            heard = anyio.current_time()
                             if words[0] in _LAUNCH_WORDS:
                                 sent = True  # the launcher answered: the request arrived
                             if words[0] == "started":
@@ -457,12 +469,10 @@ class JobRunner:
                     # never answered: it may have arrived
                     return self._unconfirmed(rec, exc.message)
                 return self._not_started(rec, exc)
-            # the command was sent; the job may be running: report it as detached-unknown via status later
+            # the command was sent; the job may be running: followed below, on a new connection, for the rest of the
+            # budget (a short blip does not end the call)
             log.warning("job.start_connection_error", host=host.name, job_id=job_id, error=exc.message)
-            return self._detached(rec, anyio.current_time() - t0, None,
-                                  why=f"the connection failed after the command was sent ({exc.message}); "
-                                      "the job may be running on the host",
-                                  next_hint=f"job_status(job_id='{job_id}') once the host is reachable")
+            lost, proc = exc, None
         except WireError as exc:
             launch_error = f"unexpected launcher output: {exc}"
             refused = False
@@ -547,16 +557,14 @@ class JobRunner:
             return self._detached(rec, elapsed, None, why="the rule says detach at once; " + _runs_on(rec),
                                   at_once=True)
 
-        # Budget ran out.
-        if on_timeout == "kill":
+        # Budget ran out, or the connection failed after the command was sent (``lost``).
+        if on_timeout == "kill" and lost is None:
             return await self._kill_after_budget(host, rec, t0, kill_grace_s, started)
-        # One quick look: it may have ended right at the budget.
-        st: HostJobState | None = None
-        with anyio.move_on_after(0.7):
-            try:
-                st = (await self._status(host, [(job_id, 0, 0, head, tail)])).get(job_id)
-            except (HostError, WireError) as exc:
-                log.warning("job.status_after_budget_failed", job_id=job_id, error=str(exc))
+        # Look at the job: once (it may have ended right at the budget), or, after a lost connection, on a new one
+        # until the budget is over (it may end within it). Only a look that got an answer says it still runs.
+        now_ = anyio.current_time()
+        st, heard = await self._look_until(host, job_id, max(t0 + budget_s, now_ + _LOOK_S) if lost else now_ + _LOOK_S,
+                                           head, tail, heard, follow=lost is not None)
         if st is not None and st.present and st.exit_code is not None:
             if st.deadline_s is not None and st.cancelled and st.exit_code > 128 and st.deadline_was is None:
                 return self._deadline_killed(rec, st.exit_code, st.views, anyio.current_time() - t0, st.deadline_s,
@@ -564,14 +572,54 @@ class JobRunner:
             return self._finished(rec, st.exit_code, st.views, anyio.current_time() - t0,
                                   [Leftover(pid=p, command=redact(c)) for p, c in st.leftovers], ended=st.ended,
                                   unchecked=_unchecked(st.how, st.tag), left_pending=st.leftovers_pending)
+        if on_timeout == "kill":
+            return await self._kill_after_budget(host, rec, t0, kill_grace_s, started)
         if written and not sent and (st is None or not st.present):
             return self._unconfirmed(rec, f"{host.name}: no answer from the host within the {budget_s:g} s budget "
                                           "to a launch request written to a ready session (hung, overloaded, or "
                                           "the connection stopped answering)")
+        if st is None:
+            # nothing said it runs: the link went silent (or dropped) and no look got through
+            last = (f"the host's last word came {heard - t0:.1f} s into the call"
+                    + (" (the job had started)" if started else "") if heard is not None
+                    else "the command was sent and the host said nothing")
+            why = (last + (f"; then the connection failed ({lost.message})" if lost is not None else "")
+                   + f"; no look at the job got an answer within its {budget_s:g} s budget, so whether it still runs "
+                   "or has ended is not known")
+            return self._detached(rec, anyio.current_time() - t0, None, why=why, next_hint=(
+                f"job_status(job_id='{job_id}', wait_s=30) settles it once the host answers; do not run the command "
+                "again (it was started)"))
         why = f"still running when its {budget_s:g} s budget ran out; " + _runs_on(rec)
+        if lost is not None:
+            why += f" (the connection failed after the command was sent, {lost.message}; a new one saw it running)"
         if not started:
             why += " (the start was not confirmed before the budget ran out)"
         return self._detached(rec, anyio.current_time() - t0, st, why=why)
+
+    async def _look_until(self, host: Host, job_id: str, until: float, head: int, tail: int, heard: float | None,
+                          *, follow: bool) -> tuple[HostJobState | None, float | None]:
+        """Look at job ``job_id`` on the host (its state and output views) until a look got an answer, or, with
+        ``follow``, until one shows it ended; never past ``until`` (loop clock). A look that fails (the connection
+        dropped or did not answer) is made again after a short pause, on a new connection if need be.
+
+        :param heard: when the host last answered (loop clock, None: never), updated by the looks.
+        :returns: the last look that got an answer (None when none did), and when the host last answered.
+        """
+        st: HostJobState | None = None
+        pause = 0.2
+        while True:
+            with anyio.move_on_at(until):
+                try:
+                    got = (await self._status(host, [(job_id, 0, 0, head, tail)])).get(job_id)
+                    if got is not None:
+                        st, heard = got, anyio.current_time()
+                except (HostError, WireError) as exc:
+                    log.warning("job.status_after_launch_failed", job_id=job_id, error=str(exc))
+            ended = st is not None and (st.exit_code is not None or not st.present)
+            if ended or (st is not None and not follow) or anyio.current_time() + pause >= until:
+                return st, heard
+            await anyio.sleep(pause)
+            pause = min(pause * 1.6, 1.0)
 
     def _remember_machine(self, rec: JobRecord, host: Host) -> None:
         """Record the host key the launch's connection authenticated with the job (the machine's identity: a later
@@ -974,7 +1022,9 @@ class JobRunner:
         (:mod:`agent_tools.probes.readiness`): readiness turns ``failed`` when the unit died since.
         ``why``, ``next`` and the summary come from :func:`agent_tools.jobs.hints.guide`. Returns within
         ``wait_s`` + ``answer_timeout_s`` when the host stops answering; a probe check still under way then is left for
-        the next call (readiness unchanged). A ``not_started`` job is answered from the journal.
+        the next call (readiness unchanged). A look that fails for the link (the connection dropped or stopped
+        answering) is made again, on a new connection, while ``wait_s`` lasts: a short blip does not end the
+        long-poll. A ``not_started`` job is answered from the journal.
 
         :raises JobNotFound: unknown job id.
         :raises HostError: the host cannot be reached, or did not answer in time (``unreachable``,
@@ -996,8 +1046,17 @@ class JobRunner:
         reports: list[ProbeReport] = []
         ready_why = ""
         while True:
-            with _answer_within(host, t_hard - anyio.current_time(), "job_status", wait_s + self.answer_timeout_s):
-                st = (await self._status(host, [(job_id, 0, 0, 0, 0)]))[job_id]
+            try:
+                with _answer_within(host, t_hard - anyio.current_time(), "job_status", wait_s + self.answer_timeout_s):
+                    st = (await self._status(host, [(job_id, 0, 0, 0, 0)]))[job_id]
+            except (ConnectionLost, HostUnreachable) as exc:
+                # the link dropped or went silent: within the long-poll's time, look again (on a new connection)
+                # instead of ending the call on a blip; past it, the error stands
+                if anyio.current_time() + _RELOOK_S >= t_end:
+                    raise
+                log.info("job.status_relook", host=host.name, job_id=job_id, error=exc.message)
+                await anyio.sleep(_RELOOK_S)
+                continue
             state, code, sig, why = self.apply_state(rec, st)
             if rec.probes:
                 # probes get the time left, less a moment for the output fetch below
