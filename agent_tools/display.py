@@ -49,6 +49,11 @@ def _needs_escape(ch: str) -> bool:
     return ch not in _KEPT and (unicodedata.category(ch) in _ESCAPED_CATEGORIES or ch in _INVISIBLE)
 
 
+def has_escapes(text: str) -> bool:
+    """Whether :func:`safe_text` would show any character of ``text`` as an escape."""
+    return not (text.isascii() and text.isprintable()) and any(_needs_escape(ch) for ch in text)
+
+
 def safe_text(text: str) -> str:
     """``text`` with every character that could control or fool a terminal shown as a visible escape.
 

@@ -23,7 +23,8 @@ Results lead with the state, stay small, carry evidence and name the next call (
 
 What the model reads is :func:`result_view` of a result: every field that is at its default (``None``, ``""``,
 ``[]``, an empty output view, ``readiness="none"``) is left out, required fields are always there, and an
-output view that holds its whole stream is just its ``text``. The JSON Schema of each model says what may
+output view that holds its whole stream is just its ``text`` (with its ``note`` when cleaning changed something:
+colours removed, a redraw collapsed, escapes shown). The JSON Schema of each model says what may
 appear; a left-out field means "nothing to say" (a default), never "unknown".
 """
 
@@ -349,7 +350,8 @@ def result_view(result: BaseModel) -> dict[str, Any]:
     equals its default is left out (``None``, ``""``,
     ``[]``, an empty :class:`~agent_tools.output.OutputView`, ``readiness="none"``); a required field is always
     kept, ``None`` included (``exit_status: null`` means "died by a signal"); an output view holding its whole
-    stream is ``{"text": ...}`` (its byte counts appear only when bytes were left out); a float with an integral
+    stream is ``{"text": ...}`` (its byte counts appear only when bytes were left out, its ``note`` when cleaning
+    changed something); a float with an integral
     value is written as an integer (``15`` for ``15.0``: the same text JavaScript's ``JSON.stringify`` gives,
     so clients that compare the text content with ``structuredContent`` see one payload).
 
@@ -366,7 +368,8 @@ def _view(model: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:
         if not model.text and not model.truncated:
             return {}
         keep = ("text", "total_bytes", "omitted_bytes") if model.truncated else ("text",)
-        return {k: dumped[k] for k in keep} | ({"offset": model.offset} if model.offset else {})
+        return ({k: dumped[k] for k in keep} | ({"offset": model.offset} if model.offset else {})
+                | ({"note": model.note} if model.note else {}))
     out: dict[str, Any] = {}
     for name, info in type(model).model_fields.items():
         if name not in dumped:

@@ -17,7 +17,10 @@ What cleaning does (:func:`clean_text`), deliberately:
   screen and line clears) as ``\x1b[2J``, C1 controls (``\x9b``), BEL, backspace, DEL, bidi overrides and
   zero-width characters (``\u202e``, ``\u200b``); a ``\r`` redraw that is not a progress bar keeps every part,
   each ``\r`` shown as ``\r`` (``E…red…G\u202erev H\rOVERWRITTEN`` shows the text the redraw would hide). NUL
-  is ``\0`` and invalid UTF-8 is U+FFFD.
+  is ``\0`` and invalid UTF-8 is U+FFFD. A backslash the command wrote stays as it is (a path, a regex), so
+  ``\0`` reads the same whether the command wrote a NUL or the two characters: the view's ``note`` says when
+  cleaning showed escapes (and when it removed colours or collapsed a redraw), so a reader knows which reading
+  to doubt; the raw bytes stay on the host (``od -c`` of the job's output file shows them).
 * **Secrets are redacted** (:func:`agent_tools.redact.redact`). Where a view or a page cuts the stream, the
   secrets are found with the bytes on both sides of the cut (the host sends :data:`VIEW_CONTEXT_BYTES` more
   around each cut, :func:`view_request`) and a secret the cut splits is hidden on both sides.
@@ -31,7 +34,7 @@ import re
 
 from pydantic import BaseModel, Field
 
-from .display import safe_text
+from .display import has_escapes, safe_text
 from .redact import redact_slice
 
 __all__ = ["VIEW_CONTEXT_BYTES", "OutputView", "clean_text", "clean_window", "make_view", "split_budget",
@@ -61,7 +64,8 @@ class OutputView(BaseModel):
     omitted_bytes: int = Field(default=0, description="raw bytes left out of `text` (0 = complete)")
     offset: int = Field(default=0, description="stream offset (bytes) where `text` begins (new output of a "
                                                "job_status call starts after what was shown before)")
-    note: str = Field(default="", description="what cleaning left out of `text` that the bytes held")
+    note: str = Field(default="", description="what cleaning did to `text` (colours removed, redraws collapsed, "
+                                               "control characters shown as escapes)")
 
     @property
     def truncated(self) -> bool:
@@ -160,14 +164,28 @@ def make_view(head: bytes, tail: bytes, total_bytes: int, *, stream: str = "stdo
         ``head`` and ``tail`` are the view.
     """
     view = _make_view(head, tail, total_bytes, stream=stream, start=start, budget=budget)
-    if _SGR_BYTES_RE.search(head) or _SGR_BYTES_RE.search(tail):
-        view.note = COLOURS_REMOVED
+    notes = []
+    for part in (head, tail):
+        plain = _SGR_BYTES_RE.sub(b"", part)
+        if len(plain) != len(part) and COLOURS_REMOVED not in notes:
+            notes.append(COLOURS_REMOVED)
+        if _REDRAW_BYTES_RE.search(plain) and REDRAWS_COLLAPSED not in notes:
+            notes.append(REDRAWS_COLLAPSED)
+        if ESCAPES_SHOWN not in notes and has_escapes(plain.decode("utf-8", "replace").replace("\r", "")):
+            notes.append(ESCAPES_SHOWN)
+    view.note = "; ".join(n for n in (COLOURS_REMOVED, REDRAWS_COLLAPSED, ESCAPES_SHOWN) if n in notes)
     return view
 
 
 #: :attr:`OutputView.note` when the bytes held SGR colour sequences, which cleaning removes
 COLOURS_REMOVED = "colour codes (ANSI SGR escape sequences) were removed"
+#: ... when a line was redrawn with ``\r`` (a progress bar keeps its last state; other redraws show each ``\r``)
+REDRAWS_COLLAPSED = "a line redrawn with \\r shows its last state if it is a progress bar (else each \\r as \\r)"
+#: ... when cleaning showed characters as escapes: a command's own backslashes are kept, so they read alike
+ESCAPES_SHOWN = ("control characters are shown as escapes (NUL as \\0, ESC as \\x1b): a backslash sequence in "
+                 "the text may be one")
 _SGR_BYTES_RE = re.compile(rb"\x1b\[[0-9;:]*m")
+_REDRAW_BYTES_RE = re.compile(rb"\r(?!\n)")
 
 
 def _make_view(head: bytes, tail: bytes, total_bytes: int, *, stream: str, start: int,

@@ -94,3 +94,17 @@ def test_a_view_says_colour_codes_were_removed() -> None:
     coloured = make_view(b"\x1b[31mred\x1b[0m ok\n", b"", 16)
     assert coloured.text == "red ok\n" and coloured.note == COLOURS_REMOVED
     assert make_view(b"plain\n", b"", 6).note == ""
+
+
+async def test_a_view_with_escapes_says_so_and_a_literal_backslash_is_not_taken_for_one(tk: Toolkit) -> None:
+    """qa12c #8: a NUL shows as ``\\0``, which a command may also print as two characters (its own backslashes are
+    kept). What the model reads (``dispatch``) says which: a view whose cleaning showed escapes, collapsed a
+    redraw or removed colours carries a ``note`` saying so, also when it holds the whole stream; a view of
+    literal backslashes carries none."""
+    nul = await tk.dispatch("run_command", {"host": "sshd", "command": r"printf 'a\000b\000c\n'"})
+    assert nul["stdout"]["text"] == "a\\0b\\0c\n", nul
+    assert "NUL as \\0" in nul["stdout"]["note"], nul
+    literal = await tk.dispatch("run_command", {"host": "sshd", "command": r"printf '%s\n' 'a\0b\0c'"})
+    assert literal["stdout"] == {"text": "a\\0b\\0c\n"}, literal  # the same text, and no note
+    bar = await tk.dispatch("run_command", {"host": "sshd", "command": r"printf 'step 1\rstep 2\rstep 3\n'"})
+    assert bar["stdout"]["text"] == "step 3\n" and "last state" in bar["stdout"]["note"], bar

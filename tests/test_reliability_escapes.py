@@ -15,6 +15,7 @@ on the host (``pgrep``/``ps`` through nsenter).
 
 from __future__ import annotations
 
+import re
 import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,6 +85,95 @@ async def test_cancel_finds_processes_that_left_the_jobs_cgroup(systemd_hosts: H
             assert await _pids(pool, name, n) == [], f"sleep {n} survived the cancel"
             st = await tk.job_status(job_id=out.job_id)
             assert st.state == "killed" and st.by == "cancel", result_view(st)
+    finally:
+        await on_host(pool, name, f"pkill -f '^(/usr/bin/)?sleep ({n}|500)$'; true")
+
+
+HANDED_ON = [  # (how the job hands a process on, command with {n}; {key}: a key the job may use to ssh to root)
+    ("a new loginuid, setsid, env -i, systemd-run --scope, double fork, output closed",
+     "(echo 0 > /proc/self/loginuid; exec setsid env -i systemd-run --scope --quiet sleep {n} </dev/null >/dev/null "
+     "2>&1 &); sleep 500"),
+    ("systemd-run --unit (a transient service PID 1 starts)",
+     "systemd-run --quiet --unit=at-esc-{n} sleep {n}; sleep 500"),
+    ("ssh root@localhost (a login sshd starts)",
+     "ssh -i {key} -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes root@127.0.0.1 "
+     "'setsid nohup sleep {n} >/dev/null 2>&1 &' 2>/dev/null; sleep 500"),
+]
+
+
+@pytest.mark.parametrize(("how", "command"), HANDED_ON, ids=[e[0] for e in HANDED_ON])
+@pytest.mark.parametrize("by", ["cancel", "deadline"])
+async def test_a_kill_names_what_the_job_handed_on_instead_of_no_survivors(systemd_hosts: HostPool, tmp_path: Path,
+                                                                          rel: Rel, how: str, command: str,
+                                                                          by: str) -> None:
+    """Fault (qa12c #1): a root job's process leaves every grouping of the job (a new audit session written to
+    /proc/self/loginuid, another scope, a new session, no environment, its parent gone, its output closed), or the
+    job has systemd or sshd start it (a transient service, a login). No check can tie such a process to the job,
+    and the kill used to say "no survivors" while it ran. Protection: the kill's look for what the job handed on
+    lists the processes that started while the job ran in a unit, login or audit session of their own: the result
+    names them (pid, command, unit) with the call that stops them, in ``unchecked``, and never says "no
+    survivors"; that call stops them."""
+    rel.set(fault=f"a root job hands a process on: {how}; killed by {by}", trials=1,
+            checked="the kill says what still runs (pid, unit, stop call) instead of 'no survivors'; the call stops it")
+    pool, name = systemd_hosts, "at-h1"
+    n = _n()
+    key = f"/tmp/at-key-{n}"
+    await on_host(pool, name, f"ssh-keygen -q -N '' -C at-test-{n} -f {key} && "
+                              f"cat {key}.pub >> /root/.ssh/authorized_keys")
+    try:
+        async with toolkit_for(pool.ssh_config, tmp_path / "j.sqlite3") as tk:
+            alias = pool.hosts[name].ssh_alias
+            out = await tk.run_command(host=alias, command=command.format(n=n, key=key), budget_s=1.5,
+                                       deadline_s=4 if by == "deadline" else None)
+            assert isinstance(out, Detached), result_view(out)
+            await _started(pool, name, n)
+            if by == "cancel":
+                res = await tk.job_cancel(job_id=out.job_id, grace_s=1)
+                assert res.state == "killed" and res.survivors == [], result_view(res)
+                text, unchecked = res.message, res.unchecked
+                assert "handed to systemd or a login still run" in text, result_view(res)
+            else:
+                st = await tk.job_status(job_id=out.job_id, wait_s=15)
+                assert st.state == "killed" and st.by == "deadline", result_view(st)
+                text, unchecked = st.why, st.unchecked
+            assert "no survivors" not in text, text
+            pids = await _pids(pool, name, n)
+            assert len(pids) == 1 and f"{pids[0]} '" in unchecked and f"sleep {n}" in unchecked, unchecked
+            stop = re.search(r"command='([^']+)'", unchecked)
+            assert stop is not None and stop.group(1).startswith("systemctl stop "), unchecked
+            done = await tk.run_command(host=alias, command=stop.group(1), budget_s=20)
+            assert isinstance(done, Finished) and done.exit_status == 0, result_view(done)
+
+            async def gone() -> bool:
+                return not await _pids(pool, name, n)
+
+            await wait_until(gone, 10, f"sleep {n} stopped by the call the kill named")
+    finally:
+        await on_host(pool, name, f"pkill -f '^(/usr/bin/)?sleep ({n}|500)$'; sed -i '/at-test-{n}$/d' "
+                                  f"/root/.ssh/authorized_keys; rm -f {key} {key}.pub; true")
+
+
+async def test_a_process_holding_the_jobs_output_is_the_jobs_wherever_it_went(systemd_hosts: HostPool,
+                                                                              tmp_path: Path, rel: Rel) -> None:
+    """Fault (qa12c #1): as above, but the escaped process still writes to the job's stdout. Protection: a process
+    holding a file of the job directory open is the job's whatever it did: the cancel kills it and says "no
+    survivors" only because it is true."""
+    rel.set(fault="a root job's process leaves every grouping but keeps the job's output open", trials=1,
+            checked="job_cancel kills it (host pgrep), no survivors")
+    pool, name = systemd_hosts, "at-h1"
+    n = _n()
+    try:
+        async with toolkit_for(pool.ssh_config, tmp_path / "j.sqlite3") as tk:
+            out = await tk.run_command(host=pool.hosts[name].ssh_alias, budget_s=1.5, command=(
+                f"(echo 0 > /proc/self/loginuid; exec setsid env -i systemd-run --scope --quiet sleep {n} &); "
+                "sleep 500"))
+            assert isinstance(out, Detached), result_view(out)
+            await _started(pool, name, n)
+            pid = int((await _pids(pool, name, n))[0])
+            res = await tk.job_cancel(job_id=out.job_id, grace_s=1)
+            assert res.state == "killed" and pid in res.signalled and res.survivors == [], result_view(res)
+            assert "no survivors" in res.message and res.unchecked == "", result_view(res)
+            assert await _pids(pool, name, n) == [], f"sleep {n} survived the cancel"
     finally:
         await on_host(pool, name, f"pkill -f '^(/usr/bin/)?sleep ({n}|500)$'; true")
 
@@ -257,6 +347,11 @@ async def test_hard_deadline_covers_what_the_command_left_running(systemd_hosts:
             t0 = anyio.current_time()
             await wait_until(gone, 15, f"sleep {n} to be killed at the job's deadline")
             assert anyio.current_time() - t0 < 10  # at the deadline (3 s from the start), not later
+
+            async def checked() -> bool:  # the kill's check (survivors, what it handed on) ends just after the kill
+                return "had not finished" not in (await tk.job_status(job_id=out.job_id)).why
+
+            await wait_until(checked, 5, "the deadline kill's survivor check to finish")
             st = await tk.job_status(job_id=out.job_id)
             assert st.state == "exited" and st.exit_status == 0 and st.leftovers == [], result_view(st)
             assert "left running were killed" in st.why and "3 s deadline" in st.why, result_view(st)

@@ -135,3 +135,104 @@ async def test_cancel_and_restart_cut_by_a_stall_say_what_may_have_happened(syst
     now = (await on_host(pool, host, "systemctl show -p InvocationID --value rl-good.service")).stdout.strip()
     assert now == inv, "a restart ran though the call said none was sent"
     await on_host(pool, host, "systemctl stop rl-good.service; pkill -x -f 'sleep 4321'; true")
+
+
+async def _fault(pool: HostPool, host: str, start_s: float, for_s: float, how: str = "partition") -> None:
+    """``how`` (partition, or stall: sshd's port drops packets both ways) ``start_s`` seconds from now, healed
+    ``for_s`` seconds later."""
+    await anyio.sleep(start_s)
+    cut = pool.partition if how == "partition" else (lambda name: pool.stall_port(name, 22))
+    await anyio.to_thread.run_sync(cut, host)
+    try:
+        await anyio.sleep(for_s)
+    finally:
+        await anyio.to_thread.run_sync(pool.heal, host)
+
+
+@pytest.mark.parametrize("how", ["stall", "partition"])
+async def test_a_launch_cut_off_says_the_jobs_state_is_unknown(systemd_hosts: HostPool, tmp_path: Path, rel: Rel,
+                                                               how: str) -> None:
+    """Fault (qa12c #3): the host goes silent just after it confirmed a launch; the job exits 0 within the
+    budget, unheard. Protection: only a look that got an answer says a job still runs: the result says when the host
+    last spoke and that the job's state is not known, names job_status to settle it, and never says it keeps
+    running; after the heal job_status says exited 0."""
+    rel.set(fault=f"{how} 0.4 s into a launch whose job ends within its budget", trials=1,
+            checked="detached without 'keeps running'; 'not known' and job_status in next; exited 0 after the heal")
+    pool, host = systemd_hosts, "at-h1"
+    async with toolkit_for(pool.ssh_config, tmp_path / "j.sqlite3") as tk:
+        assert dump(await tk.run_command(host=host, command="true", budget_s=10))["outcome"] == "finished"
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_fault, pool, host, 0.4, 7.0, how)
+            t0 = time.monotonic()
+            out = dump(await tk.run_command(host=host, command="sleep 1; echo quick-done", budget_s=3))
+            took = time.monotonic() - t0
+        assert out["outcome"] == "detached" and took < 3 + 5, (out, took)
+        assert "keeps running" not in out["why"] and "still running" not in out["why"], out
+        assert "not known" in out["why"] and f"job_status(job_id='{out['job_id']}'" in out["next"], out
+        assert "job_cancel" not in out["next"], out
+        st = dump(await tk.job_status(job_id=out["job_id"], wait_s=10))
+        assert st["state"] == "exited" and st["exit_status"] == 0, st
+
+
+async def test_a_long_poll_rides_out_a_blip(systemd_hosts: HostPool, tmp_path: Path, rel: Rel) -> None:
+    """Fault (qa12c #5): a 4 s partition (longer than the 3 s liveness timeout: the connection is found dead) in the
+    middle of job_status(wait_s=30). Protection: within wait_s the long-poll looks again on a new connection: it
+    ends when the job does, with its output, not with connection_lost just after the link came back."""
+    rel.set(fault="4 s partition during a 30 s long-poll", trials=1,
+            checked="the long-poll returns the job's end (exited 0, all output) within wait_s")
+    pool, host = systemd_hosts, "at-h1"
+    async with toolkit_for(pool.ssh_config, tmp_path / "j.sqlite3") as tk:
+        out = dump(await tk.run_command(host=host, budget_s=0.5,
+                                        command="for i in $(seq 1 12); do echo L$i; sleep 1; done; echo fin"))
+        assert out["outcome"] == "detached", out
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_fault, pool, host, 2.0, 4.0)
+            t0 = time.monotonic()
+            st = dump(await tk.job_status(job_id=out["job_id"], wait_s=30))
+            took = time.monotonic() - t0
+        assert st.get("state") == "exited" and st["exit_status"] == 0, st
+        assert "fin" in st["new_stdout"]["text"] and took < 30, (st, took)
+
+
+async def test_a_launch_rides_out_a_blip_within_its_budget(systemd_hosts: HostPool, tmp_path: Path, rel: Rel) -> None:
+    """Fault (qa12c #5): a 4 s partition (the connection is found dead) 1 s into run_command(budget_s=15) of a
+    6 s command. Protection: the launch follows its job on a new connection for the rest of its budget: finished,
+    exit 0, with all its output (it used to return detached as soon as the connection was found dead)."""
+    rel.set(fault="4 s partition during a launch whose job ends within its budget", trials=1,
+            checked="finished exit 0 with all output within the budget")
+    pool, host = systemd_hosts, "at-h1"
+    async with toolkit_for(pool.ssh_config, tmp_path / "j.sqlite3") as tk:
+        assert dump(await tk.run_command(host=host, command="true", budget_s=10))["outcome"] == "finished"
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_fault, pool, host, 1.0, 4.0)
+            t0 = time.monotonic()
+            out = dump(await tk.run_command(host=host, budget_s=15,
+                                            command="for i in 1 2 3 4 5 6; do echo R$i; sleep 1; done"))
+            took = time.monotonic() - t0
+        assert out["outcome"] == "finished" and out["exit_status"] == 0, out
+        assert out["stdout"]["text"] == "".join(f"R{i}\n" for i in range(1, 7)) and took < 15 + 5, (out, took)
+
+
+async def test_list_hosts_check_during_a_partition_answers_in_5_s(systemd_hosts: HostPool, tmp_path: Path,
+                                                                  rel: Rel) -> None:
+    """Fault (qa12c #4): at-h1 is partitioned; a long-lived Toolkit holds a connection to at-h1 but none to
+    at-h1-agent yet (its first connect would wait the config's ConnectTimeout, 10 s). Protection: list_hosts has no
+    time of its own, so each host gets a few seconds: the call answers within 5 s, both aliases unreachable with
+    the reason, the other host reachable."""
+    rel.set(fault="list_hosts(check=true) during a partition", trials=1,
+            checked="within 5 s; at-h1 and at-h1-agent reachable false with an error, at-h2 reachable")
+    pool, host = systemd_hosts, "at-h1"
+    async with toolkit_for(pool.ssh_config, tmp_path / "j.sqlite3") as tk:
+        assert dump(await tk.run_command(host=host, command="true", budget_s=10))["outcome"] == "finished"
+        await anyio.to_thread.run_sync(pool.partition, host)
+        try:
+            t0 = time.monotonic()
+            got = await tk.dispatch("list_hosts", {"check": True})
+            took = time.monotonic() - t0
+        finally:
+            await anyio.to_thread.run_sync(pool.heal, host)
+        by = {h["host"]: h for h in got["hosts"]}
+        assert took < 5, (took, got)
+        for alias in (host, pool.hosts[host].ssh_alias_agent):
+            assert by[alias]["reachable"] is False and by[alias]["error"], by[alias]
+        assert by["at-h2"]["reachable"] is True, by["at-h2"]

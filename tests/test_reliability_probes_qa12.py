@@ -180,3 +180,51 @@ async def test_unit_evidence_names_what_systemd_is_doing(systemd_hosts: HostPool
     finally:
         await on_host(pool, host, "systemctl stop rp-loop.service rp-stophang.service rp-post.service "
                                   "rp-sock.socket rp-sock.service; systemctl reset-failed; true")
+
+
+#: (unit, [Service] body, [Unit] extra, set up before the restart, evidence that must be in the probe's evidence)
+REFUSED = [
+    ("rp-cond.service", "ExecStart=/bin/sleep 1000", "ConditionPathExists=/nonexistent-rp", "",
+     ["skipped because of an unmet condition check", "ConditionPathExists=/nonexistent-rp"]),
+    ("rp-cond-running.service", "ExecStart=/bin/sleep 1000", "ConditionPathExists=/tmp/rp-flag",
+     "touch /tmp/rp-flag && systemctl start rp-cond-running.service && rm /tmp/rp-flag",
+     ["skipped because of an unmet condition check", "ConditionPathExists=/tmp/rp-flag"]),
+    ("rp-assert.service", "ExecStart=/bin/sleep 1000", "AssertPathExists=/nonexistent-rp", "",
+     ["an Assert*= failed", "Assertion failed for rp-assert.service"]),
+    ("rp-execcond.service", "ExecCondition=/bin/false\nExecStart=/bin/sleep 1000", "", "",
+     ["ExecCondition= command failed", "Skipped due to 'exec-condition'"]),
+    ("rp-pre.service", "ExecStartPre=/bin/bash -c 'exit 9'\nExecStart=/bin/sleep 1000", "", "",
+     ["ExecStartPre=/bin/bash exited 9", "the main process never started"]),
+]
+
+
+@pytest.mark.parametrize(("unit", "service", "unit_extra", "setup", "evidence"), REFUSED, ids=[c[0] for c in REFUSED])
+async def test_a_start_systemd_refuses_reads_failed_at_once_with_its_reason(
+        systemd_hosts: HostPool, tmp_path: Path, rel: Rel, unit: str, service: str, unit_extra: str, setup: str,
+        evidence: list[str]) -> None:
+    """Fault (qa12c #2, #7): systemd skips or refuses the start (an unmet Condition*=, with or without an old
+    invocation running; a failed Assert*=; a failing ExecCondition=), or an ExecStartPre= fails so the main process
+    never runs. The unit reads inactive with no new invocation (and, unloaded, ConditionResult=no and zero
+    timestamps whether or not it ran), so the restart used to read "restart not begun yet" until its deadline, and
+    an ExecStartPre= failure read "exit=0". Protection: the manager's line that ended the start job (a start job
+    done with no new invocation, the unit skipped) is the verdict: readiness failed within seconds, the evidence
+    says why with systemd's own words; a main process that never started has no exit status shown."""
+    rel.set(fault=f"systemd refuses the start: {unit}", trials=1,
+            checked="readiness failed within 15 s (not 'not begun'), the evidence names the reason, no 'exit=0'")
+    pool, host = systemd_hosts, "at-h1"
+    await install_unit(pool, host, unit, service, unit_extra)
+    if setup:
+        res = await on_host(pool, host, setup)
+        assert res.returncode == 0, res.stderr
+    try:
+        async with toolkit_for(pool.ssh_config, tmp_path / "j.sqlite3") as tk:
+            t0 = time.monotonic()
+            out = dump(await tk.restart_service(host=host, unit=unit))
+            st = out if settled(out) else await follow(rel, tk, out["job_id"], until=settled, limit_s=15)
+            assert st["readiness"] == "failed", st
+            assert time.monotonic() - t0 < 15
+            got = st["probes"][0]["evidence"]
+            assert all(e in got for e in evidence), got
+            assert "not begun" not in got and "exit=0" not in got and "does not say how" not in got, got
+    finally:
+        await on_host(pool, host, f"systemctl stop {unit}; systemctl reset-failed; rm -f /tmp/rp-flag; true")

@@ -364,6 +364,32 @@ async def test_elapsed_freezes_at_exit(systemd_hosts: HostPool, tmp_path: Path, 
     await on_host(pool, host, "systemctl stop rr-quick.service")
 
 
+async def test_deadline_exceeded_freezes_elapsed_at_the_deadline(systemd_hosts: HostPool, tmp_path: Path,
+                                                                  rel: Rel) -> None:
+    """Fault (qa12c #6): nobody looks at a restart that never gets ready until well past its readiness deadline.
+    Protection: the verdict ``deadline_exceeded`` holds since the deadline, so ``elapsed_s`` freezes at the
+    deadline (not at the first later look), the same on every later look, and the evidence says when it was seen."""
+    pool, host = systemd_hosts, "at-h1"
+    rel.set(fault="first look at a never-ready restart long after its deadline", trials=1,
+            checked="elapsed_s = the deadline on every later look; the why names the deadline and the look's time")
+    await install_unit(pool, host, "rr-slowpre.service", "ExecStartPre=/bin/sleep 60\nExecStart=/bin/sleep 1000")
+    try:
+        async with toolkit_for(pool.ssh_config, tmp_path / "journal.sqlite3") as tk:
+            out = dump(await tk.restart_service(host=host, unit="rr-slowpre.service", deadline_s=3))
+            assert out["readiness"] == "pending", out
+            # no look until well past the deadline: another job that takes 8 s, followed to its end
+            other = dump(await tk.run_command(host=host, command="sleep 8", budget_s=20))
+            assert other["outcome"] == "finished", other
+            first = dump(await tk.job_status(job_id=out["job_id"]))
+            assert first["readiness"] == "deadline_exceeded", first
+            assert abs(first["elapsed_s"] - 3) < 0.01, first
+            assert "by its 3 s deadline" in first["why"] and "as seen" in first["why"], first["why"]
+            again = dump(await tk.job_status(job_id=out["job_id"]))
+            assert again["elapsed_s"] == first["elapsed_s"] and again["why"] == first["why"], (first, again)
+    finally:
+        await on_host(pool, host, "systemctl stop rr-slowpre.service; true")
+
+
 SURVIVOR = r'''
 import http.server, os, signal, sys, time
 port, mode = int(sys.argv[1]), sys.argv[2]

@@ -16,7 +16,7 @@ import re
 import secrets
 import shlex
 import signal as _signal
-from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import anyio
@@ -67,7 +67,17 @@ from .scripts import (
     warm_script,
 )
 from .terminal import drew_screen, interactive_need
-from .wire import HostJobState, RawView, WireError, WireReader, parse_deadline, parse_status, read_view
+from .wire import (
+    Elsewhere,
+    HostJobState,
+    RawView,
+    WireError,
+    WireReader,
+    parse_deadline,
+    parse_elsewhere,
+    parse_status,
+    read_view,
+)
 
 __all__ = ["DEFAULT_JOBS_DIR", "JobRunner", "job_id_for_key", "new_job_id"]
 
@@ -85,6 +95,12 @@ ANSWER_TIMEOUT_S = 4.0
 #: again, up to ``_EXTEND_MAX_S`` in all (see ``_answer_within``)
 _EXTEND_S = 4.0
 _EXTEND_MAX_S = 60.0
+
+#: seconds the look at a job gets once its launch's budget ran out (it may have ended right at the budget)
+_LOOK_S = 0.7
+
+#: pause before a long-poll looks again after its look failed for the link (the connection dropped or went silent)
+_RELOOK_S = 0.5
 
 #: longest a call waits for a warm session that is starting (it would start a new session otherwise), seconds
 _WARM_WAIT_S = 2.0
@@ -260,7 +276,10 @@ class JobRunner:
         whole process tree (TERM, ``kill_grace_s``, KILL, survivors checked). Returns by about
         ``budget_s`` + 1 s normally, and within ``budget_s`` + 4 s whatever happens (a host that stops
         answering included: connect, channel open and the exec's answer all count against the budget, and an exec
-        already sent gets at most 3 s more to be answered).
+        already sent gets at most 3 s more to be answered). When the budget runs out (or the connection fails
+        after the command was sent) the job is looked at on the host, on a new connection if need be, and after a
+        failed connection until the budget is over: a job that ended is ``finished``; ``detached`` says it still
+        runs only when a look got an answer, else that the host went silent and the job's state is not known.
 
         What a failed start says is what is known: an ``error`` whose launch provably never reached the host
         (no connection, the session refused or never opened, every channel busy, the launcher refused it) has
@@ -393,6 +412,8 @@ class JobRunner:
         exit_code: int | None = None
         at_deadline: tuple[float | None, list[int] | None] | None = None  # the monitor killed it at its deadline
         deadline_how = deadline_tag = ""  # how that kill found the job's processes (HostJobState.deadline_how, _tag)
+        deadline_else: list[Elsewhere] = []  # what it may have handed on (HostJobState.deadline_elsewhere)
+        deadline_else_how = ""
         deadline_was: int | None = None  # the command had ended before that kill (it was of its leftovers)
         cover = {"how": "", "tag": ""}  # how the look for leftovers found the job's processes (see _unchecked)
         writing: list[int] = []  # leftovers that still hold the job's output files open
@@ -405,6 +426,8 @@ class JobRunner:
         refused = False  # the launcher said it could not set the job up (it never ran the command)
         maybe_sent = False  # a launch request was written to a warm session at some point (it may have arrived)
         proc: HostProcess | None = None
+        heard: float | None = None  # when the launch last heard from the host (loop clock)
+        lost: HostError | None = None  # the connection failed after the command was sent
         try:
             with anyio.move_on_after(budget_s - (anyio.current_time() - t0)):
                 for attempt in (1, 2):
@@ -425,6 +448,7 @@ class JobRunner:
                             words = await reader.header()
                             if words is None:
                                 break
+                            heard = anyio.current_time()
                             if words[0] in _LAUNCH_WORDS:
                                 sent = True  # the launcher answered: the request arrived
                             if words[0] == "started":
@@ -445,6 +469,10 @@ class JobRunner:
                                 deadline_how = " ".join(words[1:])
                             elif words[0] == "deadline_tag":
                                 deadline_tag = " ".join(words[1:])
+                            elif words[0] == "deadline_elsewhere" and (e := parse_elsewhere(words[1:])):
+                                deadline_else.append(e)
+                            elif words[0] == "deadline_elsewhere_how":
+                                deadline_else_how = " ".join(words[1:])
                             elif words[0] == "deadline_was":
                                 deadline_was = int(words[1]) if words[1].lstrip("-").isdigit() else None
                             elif words[0] in ("how", "tag"):
@@ -487,12 +515,10 @@ class JobRunner:
                     # never answered: it may have arrived
                     return self._unconfirmed(rec, exc.message)
                 return self._not_started(rec, exc)
-            # the command was sent; the job may be running: report it as detached-unknown via status later
+            # the command was sent; the job may be running: followed below, on a new connection, for the rest of the
+            # budget (a short blip does not end the call)
             log.warning("job.start_connection_error", host=host.name, job_id=job_id, error=exc.message)
-            return self._detached(rec, anyio.current_time() - t0, None,
-                                  why=f"the connection failed after the command was sent ({exc.message}); "
-                                      "the job may be running on the host",
-                                  next_hint=f"job_status(job_id='{job_id}') once the host is reachable")
+            lost, proc = exc, None
         except WireError as exc:
             launch_error = f"unexpected launcher output: {exc}"
             refused = False
@@ -569,8 +595,9 @@ class JobRunner:
             self.journal.update(job_id, meta=rec.meta)
         if (exit_code is not None and not detach_immediately and at_deadline is not None and exit_code > 128
                 and deadline_was is None):
-            return self._deadline_killed(rec, exit_code, views, elapsed, *at_deadline, how=deadline_how,
-                                         tag=deadline_tag)
+            return self._deadline_killed(rec, exit_code, views, elapsed, *at_deadline,
+                                         unchecked=_unchecked(deadline_how, deadline_tag, deadline_else,
+                                                              deadline_else_how, rec.host))
         if exit_code is not None and not detach_immediately:
             return self._finished(rec, exit_code, views, elapsed, leftovers, ended,
                                   unchecked=_unchecked(cover["how"], cover["tag"]), writing=writing)
@@ -579,31 +606,69 @@ class JobRunner:
             return self._detached(rec, elapsed, None, why="the rule says detach at once; " + _runs_on(rec),
                                   at_once=True)
 
-        # Budget ran out.
-        if on_timeout == "kill":
+        # Budget ran out, or the connection failed after the command was sent (``lost``).
+        if on_timeout == "kill" and lost is None:
             return await self._kill_after_budget(host, rec, t0, kill_grace_s, started)
-        # One quick look: it may have ended right at the budget.
-        st: HostJobState | None = None
-        with anyio.move_on_after(0.7):
-            try:
-                st = (await self._status(host, [(job_id, 0, 0, head, tail)])).get(job_id)
-            except (HostError, WireError) as exc:
-                log.warning("job.status_after_budget_failed", job_id=job_id, error=str(exc))
+        # Look at the job: once (it may have ended right at the budget), or, after a lost connection, on a new one
+        # until the budget is over (it may end within it). Only a look that got an answer says it still runs.
+        now_ = anyio.current_time()
+        st, heard = await self._look_until(host, job_id, max(t0 + budget_s, now_ + _LOOK_S) if lost else now_ + _LOOK_S,
+                                           head, tail, heard, follow=lost is not None)
         if st is not None and st.present and st.exit_code is not None:
             if st.deadline_s is not None and st.cancelled and st.exit_code > 128 and st.deadline_was is None:
                 return self._deadline_killed(rec, st.exit_code, st.views, anyio.current_time() - t0, st.deadline_s,
-                                             st.deadline_survivors, how=st.deadline_how, tag=st.deadline_tag)
+                                             st.deadline_survivors, unchecked=_deadline_unchecked(st, rec.host))
             return self._finished(rec, st.exit_code, st.views, anyio.current_time() - t0,
                                   [Leftover(pid=p, command=redact(c)) for p, c in st.leftovers], ended=st.ended,
                                   unchecked=_unchecked(st.how, st.tag), left_pending=st.leftovers_pending)
+        if on_timeout == "kill":
+            return await self._kill_after_budget(host, rec, t0, kill_grace_s, started)
         if written and not sent and (st is None or not st.present):
             return self._unconfirmed(rec, f"{host.name}: no answer from the host within the {budget_s:g} s budget "
                                           "to a launch request written to a ready session (hung, overloaded, or "
                                           "the connection stopped answering)")
+        if st is None:
+            # nothing said it runs: the link went silent (or dropped) and no look got through
+            last = (f"the host's last word came {heard - t0:.1f} s into the call"
+                    + (" (the job had started)" if started else "") if heard is not None
+                    else "the command was sent and the host said nothing")
+            why = (last + (f"; then the connection failed ({lost.message})" if lost is not None else "")
+                   + f"; no look at the job got an answer within its {budget_s:g} s budget, so whether it still runs "
+                   "or has ended is not known")
+            return self._detached(rec, anyio.current_time() - t0, None, why=why, next_hint=(
+                f"job_status(job_id='{job_id}', wait_s=30) settles it once the host answers; do not run the command "
+                "again (it was started)"))
         why = "still running when its budget ran out; " + _runs_on(rec)
+        if lost is not None:
+            why += f" (the connection failed after the command was sent, {lost.message}; a new one saw it running)"
         if not started:
             why += " (the start was not confirmed before the budget ran out)"
         return self._detached(rec, anyio.current_time() - t0, st, why=why)
+
+    async def _look_until(self, host: Host, job_id: str, until: float, head: int, tail: int, heard: float | None,
+                          *, follow: bool) -> tuple[HostJobState | None, float | None]:
+        """Look at job ``job_id`` on the host (its state and output views) until a look got an answer, or, with
+        ``follow``, until one shows it ended; never past ``until`` (loop clock). A look that fails (the connection
+        dropped or did not answer) is made again after a short pause, on a new connection if need be.
+
+        :param heard: when the host last answered (loop clock, None: never), updated by the looks.
+        :returns: the last look that got an answer (None when none did), and when the host last answered.
+        """
+        st: HostJobState | None = None
+        pause = 0.2
+        while True:
+            with anyio.move_on_at(until):
+                try:
+                    got = (await self._status(host, [(job_id, 0, 0, head, tail)])).get(job_id)
+                    if got is not None:
+                        st, heard = got, anyio.current_time()
+                except (HostError, WireError) as exc:
+                    log.warning("job.status_after_launch_failed", job_id=job_id, error=str(exc))
+            ended = st is not None and (st.exit_code is not None or not st.present)
+            if ended or (st is not None and not follow) or anyio.current_time() + pause >= until:
+                return st, heard
+            await anyio.sleep(pause)
+            pause = min(pause * 1.6, 1.0)
 
     def _remember_machine(self, rec: JobRecord, host: Host) -> None:
         """Record the host key the launch's connection authenticated with the job (the machine's identity: a later
@@ -684,11 +749,9 @@ class JobRunner:
                         unchecked=unchecked, next=nexts.removeprefix("; "))
 
     def _deadline_killed(self, rec: JobRecord, code: int, views: dict[str, RawView], elapsed: float,
-                         limit_s: float | None, survivors: list[int] | None, *, how: str = "",
-                         tag: str = "") -> Killed:
+                         limit_s: float | None, survivors: list[int] | None, *, unchecked: str = "") -> Killed:
         """The launcher reported the exit of a job its monitor killed at the job's deadline: ``killed`` by
-        ``deadline``, its output kept; ``how``, ``tag``: how the kill found the job's processes (its
-        ``unchecked``: :func:`_unchecked`)."""
+        ``deadline``, its output kept; ``unchecked``: what the kill's look could not see (:func:`_unchecked`)."""
         out = views.get("stdout", RawView(0, b"", b""))
         err = views.get("stderr", RawView(0, b"", b""))
         sig = _signal_name(code)
@@ -698,8 +761,8 @@ class JobRunner:
         rec.meta = meta
         log.info("job.deadline_killed", host=rec.host, job_id=rec.job_id, exit_status=code, deadline_s=limit_s)
         return Killed(host=rec.host, command=rec.command, job_id=rec.job_id, signal=sig or "TERM", by="deadline",
-                      reason=deadline_why(rec, limit_s, survivors, _unchecked(how, tag)), survivors=survivors or [],
-                      unchecked=_unchecked(how, tag),
+                      reason=deadline_why(rec, limit_s, survivors, unchecked), survivors=survivors or [],
+                      unchecked=unchecked,
                       duration_s=round(elapsed, 3), exit_status=code, stdout=out.view(budget=self.view_bytes),
                       stderr=err.view(budget=self.view_bytes))
 
@@ -1009,7 +1072,7 @@ class JobRunner:
             by_deadline = st.deadline_s is not None and st.deadline_was is None
             if st.cancelled and sig and by_deadline:
                 state, why, by = "killed", deadline_why(rec, st.deadline_s, st.deadline_survivors,
-                                                        _unchecked(st.deadline_how, st.deadline_tag),
+                                                        _deadline_unchecked(st, rec.host),
                                                         interrupted=st.deadline_interrupted), "deadline"
             elif st.cancelled and sig and st.deadline_s is None:
                 state, why, by = "killed", f"cancelled: {st.cancel_reason or rec.cancel_reason or 'on request'}", \
@@ -1032,7 +1095,7 @@ class JobRunner:
             if st.deadline_was is not None and st.deadline_s is not None:
                 # the command had ended by itself; what it left running was killed at its deadline
                 why = deadline_why(rec, st.deadline_s, st.deadline_survivors,
-                                   _unchecked(st.deadline_how, st.deadline_tag), was=st.deadline_was,
+                                   _deadline_unchecked(st, rec.host), was=st.deadline_was,
                                    interrupted=st.deadline_interrupted)
         elif st.boot_id and st.current_boot and st.boot_id != st.current_boot:
             state, why = "lost", (f"the host rebooted (boot id {st.boot_id[:8]}… → {st.current_boot[:8]}…) and "
@@ -1089,7 +1152,9 @@ class JobRunner:
         (:mod:`agent_tools.probes.readiness`): readiness turns ``failed`` when the unit died since.
         ``why``, ``next`` and the summary come from :func:`agent_tools.jobs.hints.guide`. Returns within
         ``wait_s`` + ``answer_timeout_s`` when the host stops answering; a probe check still under way then is left for
-        the next call (readiness unchanged). A ``not_started`` job is answered from the journal.
+        the next call (readiness unchanged). A look that fails for the link (the connection dropped or stopped
+        answering) is made again, on a new connection, while ``wait_s`` lasts: a short blip does not end the
+        long-poll. A ``not_started`` job is answered from the journal.
 
         :raises JobNotFound: unknown job id.
         :raises HostError: the host cannot be reached, or did not answer in time (``unreachable``,
@@ -1111,8 +1176,17 @@ class JobRunner:
         reports: list[ProbeReport] = []
         ready_why = ""
         while True:
-            with _answer_within(host, t_hard - anyio.current_time(), "job_status", wait_s + self.answer_timeout_s):
-                st = (await self._status(host, [(job_id, 0, 0, 0, 0)]))[job_id]
+            try:
+                with _answer_within(host, t_hard - anyio.current_time(), "job_status", wait_s + self.answer_timeout_s):
+                    st = (await self._status(host, [(job_id, 0, 0, 0, 0)]))[job_id]
+            except (ConnectionLost, HostUnreachable) as exc:
+                # the link dropped or went silent: within the long-poll's time, look again (on a new connection)
+                # instead of ending the call on a blip; past it, the error stands
+                if anyio.current_time() + _RELOOK_S >= t_end:
+                    raise
+                log.info("job.status_relook", host=host.name, job_id=job_id, error=exc.message)
+                await anyio.sleep(_RELOOK_S)
+                continue
             state, code, sig, why = self.apply_state(rec, st)
             if rec.probes:
                 # probes get the time left, less a moment for the output fetch below
@@ -1162,7 +1236,7 @@ class JobRunner:
         unchecked = ""
         if state in ("exited", "killed"):
             if st.deadline_s is not None and st.deadline_how:
-                unchecked = _unchecked(st.deadline_how, st.deadline_tag)
+                unchecked = _deadline_unchecked(st, rec.host)
             elif st.how:
                 unchecked = _unchecked(st.how, st.tag)
         g = guide(facts_of(rec, state=state, detail=why, readiness_detail=ready_why, output_cut=cut,
@@ -1214,8 +1288,11 @@ class JobRunner:
                               last=last)
         meta = dict(rec.meta, last_probes=[p.model_dump() for p in verdict.reports], readiness_why=verdict.detail)
         if verdict.readiness != "pending" and rec.readiness == "pending":
-            # a verdict that follows from the command's end holds since that end, not since this look
-            meta["settled_at"] = rec.finished_at if verdict.at_end and rec.finished_at is not None else now()
+            # a verdict that follows from the command's end holds since that end, one of the deadline since the
+            # deadline: not since this look
+            meta["settled_at"] = (rec.finished_at if verdict.at_end and rec.finished_at is not None else
+                                  rec.created_at + rec.deadline_s if verdict.at_deadline and rec.deadline_s else
+                                  now())
         self.journal.update(rec.job_id, probes=verdict.specs, readiness=verdict.readiness, meta=meta)
         if verdict.readiness != rec.readiness:
             log.info("job.readiness", host=rec.host, job_id=rec.job_id, readiness=verdict.readiness,
@@ -1537,6 +1614,8 @@ class JobRunner:
         escalated: list[int] = []
         survivors: list[int] = []
         how = tag = ""  # "cgroup PATH" or "- REASON"; "ses N" or "- REASON" (see the cancel script)
+        elsewhere: list[Elsewhere] = []  # what the job may have handed on, still running (see _unchecked)
+        else_how = ""
         was: int | None = None  # the command's exit status, when it had ended before the cancel
         missing = False
         with _answer_within(host, limit_s, "job_cancel"):
@@ -1559,6 +1638,10 @@ class JobRunner:
                             how = " ".join(words[1:])
                         elif words[0] == "tag":
                             tag = " ".join(words[1:])
+                        elif words[0] == "elsewhere" and (e := parse_elsewhere(words[1:])) is not None:
+                            elsewhere.append(e)
+                        elif words[0] == "elsewhere_how":
+                            else_how = " ".join(words[1:])
                         elif words[0] == "targets":
                             signalled = pids
                         elif words[0] == "escalated":
@@ -1593,18 +1676,20 @@ class JobRunner:
                 await anyio.sleep(0.05)
         if state == "running":
             state = "killed"
-        unchecked = _unchecked(how, tag)
+        unchecked = _unchecked(how, tag, elsewhere, else_how, rec.host)
+        handed = (f"; {len(elsewhere)} process(es) it may have handed to systemd or a login still run (unchecked "
+                  "names them and how to stop them)" if elsewhere else "")
         if not signalled:
             msg = ("nothing of the job was running; no signal sent" if not unchecked else
-                   "nothing of the job was found running; no signal sent (see unchecked for what could not be "
-                   "checked)")
+                   "nothing of the job was found running; no signal sent" + (handed or " (see unchecked for what "
+                                                                              "could not be checked)"))
         else:
             whose = (f"the command had exited with status {was} before; {len(signalled)} process(es) it left "
                      "running were sent TERM" if was is not None else f"sent TERM to {len(signalled)} process(es)")
             msg = (whose + (f", KILL to {len(escalated)} that outlived the {grace_s:g} s grace" if escalated else "")
                    + (f"; SURVIVORS: {survivors}" if survivors else
                       "; no survivors" if not unchecked else
-                      "; none of those survived (see unchecked for what could not be checked)"))
+                      "; none of those survived" + (handed or " (see unchecked for what could not be checked)")))
         log.info("job.cancelled", host=rec.host, job_id=job_id, by=by, signalled=len(signalled),
                  escalated=len(escalated), survivors=survivors, checked=how.split(" ")[0] or "-", was=was)
         final_state: Literal["killed", "exited", "lost"] = (
@@ -1620,22 +1705,67 @@ class JobRunner:
                                escalated=escalated, survivors=survivors, unchecked=unchecked, message=msg)
 
 
-def _unchecked(how: str, tag: str) -> str:
+def _unchecked(how: str, tag: str, elsewhere: Sequence[Elsewhere] = (), else_how: str = "", host: str = "") -> str:
     """What a look for a job's processes could not see (see :func:`agent_tools.jobs.scripts.cancel_script`), from
     the scripts' ``how`` (``cgroup PATH``, or ``- REASON`` without one) and ``tag`` (``ses N``: the job's own audit
-    session, or ``- REASON``) lines. With an audit session nothing is out of sight: every process the job starts
-    keeps it, whatever it does to its cgroup, session or environment. Without one, a process that left the job's
-    cgroup (when it has one), session and process group and dropped its environment marker, before any look saw it
-    and after its parent ended, cannot be found; "" when nothing was out of sight."""
-    if tag.startswith("ses ") or not (how or tag):  # (neither: the report did not say, as a replay's)
-        return ""
-    why_tag = tag.removeprefix("-").strip() or "not recorded"
-    if how.startswith("cgroup "):
-        return ("a process that left its cgroup, its session and its environment (systemd-run --scope or su, with "
-                f"setsid and env -i) before a look saw it cannot be found: no audit session of its own: {why_tag}")
-    reason = how.removeprefix("-").strip() or "the host did not say how it looked"
-    return (f"processes that left both its session and its environment (env -i with setsid) cannot be found: no "
-            f"cgroup for it: {reason}; no audit session of its own: {why_tag}")
+    session, or ``- REASON``) lines, and, for a kill (cancel, deadline), the processes it may have handed on
+    (``elsewhere``: :class:`~agent_tools.jobs.wire.Elsewhere`, still running) and why that look could not be made
+    whole (``else_how``: ``- REASON``, "" when it was).
+
+    With an audit session every process the job starts is in sight, whatever it does to its cgroup, session or
+    environment, except one that starts an audit session of its own (root may) and leaves the job's cgroup too: it
+    is then in a unit, scope or login that began while the job ran, or in a newer audit session, and the look for
+    what the job handed on lists it, with the processes systemd or sshd started for the job (``systemd-run
+    --unit``, ``ssh host cmd``): nothing tells whose those are, so they are named with the call that stops them,
+    never counted as "no survivors". Without an audit session, a process that left the job's cgroup (when it has
+    one), session and process group and dropped its environment marker, before any look saw it and after its
+    parent ended, cannot be found. "" when nothing was out of sight.
+
+    :param host: the job's host alias (for the stop call named with ``elsewhere``).
+    """
+    parts: list[str] = []
+    if not (tag.startswith("ses ") or not (how or tag)):  # (neither: the report did not say, as a replay's)
+        why_tag = tag.removeprefix("-").strip() or "not recorded"
+        if how.startswith("cgroup "):
+            parts.append("a process that left its cgroup, its session and its environment (systemd-run --scope or su, "
+                         f"with setsid and env -i) before a look saw it cannot be found: no audit session of its own: "
+                         f"{why_tag}")
+        else:
+            reason = how.removeprefix("-").strip() or "the host did not say how it looked"
+            parts.append(f"processes that left both its session and its environment (env -i with setsid) cannot be "
+                         f"found: no cgroup for it: {reason}; no audit session of its own: {why_tag}")
+    if else_how:
+        parts.append("units and logins it may have had started for it (systemd-run --unit, ssh) could not be looked "
+                     f"for: {else_how.removeprefix('-').strip()}")
+    if elsewhere:
+        parts.append(_handed_on(elsewhere, host))
+    return "; ".join(parts)
+
+
+def _deadline_unchecked(st: HostJobState, host: str) -> str:
+    """:func:`_unchecked` of the kill a job's deadline made (as its status reports it)."""
+    return _unchecked(st.deadline_how, st.deadline_tag, st.deadline_elsewhere, st.deadline_elsewhere_how, host)
+
+
+def _handed_on(elsewhere: Sequence[Elsewhere], host: str) -> str:
+    """The processes a kill found the job may have handed on (:func:`_unchecked`), with the call that stops them:
+    ``systemctl stop`` of their units (``--user`` in a user manager's), ``kill`` of those in no unit."""
+    shown: list[str] = []
+    system: list[str] = []
+    user: list[str] = []
+    pids: list[str] = []
+    for e in elsewhere:
+        unit = e.cgroup.rstrip("/").rsplit("/", 1)[-1]
+        named = re.fullmatch(r"[\w@:.\\-]+\.(service|scope)", unit) is not None
+        shown.append(f"{e.pid} {redact(e.command)!r}" + (f" ({unit})" if named else ""))
+        (user if named and "/user@" in e.cgroup else system if named else pids).append(unit if named else str(e.pid))
+    calls = [c for c in (("systemctl stop " + " ".join(dict.fromkeys(system))) if system else "",
+                         ("systemctl --user stop " + " ".join(dict.fromkeys(user))) if user else "",
+                         ("kill " + " ".join(pids)) if pids else "") if c]
+    stop = " && ".join(calls)
+    return ("still running and started while it ran, in a unit, login or audit session of their own (systemd-run, "
+            "ssh, a new loginuid): nothing on the host says whether they are the job's: " + ", ".join(shown)
+            + f"; if they are, stop them with run_command(host='{host}', command={stop!r})")
 
 
 def _with_leftovers(meta: dict[str, Any], leftovers: list[tuple[int, str]], pending: bool = False) -> dict[str, Any]:
@@ -1826,8 +1956,8 @@ def elapsed_of(rec: JobRecord) -> float:
     """A job's ``elapsed_s``: 0 for a job that did not start (``not_started``) or whose start is not confirmed
     yet (``unconfirmed``); seconds from its start until now while it runs or its readiness is pending;
     frozen once it is over, at its end (the host's record of the run time, else when its end was first seen)
-    or, with probes, when the readiness verdict was reached, whichever is later. The same on every later
-    look."""
+    or, with probes, when the readiness verdict was reached (``deadline_exceeded``: at the deadline, whenever it
+    was first seen), whichever is later. The same on every later look."""
     if rec.state in ("not_started", "unconfirmed"):
         return 0.0  # nothing ran (so far)
     settled = rec.meta.get("settled_at") if rec.probes else None

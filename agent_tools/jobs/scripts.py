@@ -62,6 +62,24 @@ of sight: one that left the job's cgroup (or the job has none), its session and 
 before any look saw it, and whose parent is gone; every check then says so (the ``how`` and ``tag`` lines give
 what the look could go by).
 
+An audit session does not bind root: a process of a root job may write ``/proc/self/loginuid`` itself and get a
+new session (the trampoline does just that), and with ``systemd-run --scope``, ``setsid`` and ``env -i`` leave every
+grouping above. A job may also hand work to a daemon that starts it for it: ``systemd-run --unit=X`` (PID 1 forks
+it, in a service of its own), ``ssh root@localhost cmd`` (sshd forks it, in a login session of its own). Neither
+leaves a trace on the process that ties it to the job. So a kill (a cancel, a deadline: ``at_cancel``) also makes
+the *look for what the job handed on* (``at_elsewhere``), which goes by when things began: a process that started
+since the job's command (``/proc/PID/stat`` field 22) and is not the job's is listed when it runs in a cgroup every
+process of which started since then (a unit, scope or login session that began while the job ran: the kernel makes
+a cgroup for each, ``/proc/PID/cgroup``) or in an audit session newer than the job's own (session ids only grow:
+a new loginuid, or a login since), leaving out the look's own cgroup and session, agent-tools' own processes (shells
+run as ``at-*`` and their children), other jobs' (their scopes, their markers), ``sshd`` itself, systemd managers
+(``init.scope``: the user manager a login starts) and containers' (a PID namespace below the look's). One that holds a file of the job directory open (its stdout, stderr) is the job's,
+whatever else it did: the look adds it to the lineage, so the kill kills it. The others are reported (``elsewhere``
+lines: pid, start, cgroup, command line, first 10) as what still runs that nothing on the host ties to the job or
+to anyone else, with their units, never as "no survivors". What this look cannot see, it says (``elsewhere_how``:
+no cgroup hierarchy). Work a long-running daemon does in its own, older cgroup (``at``, cron, a container engine)
+is that daemon's and is not looked for.
+
 A *watcher* runs beside the monitor while the command runs when the job has a deadline, or when its first
 process is not expected to get an audit session of its own (the launcher's loginuid is set and it is not root):
 a subshell of the monitor that looks for the job's processes at growing intervals (50 ms, doubling to 10 s),
@@ -128,11 +146,13 @@ followed by exactly ``head_len + tail_len`` raw bytes.
 The launch report adds ``logout REASON`` (before ``started``), ``left PID CMDLINE`` for each process the command
 left running (first 20, command lines cut at 200 bytes), ``writing PIDS`` and ``how``/``tag`` (what the look for
 them could go by: ``how cgroup PATH`` or ``how - REASON``, ``tag ses N`` or ``tag - REASON``); the cancel report
-``was RC`` (the command had ended before), ``how``, ``tag``, then ``targets``, ``escalated`` and ``survivors`` pid
-lists. A job its deadline killed adds, to the launch report and its status, ``deadline [ID] LIMIT DONE
+``was RC`` (the command had ended before), ``how``, ``tag``, then ``targets``, ``escalated``, ``elsewhere_how
+- REASON`` and ``elsewhere PID START CGROUP CMDLINE`` (what the job may have handed on), and the ``survivors`` pid
+list (always last). A job its deadline killed adds, to the launch report and its status, ``deadline [ID] LIMIT DONE
 [SURVIVORS...]`` (DONE 1 once survivors were checked, 2 when the watcher is gone before that: the kill was
-interrupted), ``deadline_how``/``deadline_tag [ID] ...`` and ``deadline_was [ID] RC`` (the kill's ``how``, ``tag``
-and ``was``). The status report adds, for an ended command, ``left ID PID CMDLINE`` (those of ``left`` still
+interrupted), ``deadline_how``/``deadline_tag [ID] ...``, ``deadline_was [ID] RC`` and
+``deadline_elsewhere[_how] [ID] ...`` (the kill's ``how``, ``tag``, ``was`` and ``elsewhere`` lines, those of the
+latter whose process still runs). The status report adds, for an ended command, ``left ID PID CMDLINE`` (those of ``left`` still
 alive) or ``left_pending ID`` (the monitor is still looking), and ``how ID ...``/``tag ID ...``; and ``logout ID
 REASON``.
 """
@@ -329,9 +349,11 @@ at_deadline() { # DIR [ID] -> "@@AT deadline [ID] LIMIT DONE [SURVIVORS...]" (DO
                 # deadline_how [ID] HOW" and "@@AT deadline_tag [ID] TAG" (how it found the job: at_targets), and
                 # "@@AT deadline_was [ID] RC" when the command had ended before (the kill was of what it left running)
   for at_i in 1 2; do
-    l=; sv=; dn=0; dh=; dt=; dw=
+    l=; sv=; dn=0; dh=; dt=; dw=; de=; deh=
     { read -r l; while read -r w k rest; do
-        case $k in survivors) dn=1; sv=$rest;; how) dh=$rest;; tag) dt=$rest;; was) dw=$rest;; esac
+        case $k in survivors) dn=1; sv=$rest;; how) dh=$rest;; tag) dt=$rest;; was) dw=$rest;;
+          elsewhere) de="$de$rest
+";; elsewhere_how) deh=$rest;; esac
       done; } < "$1/deadline" 2>/dev/null
     [ "$dn" = 0 ] || break
     set -- "$1" "${2:-}" $l
@@ -342,6 +364,10 @@ at_deadline() { # DIR [ID] -> "@@AT deadline [ID] LIMIT DONE [SURVIVORS...]" (DO
   [ -z "$dh" ] || printf '@@AT deadline_how %s%s\n' "${2:+$2 }" "$dh"
   [ -z "$dt" ] || printf '@@AT deadline_tag %s%s\n' "${2:+$2 }" "$dt"
   [ -z "$dw" ] || printf '@@AT deadline_was %s%s\n' "${2:+$2 }" "$dw"
+  [ -z "$deh" ] || printf '@@AT deadline_elsewhere_how %s%s\n' "${2:+$2 }" "$deh"
+  printf '%s' "$de" | while read -r p s rest; do  # (those still running)
+    ! at_alive "$p" "$s" || printf '@@AT deadline_elsewhere %s%s %s %s\n' "${2:+$2 }" "$p" "$s" "$rest"
+  done
 }
 # stdin=pipe / tty (see the module docstring, "Input"): small hooks of at_launch and its monitor
 at_in_check() { # DIR: a terminal needs util-linux script or python3 on the host; else `unsupported`, never run
@@ -636,8 +662,9 @@ function alive(pid, start,   f, line, F) {
   return (start == "-" || F[20] == start) ? 1 : 0
 }
 function deadline(f,   line, W, dn, sv, k) {
-  dhow = dtag = dwas = ""
+  dhow = dtag = dwas = delh = ""
   for (k = 1; k <= 2; k++) {
+    ndel = 0
     if ((getline line < f) <= 0) { close(f); return "" }
     split(line, W, " "); dn = 0; sv = ""
     while ((getline line < f) > 0) {
@@ -645,6 +672,8 @@ function deadline(f,   line, W, dn, sv, k) {
       else if (line ~ /^@@AT how /) dhow = substr(line, 10)
       else if (line ~ /^@@AT tag /) dtag = substr(line, 10)
       else if (line ~ /^@@AT was /) dwas = substr(line, 10)
+      else if (line ~ /^@@AT elsewhere_how /) delh = substr(line, 20)
+      else if (line ~ /^@@AT elsewhere /) dels[++ndel] = substr(line, 16)
     }
     close(f)
     if (dn || W[3] == "" || alive(W[3], W[4] == "" ? "-" : W[4])) break
@@ -694,6 +723,9 @@ BEGIN {
     if (dl != "" && dhow != "") printf "@@AT deadline_how %s %s\n", id, dhow
     if (dl != "" && dtag != "") printf "@@AT deadline_tag %s %s\n", id, dtag
     if (dl != "" && dwas != "") printf "@@AT deadline_was %s %s\n", id, dwas
+    if (dl != "" && delh != "") printf "@@AT deadline_elsewhere_how %s %s\n", id, delh
+    for (k = 1; dl != "" && k <= ndel; k++) if (split(dels[k], W, " ") > 1 && alive(W[1], W[2]))
+      printf "@@AT deadline_elsewhere %s %s\n", id, dels[k]
     if (rc != "-") {
       if (first(id "/left") != "\001") leftovers(id); else if (alive(mp, ms)) printf "@@AT left_pending %s\n", id
       cover(id)
@@ -718,6 +750,93 @@ exit 0
 """
 
 _CANCEL = r"""
+at_elsewhere() { # DIR [claim] -> at_else: "PID START CGROUP CMDLINE" lines (first 10) of the processes the job may have
+                 # handed on (module docstring: started since its command, not the job's (at_t), in a cgroup all of
+                 # whose processes started since then or in an audit session newer than the job's, not agent-tools'
+                 # own or another job's); at_else_how: "" or "- REASON" (what it could not go by). With "claim", those
+                 # holding a file of DIR open are the job's: added to at_t and DIR/lineage instead of listed.
+  at_else=; at_else_how=; e_dir=$1; e_claim=${2:-}; e_pl=; read -r e_pl < "$1/pid" 2>/dev/null
+  e_tg=; case $at_tag in ses\ *) e_tg=${at_tag#ses };; esac
+  # one awk reads every /proc/PID/stat and /proc/PID/cgroup (the 0:: line of cgroup v2, else systemd's v1 one); a
+  # process in a PID namespace below this one (NSpid with two pids or more: a container's) is not looked at
+  e_c=$(awk -v pl="$e_pl" -v tag="$e_tg" -v job=" $at_t " '
+    function cgof(pid,   f, l, c, v) {
+      f = "/proc/" pid "/cgroup"; c = v = ""
+      while ((getline l < f) > 0) {
+        if (l ~ /^0::\//) c = substr(l, 4)
+        else if (l ~ /^[0-9]+:name=systemd:\//) { sub(/^[0-9]+:name=systemd:/, "", l); v = l }
+      }
+      close(f); gsub(/ /, "\\x20", c); gsub(/ /, "\\x20", v); return c != "" ? c : v }
+    function first(f,   l) { l = ""; getline l < f; close(f); return l }
+    function nested(pid,   f, l, W) {
+      f = "/proc/" pid "/status"
+      while ((getline l < f) > 0) if (l ~ /^NSpid:/) { close(f); return split(l, W, " ") > 2 }
+      close(f); return 0 }
+    BEGIN {
+      split(pl, P, " "); cs = P[2]
+      if (cs !~ /^[0-9]+$/) { print "h the job directory has no record of when its command started"; exit }
+      me = cgof("self"); mys = first("/proc/self/sessionid")
+      if (me == "") print "h no cgroup hierarchy to tell units and logins by"
+      for (i = 1; i < ARGC; i++) {
+        line = ""; r = (getline line < ARGV[i]); close(ARGV[i])
+        if (r <= 0) continue
+        pid = line; sub(/ .*/, "", pid); sub(/.*\) /, "", line); split(line, F, " ")
+        if (F[1] == "Z") continue
+        c = cgof(pid); s = F[20] + 0
+        if (c != "" && (!(c in old) || s < old[c])) old[c] = s
+        if (s < cs + 0 || index(job, " " pid " ") || (c != "" && c == me) ||
+            c ~ /\/(agent-tools-j_[a-z0-9]+|init)\.scope(\/|$)/) continue
+        cg[pid] = c; st[pid] = F[20]; pp[pid] = F[2]
+      }
+      for (pid in cg) {
+        hit = (cg[pid] != "" && old[cg[pid]] >= cs + 0)
+        if (!hit && tag != "") {
+          x = first("/proc/" pid "/sessionid")
+          hit = (x ~ /^[0-9]+$/ && x != "4294967295" && x != mys && x + 0 > tag + 0)
+        }
+        if (!hit || first("/proc/" pid "/cmdline") ~ /^(sshd[: ]|$)/ || nested(pid)) continue
+        print "p " pid " " st[pid] " " pp[pid] " " (cg[pid] == "" ? "-" : cg[pid])
+      }
+      exit }' /proc/[0-9]*/stat 2>/dev/null)
+  e_p=; e_f=
+  e_ifs=$IFS; IFS='
+'; set -f
+  for e_l in $e_c; do
+    case $e_l in
+      "h "*) at_else_how="- ${e_l#h }";;
+      "p "*) IFS=' '; set -- ${e_l#p }; IFS='
+'; e_p="$e_p
+$1 $2 $3 $4"; e_f="$e_f /proc/$1/environ /proc/$1/cmdline /proc/$3/cmdline";;
+    esac
+  done
+  set +f; IFS=$e_ifs
+  [ -n "$e_p" ] || return 0
+  # agent-tools' own processes (a shell run as at-warm, at-launch, at-status, at-cancel or at-watch, and its direct
+  # children: the waits of watchers and idle sessions) and another job's (its marker) are not handed-on work
+  e_ours=$(grep -lzxE -e 'at-(warm|launch|status|cancel|watch|job)' -e 'AGENT_TOOLS_JOB=j_[a-z0-9]+' $e_f 2>/dev/null)
+  e_n=0
+  e_ifs=$IFS; IFS='
+'; set -f
+  for e_l in $e_p; do
+    IFS=' '; set -- $e_l; IFS='
+'
+    case "
+$e_ours
+" in *"
+/proc/$1/"*|*"
+/proc/$3/cmdline
+"*) continue;; esac
+    if [ -n "$e_claim" ] && ls -l "/proc/$1/fd" 2>/dev/null | grep -qF " -> $e_dir/"; then
+      at_add "$1" && printf '%s %s\n' "$1" "$2" >> "$e_dir/lineage" 2>/dev/null
+      continue
+    fi
+    e_n=$(( e_n + 1 )); [ "$e_n" -le 10 ] || continue
+    at_else="$at_else$1 $2 $4 $(tr '\000\n' '  ' < "/proc/$1/cmdline" 2>/dev/null | head -c 200)
+"
+  done
+  set +f; IFS=$e_ifs
+  return 0
+}
 at_cancel() { # JOB_DIR ID GRACE_TENTHS REASON
 d=$1; id=$2; grace=$3; reason=$4
 [ -d "$d" ] || { printf '@@AT missing\n'; exit 0; }
@@ -725,28 +844,34 @@ rc=; read -r rc < "$d/exit" 2>/dev/null
 [ -n "$rc" ] && printf '@@AT was %s\n' "$rc"  # the command had ended: what is found now is what it left running
 printf '%s\n' "$reason" > "$d/cancel"
 at_targets "$d" "$id"
+at_elsewhere "$d" claim  # a process holding the job's files open is the job's, wherever it went
 first=$at_t
 printf '@@AT how %s\n@@AT tag %s\n' "$at_how" "$at_tag"
 printf '@@AT targets%s\n' "$first"
-[ -n "$first" ] || { printf '@@AT survivors\n'; exit 0; }
-grp=$at_grp
-[ -n "$grp" ] && kill -TERM -- "-$grp" 2>/dev/null
-for p in $first; do kill -TERM "$p" 2>/dev/null; done
-i=0; n=$grace
-while [ "$i" -lt "$n" ]; do
-  at_targets "$d" "$id"; [ -z "$at_t" ] && break
-  sleep 0.1 2>/dev/null || sleep 1; i=$(( i + 1 ))
-done
-at_targets "$d" "$id"
-if [ -n "$at_t" ]; then
-  left=$at_t
-  printf '@@AT escalated%s\n' "$left"
-  case $at_how in cgroup\ *) [ -e "${at_how#cgroup }/cgroup.kill" ] && echo 1 2>/dev/null > "${at_how#cgroup }/cgroup.kill";; esac
-  [ -n "$grp" ] && kill -KILL -- "-$grp" 2>/dev/null
-  for p in $left; do kill -KILL "$p" 2>/dev/null; done
-  i=0; while [ "$i" -lt 20 ]; do at_targets "$d" "$id"; [ -z "$at_t" ] && break; sleep 0.1 2>/dev/null; i=$(( i + 1 )); done
+if [ -n "$first" ]; then
+  grp=$at_grp
+  [ -n "$grp" ] && kill -TERM -- "-$grp" 2>/dev/null
+  for p in $first; do kill -TERM "$p" 2>/dev/null; done
+  i=0; n=$grace
+  while [ "$i" -lt "$n" ]; do
+    at_targets "$d" "$id"; [ -z "$at_t" ] && break
+    sleep 0.1 2>/dev/null || sleep 1; i=$(( i + 1 ))
+  done
+  at_targets "$d" "$id"
+  if [ -n "$at_t" ]; then
+    left=$at_t
+    printf '@@AT escalated%s\n' "$left"
+    case $at_how in cgroup\ *) [ -e "${at_how#cgroup }/cgroup.kill" ] && echo 1 2>/dev/null > "${at_how#cgroup }/cgroup.kill";; esac
+    [ -n "$grp" ] && kill -KILL -- "-$grp" 2>/dev/null
+    for p in $left; do kill -KILL "$p" 2>/dev/null; done
+    i=0; while [ "$i" -lt 20 ]; do at_targets "$d" "$id"; [ -z "$at_t" ] && break; sleep 0.1 2>/dev/null; i=$(( i + 1 )); done
+  fi
+  at_targets "$d" "$id"
+  at_elsewhere "$d" claim
 fi
-at_targets "$d" "$id"
+# what it may have handed on, before the survivors line (a reader of the deadline file takes that line as the end)
+[ -z "$at_else_how" ] || printf '@@AT elsewhere_how %s\n' "$at_else_how"
+printf '%s' "$at_else" | while IFS= read -r l; do printf '@@AT elsewhere %s\n' "$l"; done
 printf '@@AT survivors%s\n' "$at_t"
 exit 0
 }

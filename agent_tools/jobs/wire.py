@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 from ..output import OutputView, make_view
 
-__all__ = ["HostJobState", "RawView", "WireReader", "deadline_interrupted", "parse_deadline", "parse_status"]
+__all__ = ["Elsewhere", "HostJobState", "RawView", "WireReader", "deadline_interrupted", "parse_deadline",
+           "parse_elsewhere", "parse_status"]
 
 
 class WireError(Exception):
@@ -92,6 +93,26 @@ async def read_view(reader: WireReader, words: list[str]) -> tuple[str, RawView]
     return name, RawView(size, head, tail, name)
 
 
+@dataclass(frozen=True)
+class Elsewhere:
+    """A process a job may have handed on (the scripts' ``at_elsewhere``): started while the job ran, in a unit,
+    scope or login that began since (every process of its cgroup is that new) or in an audit session newer than
+    the job's, and not found to be the job's: nothing on the host says whose it is."""
+
+    pid: int
+    #: its cgroup path (``/system.slice/run-r1234.scope``), "-" when the host has no cgroup hierarchy
+    cgroup: str
+    #: its command line (spaces for NULs, first 200 bytes)
+    command: str
+
+
+def parse_elsewhere(words: list[str]) -> Elsewhere | None:
+    """``PID START CGROUP COMMAND...`` of an ``elsewhere`` line, or None when it is not one."""
+    if len(words) < 3 or not words[0].isdigit():
+        return None
+    return Elsewhere(int(words[0]), words[2].replace("\\x20", " "), " ".join(words[3:]).strip())
+
+
 @dataclass
 class HostJobState:
     """What the host's job directory says about one job (see :mod:`agent_tools.jobs.scripts`).
@@ -128,6 +149,10 @@ class HostJobState:
     deadline_tag: str = ""
     #: the command's exit status when it had ended before its deadline (the kill was of what it left running)
     deadline_was: int | None = None
+    #: what that kill found the job may have handed on (still running), and what it could not look by ("" or
+    #: ``- REASON``): see :class:`Elsewhere`
+    deadline_elsewhere: list[Elsewhere] = field(default_factory=list)
+    deadline_elsewhere_how: str = ""
     #: the deadline kill's watcher is gone before it checked the kill (it was killed itself): nothing says it ended
     deadline_interrupted: bool = False
     #: processes the ended command left running that still run (pid, command line), as its monitor last saw them
@@ -172,7 +197,7 @@ def _float(word: str) -> float | None:
 
 #: status report lines about one job: ``@@AT KIND JOB_ID ...``
 _PER_JOB = frozenset({"deadline", "deadline_how", "deadline_tag", "deadline_was", "left", "how", "tag", "logout",
-                      "left_pending"})
+                      "left_pending", "deadline_elsewhere", "deadline_elsewhere_how"})
 
 
 async def parse_status(reader: WireReader) -> dict[str, HostJobState]:
@@ -224,6 +249,10 @@ async def parse_status(reader: WireReader) -> dict[str, HostJobState]:
                 st.deadline_tag = " ".join(rest)
             elif kind == "deadline_was":
                 st.deadline_was = _int(rest[0])
+            elif kind == "deadline_elsewhere" and (e := parse_elsewhere(rest)) is not None:
+                st.deadline_elsewhere.append(e)
+            elif kind == "deadline_elsewhere_how":
+                st.deadline_elsewhere_how = " ".join(rest)
             elif kind == "left" and rest[0].isdigit():
                 st.leftovers.append((int(rest[0]), " ".join(rest[1:]).strip()))
             elif kind == "how":

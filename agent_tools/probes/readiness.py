@@ -43,6 +43,8 @@ class Verdict:
     :param results: this look's probe results (empty when nothing was checked).
     :param at_end: the verdict follows from the command's end (it failed, was killed or lost): it holds since
         then, not since this look.
+    :param at_deadline: the verdict is ``deadline_exceeded``: it holds since the deadline, not since this look
+        (which may come much later).
     """
 
     readiness: str
@@ -52,6 +54,7 @@ class Verdict:
     journal: str = ""
     results: list[ProbeResult] = field(default_factory=list)
     at_end: bool = False
+    at_deadline: bool = False
 
 
 def _decided(reports: list[ProbeReport], *, command_failed: bool = False) -> list[ProbeReport]:
@@ -143,10 +146,11 @@ async def judge(host: Host, specs: list[dict[str, Any]], *, readiness: str, stat
     if all(r.state == "passed" for r in results):
         return Verdict("ready", "all probes passed: " + _brief(results), reports, new_specs, "", results)
     if deadline_s is not None and elapsed_s > deadline_s:
+        # due at the deadline; this look may be later, and its evidence is what it saw then
         return Verdict("deadline_exceeded",
-                       f"not ready {elapsed_s:.0f} s after start (deadline {deadline_s:g} s): "
+                       f"not ready by its {deadline_s:g} s deadline (as seen {elapsed_s:.0f} s after start): "
                        + "; ".join(f"{r.kind} {r.target}: {r.evidence}" for r in results if r.state != "passed"),
-                       _decided(reports), new_specs, "", results)
+                       _decided(reports), new_specs, "", results, at_deadline=True)
     # (each probe's evidence is in its report: the verdict names the probes it waits for, not their evidence again)
     waiting = ", ".join(f"{r.kind} {r.target}".strip() for r in results if r.state != "passed")
     return Verdict("pending", f"waiting for readiness: not passed yet: {waiting} (see probes)", reports, new_specs,

@@ -12,8 +12,18 @@ Facts this rests on (systemd.service(5), systemd.exec(5), systemctl(1), journalc
 * ``ActiveEnterTimestampMonotonic`` is CLOCK_MONOTONIC in microseconds, the clock of ``/proc/uptime`` on a
   machine that never suspended: read together (one round trip) they give how long the unit has been active,
   on the host's own clock.
-* A start refused before it makes an invocation (start limit hit, a failed ``Condition*=``/``Assert*=``)
-  still moves ``ConditionTimestampMonotonic``.
+* A start refused before it makes an invocation (start limit hit, a failed ``Condition*=``/``Assert*=``, a
+  dependency that failed) still moves ``ConditionTimestampMonotonic``, but the unit, inactive and without a job,
+  is unloaded at once: the next ``systemctl show`` reads a fresh unit, whose ``ConditionResult``/``AssertResult``
+  read ``no`` and whose timestamps read 0 whether or not it ever ran. What is left is the manager's line that ends
+  the start job: ``JOB_TYPE=start`` with ``JOB_RESULT=done`` and "was skipped because of an unmet condition check"
+  (a ``Condition*=``; MESSAGE_ID ``39f53479…`` as for a start), ``JOB_RESULT=assert`` ("Assertion failed for"),
+  ``dependency``, ``failed`` (the start limit), each carrying the unit's invocation id as it was: none, or the old
+  one. A start job that ended with no new invocation is this verdict, read from the journal at once.
+* An ``ExecCondition=`` that fails runs in an invocation of its own and ends it with "Skipped due to
+  'exec-condition'" (MESSAGE_ID ``0e4284a0…``, unit skipped).
+* ``ExecMainStartTimestampMonotonic`` is 0 when the invocation's main process never started (an
+  ``ExecStartPre=`` failed; a start resets it): ``ExecMainStatus`` then reads 0 and says nothing.
 * An inactive unit without a job is soon unloaded (garbage-collected): ``systemctl show`` then reads
   ``inactive/dead`` with an empty ``InvocationID``, as if it never ran. Only failed units stay loaded. What an
   ended invocation did is then read from the journal: the manager's messages carry ``MESSAGE_ID``
@@ -100,10 +110,19 @@ _CLD_KILLED, _CLD_DUMPED = "2", "3"
 def main_end(props: Mapping[str, str]) -> str:
     """How the unit's main process ended, in words: ``exit=N``, or ``signal=N`` when a signal killed it
     (ExecMainCode), followed by the control command that failed first when one did (``ExecStartPost=/bin/false
-    exited 1``: systemd then stops the main process itself, so its end is a consequence)."""
+    exited 1``: systemd then stops the main process itself, so its end is a consequence). When the invocation's
+    main process never started (``ExecMainStartTimestampMonotonic`` 0 in an activated unit: an ``ExecStartPre=``
+    failed), its status means nothing and is left out:
+    ``ExecStartPre=/bin/false exited 1 (the main process never started)``; "" when nothing is known."""
     code = props.get("ExecMainStatus", "?")
     text = f"signal={code}" if props.get("ExecMainCode") in (_CLD_KILLED, _CLD_DUMPED) else f"exit={code}"
     failed = failed_control(props)
+    started = _int(props.get("ExecMainStartTimestampMonotonic"))
+    entered = _int(props.get("InactiveExitTimestampMonotonic"))
+    if started == 0 and entered is not None:  # (the main process may start before the unit leaves inactive)
+        if not entered:  # no activation in this unit's record at all (a fresh load): nothing known of the process
+            return failed
+        return f"{failed} (the main process never started)" if failed else "the main process never started"
     return f"{text} ({failed})" if failed else text
 
 
@@ -125,6 +144,13 @@ def failed_control(props: Mapping[str, str]) -> str:
 _MSG_STOPPING = "de5b426a63be47a7b6ac3eaac82e2f6f"
 _MSG_SUCCESS = "7ad2d189f7e94e70a38c781354912448"
 _MSG_FAILED = "be02cf6855d2428ba40df7e9d022f03d"
+_MSG_SKIPPED = "0e4284a0caca4bfc81c0bb6786972673"
+
+#: what a start job's JOB_RESULT says when it ended with no new invocation (job.c job_result_to_string)
+_REFUSED = {"done": "a Condition*= is not met: systemd skipped the start",
+            "assert": "an Assert*= failed", "dependency": "a unit it needs failed to start",
+            "failed": "the start failed before it began (the start limit?)",
+            "canceled": "the start was cancelled", "timeout": "the start job timed out"}
 
 
 @dataclass(frozen=True)
@@ -132,12 +158,19 @@ class InvocationEnds:
     """How the unit's recent invocations ended, read from the journal (see :func:`invocation_ends`).
 
     :param order: invocation ids in the order of their first line (the newest last).
-    :param how: invocation id -> ``stopped`` (a stop was requested), ``failed`` or ``exited`` (deactivated
-        successfully by itself); invocations without an end line are absent.
+    :param how: invocation id -> ``stopped`` (a stop was requested), ``failed``, ``skipped`` (an
+        ``ExecCondition=`` failed) or ``exited`` (deactivated successfully by itself); invocations without an end
+        line are absent.
+    :param refused: start jobs that ended without making a new invocation (a ``Condition*=`` not met, an
+        ``Assert*=`` failed, a dependency failed, the start limit hit), oldest first: (``JOB_RESULT``, the
+        manager's line).
+    :param lines: the manager's line that ended each invocation (invocation id -> text), where there is one.
     """
 
     order: tuple[str, ...] = ()
     how: Mapping[str, str] = field(default_factory=dict)
+    refused: tuple[tuple[str, str], ...] = ()
+    lines: Mapping[str, str] = field(default_factory=dict)
 
 
 def judge_unit(p: SystemdUnitProbe, state: dict[str, Any], props: dict[str, str], *, uptime_s: float | None,
@@ -159,6 +192,7 @@ def judge_unit(p: SystemdUnitProbe, state: dict[str, Any], props: dict[str, str]
     restarts = _int(props.get("NRestarts")) or 0
     unit_type = props.get("Type", "")
     code = main_end(props)
+    code = f" {code}" if code else ""  # (written right after the evidence below)
     ev = f"{active}/{sub} result={result}" + (f" restarts={restarts}" if restarts else "")
 
     def res(verdict: str, evidence: str, updates: dict[str, Any] | None = None, *, new_active: bool = False,
@@ -181,7 +215,10 @@ def judge_unit(p: SystemdUnitProbe, state: dict[str, Any], props: dict[str, str]
         if how == "stopped":
             return final(f"{ev}: stopped on request{when}; no longer followed", "stopped")
         if how == "failed":
-            return res("failed", f"{ev} {code}: the invocation failed{when}")
+            return res("failed", f"{ev}{code}: the invocation failed{when}")
+        if how == "skipped":
+            return res("failed", f"{ev}: systemd skipped the start: an ExecCondition= command failed"
+                                 + (f" ({ends.lines[target]})" if ends.lines.get(target) else ""))
         if how is None:
             seen = state.get("ended_seen")
             first = float(seen[1]) if isinstance(seen, list) and len(seen) == 2 and seen[0] == target else now
@@ -197,7 +234,7 @@ def judge_unit(p: SystemdUnitProbe, state: dict[str, Any], props: dict[str, str]
         if how == "exited":
             return res("failed", f"{ev}: the process exited by itself{when} (deactivated successfully): the "
                                  "service is not running")
-        return res("failed", f"{ev} {code}: the invocation ended{when}; the journal does not say how")
+        return res("failed", f"{ev}{code}: the invocation ended{when}; the journal does not say how")
 
     def ask() -> ProbeResult:
         return res("not_yet", ev + " (reading the journal)", ask=True)
@@ -211,14 +248,14 @@ def judge_unit(p: SystemdUnitProbe, state: dict[str, Any], props: dict[str, str]
                 return res("not_yet", ev + ": the invocation that passed is stopping")
             if active == "inactive":
                 return ask() if ends is None else gone(pinned, after_ready=True, inferred=not inv)
-            return res("failed", f"{ev} {code}: the invocation that was ready is no longer running")
+            return res("failed", f"{ev}{code}: the invocation that was ready is no longer running")
         if restarts > int(state.get("passed_restarts") or 0):
             return res("failed", f"{ev}: the invocation that was ready died and systemd restarted the unit "
                                  f"(restarts {state.get('passed_restarts') or 0} -> {restarts})")
         return final(f"{ev}: superseded by a later start of the unit (invocation {inv[:8]}); no longer followed",
                      "superseded")
 
-    if active == "inactive" and inv != (p.not_invocation or ""):  # a new invocation ended
+    if active == "inactive" and inv and inv != p.not_invocation:  # a new invocation ended
         return ask() if ends is None else gone(inv, after_ready=False, inferred=False)
     if active == "inactive" and not inv:  # not started yet, or a new invocation ended and was unloaded
         if ends is None:
@@ -227,6 +264,13 @@ def judge_unit(p: SystemdUnitProbe, state: dict[str, Any], props: dict[str, str]
         if target:
             return gone(target, after_ready=False, inferred=True)
     if not inv or inv == p.not_invocation:
+        if active in ("inactive", "failed"):  # the start may have been refused: its job's end line says so
+            if ends is None:
+                return ask()
+            if ends.refused:
+                job_result, line = ends.refused[-1]
+                why = _REFUSED.get(job_result, f"its start job ended: {job_result}")
+                return res("failed", f"{ev}: systemd made no new invocation ({why}): {line}")
         attempt = _int(props.get("ConditionTimestampMonotonic"))
         if (p.before_condition_us is not None and attempt is not None and attempt > p.before_condition_us
                 and active in ("failed", "inactive")):
@@ -241,11 +285,11 @@ def judge_unit(p: SystemdUnitProbe, state: dict[str, Any], props: dict[str, str]
             return res("not_yet", ev + " (the old invocation is stopping; the start follows once it stopped)")
         return res("not_yet", ev + NOT_BEGUN)
     if active == "failed":
-        return res("failed", f"{ev} {code}")
+        return res("failed", f"{ev}{code}")
     looping = (f"; systemd restarted it {restarts} times since the restart: it keeps dying, service_status shows "
                "why" if restarts >= 2 else "")
     if active == "activating" and sub == "auto-restart":
-        return res("not_yet", f"{ev} {code}: it died and systemd restarts it{looping}")
+        return res("not_yet", f"{ev}{code}: it died and systemd restarts it{looping}")
     if active not in ("active", "reloading"):
         return res("not_yet", ev)
     settle = settle_window_s(p, unit_type)
@@ -292,40 +336,53 @@ async def check_unit(host: Host, p: SystemdUnitProbe, state: dict[str, Any]) -> 
 
 async def invocation_ends(host: Host, unit: str, *, cursor: str | None = None,
                           not_invocation: str | None = None) -> InvocationEnds:
-    """How ``unit``'s invocations of this boot ended, from the manager's journal lines about it (one round
-    trip; ``journalctl --sync`` first, best effort). Only lines after ``cursor`` count, else only lines after
-    the last one of ``not_invocation`` (the invocation before the restart), else all of this boot's.
+    """How ``unit``'s invocations of this boot ended, and which start jobs ended without a new invocation, from
+    the manager's journal lines about it (one round trip; ``journalctl --sync`` first, best effort). Only lines
+    after ``cursor`` count, else only lines after the last one of ``not_invocation`` (the invocation before the
+    restart), else all of this boot's.
 
     :raises HostError: the host cannot be reached.
     """
     res = await run_on(host, f"journalctl --sync >/dev/null 2>&1; journalctl -b -u {shlex.quote(unit)} -o json "
                              "-n 300 --no-pager", max_output_bytes=8 << 20)
-    entries: list[tuple[str, str]] = []
+    entries: list[tuple[str, str, str, str, str]] = []  # invocation, MESSAGE_ID, JOB_TYPE, JOB_RESULT, MESSAGE
     for raw in res.stdout.decode("utf-8", "replace").splitlines():
         try:
             entry = json.loads(raw)
         except json.JSONDecodeError:
             continue
-        if cursor and not after_cursor(str(entry.get("__CURSOR", "")), cursor):
+        if not isinstance(entry, dict) or (cursor and not after_cursor(str(entry.get("__CURSOR", "")), cursor)):
             continue
+        msg = entry.get("MESSAGE", "")
+        if isinstance(msg, list):  # journald sends non-UTF-8 messages as byte arrays
+            msg = bytes(msg).decode("utf-8", "replace")
         inv = str(entry.get("INVOCATION_ID") or entry.get("_SYSTEMD_INVOCATION_ID") or "")
-        if inv:
-            entries.append((inv, str(entry.get("MESSAGE_ID", ""))))
+        entries.append((inv, str(entry.get("MESSAGE_ID", "")), str(entry.get("JOB_TYPE", "")),
+                        str(entry.get("JOB_RESULT", "")), str(msg)))
     if not cursor and not_invocation:
-        last = max((k for k, (inv, _) in enumerate(entries) if inv == not_invocation), default=-1)
+        last = max((k for k, e in enumerate(entries) if e[0] == not_invocation), default=-1)
         entries = entries[last + 1:]
     order: list[str] = []
     how: dict[str, str] = {}
-    for inv, mid in entries:
+    lines: dict[str, str] = {}
+    refused: list[tuple[str, str]] = []
+    for inv, mid, job_type, job_result, msg in entries:
+        if job_type == "start" and job_result and inv in ("", not_invocation or ""):
+            refused.append((job_result, msg.strip()))  # a start job ended, and no new invocation was made
+            continue
+        if not inv:
+            continue
         if inv not in order:
             order.append(inv)
         if mid == _MSG_STOPPING:
             how[inv] = "stopped"
-        elif mid == _MSG_FAILED and how.get(inv) != "stopped":
+        elif mid == _MSG_SKIPPED and how.get(inv) != "stopped":
+            how[inv], lines[inv] = "skipped", msg.strip()
+        elif mid == _MSG_FAILED and how.get(inv) not in ("stopped", "skipped"):
             how[inv] = "failed"
         elif mid == _MSG_SUCCESS and inv not in how:
             how[inv] = "exited"
-    return InvocationEnds(tuple(order), how)
+    return InvocationEnds(tuple(order), how, tuple(refused), lines)
 
 
 def _cursor_key(cursor: str) -> tuple[str, int, int] | None:

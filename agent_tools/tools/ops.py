@@ -16,8 +16,9 @@ import json
 import re
 import secrets
 import shlex
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import anyio
@@ -40,6 +41,7 @@ from ..errors import (
 )
 from ..hosts.base import Host, run_on
 from ..jobs.hints import NextCall, render
+from ..jobs.manager import _no_answer
 from ..outcomes import Denied, Detached, Finished, NeedsApproval, ProbeReport, ResultModel
 from ..output import VIEW_CONTEXT_BYTES
 from ..probes.checks import UNIT_PROPS, advance, check_probes, port_holder, probe_target
@@ -245,9 +247,12 @@ def unit_of_path(path: str) -> str | None:
 
 async def list_hosts(tk: Toolkit, check: bool = False) -> HostList:
     """The aliases the tools can use (:meth:`Toolkit.known_hosts`), with the jobs running on each now: every host
-    the journal last saw running jobs on is asked their state (one round trip per host, at once, each within its
-    connect deadline + 5 s; ended jobs are recorded as such); a host that does not answer keeps its last-seen
-    count and the note says so. ``check`` runs ``true`` on every other host at once (same bound)."""
+    the journal last saw running jobs on is asked their state (one round trip per host, at once, each within
+    :data:`HOSTS_LOOK_S`; ended jobs are recorded as such); a host that does not answer keeps its last-seen count
+    and the note says so. ``check`` runs ``true`` on every other host at once (same bound). The call has no time of
+    its own: it answers within :data:`HOSTS_LOOK_S` (plus a moment), whatever the config's ``ConnectTimeout``; a
+    host not answered by then is ``unreachable`` (or ``connecting``: the time ran out while the connect was under
+    way, which goes on in the background for the next call)."""
     known = tk.known_hosts()
     running: dict[str, int] = {}
     for rec in tk.journal.list(limit=1000):
@@ -268,29 +273,23 @@ async def list_hosts(tk: Toolkit, check: bool = False) -> HostList:
         if not running.get(info.host):
             return
         try:
-            with anyio.fail_after(_connect_deadline_s(tk, info.host) + 5.0):
-                info.jobs_running = await _running_now(tk, info.host)
+            info.jobs_running = await _within(tk, info.host, _running_now(tk, info.host))
             if check:
                 info.reachable = True
-        except (AgentToolsError, TimeoutError) as exc:
+        except AgentToolsError as exc:
             info.jobs_running = running[info.host]
             stale.append(info.host)
             if check:
-                info.reachable = False
-                info.error = exc.message if isinstance(exc, AgentToolsError) else "no answer within the connect " \
-                                                                                  "deadline"
+                info.reachable, info.error = False, exc.message
 
     async def probe(info: HostInfo) -> None:
         if info.source == "journal" or running.get(info.host):
             return  # (a journal-only alias has nothing to connect to; count_running asked the host already)
         try:
-            with anyio.fail_after(_connect_deadline_s(tk, info.host) + 5.0):
-                await run_on(tk.hosts.get(info.host), "true")
+            await _within(tk, info.host, run_on(tk.hosts.get(info.host), "true"))
             info.reachable = True
         except AgentToolsError as exc:
             info.reachable, info.error = False, exc.message
-        except TimeoutError:
-            info.reachable, info.error = False, "no answer within the connect deadline"
 
     async with anyio.create_task_group() as tg:
         for info in hosts:
@@ -331,8 +330,20 @@ def _config_entries(tk: Toolkit) -> list[Any]:
     return config_hosts(tk.hosts.config_paths)
 
 
-def _connect_deadline_s(tk: Toolkit, alias: str) -> float:
-    return float(getattr(tk.hosts.get(alias), "connect_timeout_s", 10.0))
+T = TypeVar("T")
+
+#: seconds list_hosts gives each host to answer (the call has no time of its own: the rule is its own time + 5 s)
+HOSTS_LOOK_S = 4.0
+
+
+async def _within(tk: Toolkit, alias: str, aw: Awaitable[T]) -> T:
+    """``aw`` (a round trip to ``alias``) within :data:`HOSTS_LOOK_S`. :raises AgentToolsError: as ``aw`` does,
+    or, when the time ran out, what the host was doing (``jobs.manager._no_answer``: no connection,
+    a connect under way, or an open connection that did not answer)."""
+    host = tk.hosts.get(alias)
+    with anyio.move_on_after(HOSTS_LOOK_S):
+        return await aw
+    raise _no_answer(host, "list_hosts", HOSTS_LOOK_S)
 
 
 _STATUS_PROPS = UNIT_PROPS + ",LoadState,FragmentPath,DropInPaths,NeedDaemonReload,MainPID"

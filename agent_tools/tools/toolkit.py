@@ -27,9 +27,9 @@ from ..errors import (
     ApprovalUsed,
     BadArguments,
     ConnectionLost,
-    ExecUnconfirmed,
     HostChanged,
     HostError,
+    HostUnreachable,
 )
 from ..hosts.base import Host, run_on
 from ..hosts.reach import check_same_machine, host_identity
@@ -847,6 +847,12 @@ def _not_a_launch(exc: AgentToolsError, what: str, job_id: str) -> AgentToolsErr
     cancel whose request may have reached the host says it may have taken effect."""
     if not isinstance(exc, HostError) or isinstance(exc, HostChanged):
         return exc
+    if what != "job_cancel" and isinstance(exc, HostUnreachable) and "untouched" not in exc.message:
+        # a read of the job that could not reach the host: it did nothing to the job ("nothing was started" is
+        # about the call's own script)
+        text = re.sub(r"; nothing was started(?=\.|$)", "", exc.message)
+        return type(exc)(exc.host, f"{text}; the job on the host is untouched by this {what}: ask again once the "
+                                   "host answers")
     if not isinstance(exc, ConnectionLost):
         return exc
     text = _LAUNCH_WORDS_RE.sub("", exc.message)
@@ -858,10 +864,8 @@ def _not_a_launch(exc: AgentToolsError, what: str, job_id: str) -> AgentToolsErr
         else:
             tail = (f"; the cancel may have reached the host and taken effect: job_status(job_id='{job_id}') tells "
                     "whether the job still runs")
-    elif text != exc.message or isinstance(exc, ExecUnconfirmed):
+    else:  # job_status, job_output only read the job's files
         tail = f"; the job on the host is untouched by this {what}: ask again once the host answers"
-    else:
-        return exc
     return ConnectionLost(exc.host, text + tail)
 
 
