@@ -43,6 +43,8 @@ from ..outcomes import Denied, Detached, Finished, NeedsApproval, ProbeReport, R
 from ..probes.checks import UNIT_PROPS, advance, check_probes, port_holder
 from ..probes.parse import parse_free, parse_nvidia_smi, parse_systemctl_show, parse_timespan_s
 from ..probes.specs import probe_from_dict, with_log_units
+from ..redact import MARK
+from .kept_secrets import keep_secrets, shown_text
 
 if TYPE_CHECKING:
     from ..jobs.journal import JobRecord
@@ -122,7 +124,8 @@ class FileWritten(ResultModel):
     path: str
     bytes_written: int
     backup_id: str | None = Field(default=None, description="restore_file(host, path, backup_id) undoes this write")
-    diff: str = Field(description="unified diff old → new")
+    diff: str = Field(default="", description="unified diff old → new (left out for a new file: it is the content "
+                                               "sent)")
     next: str = ""
 
 
@@ -199,10 +202,22 @@ def file_error(host: str, path: str, doing: str, stderr: bytes | str) -> AgentTo
         if known else _SHELL_PREFIX.sub("", text)[-300:] or "failed"
     message = f"cannot {doing} {path} on {host}: {said}"
     if known in _EACCES:
-        return PermissionDenied(message + " (the login user lacks the rights: another path, or an operator)")
+        other = f"host={root!r} reaches the same machine as root, " if root else ""
+        return PermissionDenied(message + f" (the login user lacks the rights: {other}another path, or an operator)")
     if known in _ENOENT:
         return NotFound(message)
     return BadArguments(message)
+
+
+def root_alias(tk: Toolkit, host: str) -> str:
+    """Another alias of the SSH config that reaches the same ``HostName`` as ``root``, when ``host`` logs in as
+    someone else (a permission failure there may be the login user's), else ``""``."""
+    entries = _config_entries(tk)
+    entry = next((e for e in entries if e.alias == host), None)
+    if entry is None or not entry.hostname or entry.user in (None, "", "root"):
+        return ""
+    return next((e.alias for e in entries if e.alias != host and e.hostname == entry.hostname and e.user == "root"),
+                "")
 
 
 def _no_systemd(host: str, stdout: bytes, stderr: bytes) -> Unsupported | None:
@@ -592,7 +607,7 @@ async def read_file(tk: Toolkit, host: str, path: str, offset: int = 0, limit: i
         raise BadArguments(f"{path} is a directory on {host}: read_file reads files (run_command 'ls -la {q}' lists "
                            "it)")
     if res.exit_status != 0:
-        raise file_error(host, path, "read", res.stderr)
+        raise file_error(host, path, "read", res.stderr, root_alias(tk, host))
     first, _, data = res.stdout.partition(b"\n")
     total = int(first.strip() or 0)
     end = offset + len(data)
@@ -609,11 +624,11 @@ async def _read_all(h: Host, path: str) -> bytes | None:
     return res.stdout if res.exit_status == 0 else None
 
 
-async def _read_existing(h: Host, host: str, path: str) -> bytes:
+async def _read_existing(tk: Toolkit, h: Host, host: str, path: str) -> bytes:
     """The whole file. :raises NotFound: no such file; :raises PermissionDenied: not readable by the login user."""
     res = await run_on(h, f"cat -- {shlex.quote(path)}", max_output_bytes=8 << 20)
     if res.exit_status != 0:
-        raise file_error(host, path, "read", res.stderr)
+        raise file_error(host, path, "read", res.stderr, root_alias(tk, host))
     return res.stdout
 
 
@@ -650,9 +665,14 @@ async def _replace(tk: Toolkit, host: str, path: str, old: bytes | None, data: b
         # the shell's words about the temp file are about the path (`bash: line 2: P.at-tmp.93: Permission denied`)
         temp = r"^(?:\S*sh: (?:line \d+: |\d+: )?(?:cannot create )?)?" + re.escape(path) + r"\.at-tmp\.\d+"
         err = re.sub(temp, path, res.stderr.decode("utf-8", "replace"), flags=re.MULTILINE)
-        raise file_error(host, path, "write", err)
+        raise file_error(host, path, "write", err, root_alias(tk, host))
+    if old is None:  # a new file: its diff would be the content just sent, line for line
+        lines = data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
+        hint = _after_write_hint(host, path, None)
+        return FileWritten(host=host, path=path, bytes_written=len(data),
+                           next=f"created {path} ({lines} lines)" + (f"; {hint}" if hint else ""))
     return FileWritten(host=host, path=path, bytes_written=len(data), backup_id=backup_id,
-                       diff=_diff(old or b"", data, path), next=_after_write_hint(host, path, backup_id))
+                       diff=_diff(old, data, path), next=_after_write_hint(host, path, backup_id))
 
 
 def _after_write_hint(host: str, path: str, backup_id: str | None) -> str:
@@ -673,7 +693,13 @@ def _after_restore_hint(host: str, path: str) -> str:
 
 async def write_file(tk: Toolkit, host: str, path: str, content: str, backup: bool = True,
                      approval_id: str | None = None) -> FileWritten | Denied | NeedsApproval:
-    """Write ``content`` to ``path`` atomically (temp file + rename), keeping a backup; returns the diff."""
+    """Write ``content`` to ``path`` atomically (temp file + rename), keeping a backup; returns the diff.
+
+    ``[REDACTED]`` where the file's text as results show it hides a secret keeps that secret
+    (:mod:`agent_tools.tools.kept_secrets`).
+
+    :raises BadArguments: ``content`` holds ``[REDACTED]`` where the file hides no secret (the value is unknown).
+    """
     _check_path(path)
     h = tk.hosts.get(host)
     decision = await tk.gate(host, f"tee {shlex.quote(path)}", approval_id, payload=content,
@@ -681,7 +707,32 @@ async def write_file(tk: Toolkit, host: str, path: str, content: str, backup: bo
     if decision is not None:
         return decision
     old = await _read_all(h, path)
-    return await _replace(tk, host, path, old, content.encode(), backup)
+    kept = keep_secrets(None if old is None else old.decode("utf-8", "surrogateescape"), content,
+                        _redact_patterns(tk, host))
+    if kept.unknown:
+        raise BadArguments(_unknown_marks("content", path, kept.unknown, old is not None))
+    written = await _replace(tk, host, path, old, kept.text.encode("utf-8", "surrogateescape"), backup)
+    return _said_kept(written, kept.lines)
+
+
+def _redact_patterns(tk: Toolkit, host: str) -> list[str]:
+    """The ``redact:`` patterns results of ``host`` are redacted with (as :meth:`Toolkit.dispatch` does)."""
+    return tk.policy.redact_patterns(host) if tk.policy is not None else []
+
+
+def _unknown_marks(what: str, path: str, lines: list[int], exists: bool) -> str:
+    where = "" if exists else " (there is no such file yet)"
+    return (f"{what} holds {MARK} on line {', '.join(map(str, lines[:8]))}, where {path} hides no secret{where}: "
+            f"{MARK} stands for a secret that results hide, and its value is unknown here; write the real value, "
+            "or keep the line as read_file showed it")
+
+
+def _said_kept(written: FileWritten, lines: list[int]) -> FileWritten:
+    if not lines:
+        return written
+    said = (f"the {MARK} on line {', '.join(map(str, lines[:8]))} kept the file's secret (results hide it; the file "
+            "holds the real value)")
+    return written.model_copy(update={"next": said + ("; " + written.next if written.next else "")})
 
 
 #: characters of a write's content shown to the person approving it (head and tail; the digest binds all of it)
@@ -728,20 +779,38 @@ async def edit_file(tk: Toolkit, host: str, path: str, old: str, new: str, backu
     if decision is not None:
         return decision
     try:
-        raw = await _read_existing(h, host, path)
+        raw = await _read_existing(tk, h, host, path)
     except NotFound as exc:
         raise NotFound(f"{exc.message}: edit_file changes an existing file; write_file creates one") from exc
     text = raw.decode("utf-8", "surrogateescape")
-    count = text.count(old)
-    if count != 1:
-        raise BadArguments(_no_single_match(path, text, old, count))
-    data = text.replace(old, new, 1).encode("utf-8", "surrogateescape")
+    patterns = _redact_patterns(tk, host)
+    shown, hidden = shown_text(text, patterns)
+    lines: list[int] = []
+    if MARK in old or MARK in new:
+        # old and new as results show the file (secrets as [REDACTED]): matched against that text, and each
+        # secret whose marker they keep put back
+        count = shown.count(old)
+        if count != 1:
+            raise BadArguments(_no_single_match(path, shown, old, count, bool(hidden)))
+        at = shown.index(old)
+        kept = keep_secrets(text, shown[:at] + new + shown[at + len(old):], patterns)
+        if kept.unknown:
+            first = shown.count("\n", 0, at)
+            raise BadArguments(_unknown_marks("new", path, [n - first for n in kept.unknown], True))
+        changed, lines = kept.text, kept.lines
+    else:
+        count = text.count(old)
+        if count != 1:
+            raise BadArguments(_no_single_match(path, shown, old, count, bool(hidden)))
+        changed = text.replace(old, new, 1)
+    data = changed.encode("utf-8", "surrogateescape")
     if data == raw:
         raise BadArguments(f"old and new are the same text: {path} is unchanged")
-    return await _replace(tk, host, path, raw, data, backup)
+    return _said_kept(await _replace(tk, host, path, raw, data, backup), lines)
 
 
-def _no_single_match(path: str, text: str, old: str, count: int) -> str:
+def _no_single_match(path: str, text: str, old: str, count: int, secrets: bool = False) -> str:
+    """Why ``old`` does not occur once in ``text`` (the file as results show it, ``secrets``: some hidden)."""
     lines = text.splitlines()
     if count > 1:
         first = old.splitlines()[0] if old.strip() else old
@@ -762,7 +831,10 @@ def _no_single_match(path: str, text: str, old: str, count: int) -> str:
             ws.append("the line is indented with a tab (\\t)")
         hint = (f"; the closest line is {number}: {line[:200]!r} ("
                 + ("; ".join(ws) + ": " if ws else "") + "whitespace and line ends must match exactly)")
-    return f"old does not occur in {path}{hint}; read_file shows the exact text"
+        if MARK in line:
+            hint += f"; {MARK} hides a secret: old and new may hold it as shown, and the file keeps the secret"
+    shows = f"the exact text, secrets as {MARK}" if secrets else "the exact text"
+    return f"old does not occur in {path}{hint}; read_file shows {shows}"
 
 
 async def restore_file(tk: Toolkit, host: str, path: str, backup_id: str,
@@ -791,7 +863,7 @@ async def restore_file(tk: Toolkit, host: str, path: str, backup_id: str,
         err = res.stderr.decode("utf-8", "replace")
         if f"{backup_id}.path" in err or f"/{backup_id}:" in err or f"'{backup_id}'" in err:
             raise NotFound(f"no backup {backup_id} on {host} (backups are kept per host under {BACKUP_DIR})")
-        raise file_error(host, path, "restore", err)
+        raise file_error(host, path, "restore", err, root_alias(tk, host))
     if current == res.stdout:
         return FileRestored(host=host, path=path, backup_id=backup_id,
                             next=f"nothing changed: {path} already held backup {backup_id}'s content")
