@@ -56,6 +56,7 @@ __all__ = [
     "Outcome",
     "ProbeReport",
     "ResultModel",
+    "drop_repeated_evidence",
     "result_view",
 ]
 
@@ -271,6 +272,7 @@ class JobOutput(ResultModel):
     text: str
     eof: bool = Field(description="true when next_offset reached the stream's current end (with grep: every match "
                                   "was shown)")
+    next: str = Field(default="", description="with grep and no match: the other stream's matches")
 
 
 class JobCancelResult(ResultModel):
@@ -318,6 +320,30 @@ class JobList(ResultModel):
     note: str = ""
 
 
+_SEE_PROBES = "(see probes)"
+
+
+def drop_repeated_evidence(node: Any) -> bool:
+    """In every dict with a ``why`` and ``probes``, the probes' evidence said again in ``why`` is replaced by
+    "(see probes)" (each fact once: the evidence stays in its probe). True when something was dropped."""
+    changed = False
+    if isinstance(node, dict):
+        why, probes = node.get("why"), node.get("probes")
+        if isinstance(why, str) and isinstance(probes, list):
+            for p in probes:
+                ev = p.get("evidence") if isinstance(p, dict) else None
+                if isinstance(ev, str) and len(ev) > len(_SEE_PROBES) and ev in why:
+                    why = why.replace(ev, _SEE_PROBES)
+                    changed = True
+            node["why"] = why
+        for v in node.values():
+            changed = drop_repeated_evidence(v) or changed
+    elif isinstance(node, list):
+        for v in node:
+            changed = drop_repeated_evidence(v) or changed
+    return changed
+
+
 def result_view(result: BaseModel) -> dict[str, Any]:
     """The model-facing JSON of a tool result (what every adapter sends and the CLI's ``--json`` prints).
 
@@ -326,7 +352,8 @@ def result_view(result: BaseModel) -> dict[str, Any]:
     equals its default is left out (``None``, ``""``,
     ``[]``, an empty :class:`~agent_tools.output.OutputView`, ``readiness="none"``); a required field is always
     kept, ``None`` included (``exit_status: null`` means "died by a signal"); an output view holding its whole
-    stream is ``{"text": ...}`` (its byte counts appear only when bytes were left out); a float with an integral
+    stream is ``{"text": ...}`` (its byte counts appear only when bytes were left out, its ``note`` when cleaning
+    said something); a float with an integral
     value is written as an integer (``15`` for ``15.0``: the same text JavaScript's ``JSON.stringify`` gives,
     so clients that compare the text content with ``structuredContent`` see one payload).
 
@@ -343,7 +370,8 @@ def _view(model: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:
         if not model.text and not model.truncated:
             return {}
         keep = ("text", "total_bytes", "omitted_bytes") if model.truncated else ("text",)
-        return {k: dumped[k] for k in keep} | ({"offset": model.offset} if model.offset else {})
+        return ({k: dumped[k] for k in keep} | ({"offset": model.offset} if model.offset else {})
+                | ({"note": model.note} if model.note else {}))
     out: dict[str, Any] = {}
     for name, info in type(model).model_fields.items():
         if name not in dumped:
