@@ -478,6 +478,7 @@ class RestartPlan:
     :param deadline_s: seconds until a restart that is not ready counts as ``deadline_exceeded``.
     :param timeout_s: the unit's ``TimeoutStartUSec`` in seconds (None: unlimited).
     :param unit_file_state: the unit's ``UnitFileState`` (``enabled``, ``disabled``: it does not start at boot).
+    :param was_active: the unit was active (or starting) before the restart.
     """
 
     command: str
@@ -485,6 +486,7 @@ class RestartPlan:
     deadline_s: float
     timeout_s: float | None
     unit_file_state: str = ""
+    was_active: bool = False
 
 
 async def plan_restart(tk: Toolkit, host: str, unit: str, daemon_reload: bool = True,
@@ -528,7 +530,8 @@ async def plan_restart(tk: Toolkit, host: str, unit: str, daemon_reload: bool = 
              "old_main_pid": _int(props.get("MainPID")) or None},
             *extra]
     cmd = ("systemctl daemon-reload && " if daemon_reload else "") + f"systemctl restart --no-block {shlex.quote(unit)}"
-    return RestartPlan(cmd, spec, deadline_s, timeout_s, props.get("UnitFileState", ""))
+    return RestartPlan(cmd, spec, deadline_s, timeout_s, props.get("UnitFileState", ""),
+                       props.get("ActiveState") in ("active", "activating", "reloading"))
 
 
 async def restart_service(tk: Toolkit, host: str, unit: str, daemon_reload: bool = True,
@@ -605,7 +608,8 @@ async def restart_service(tk: Toolkit, host: str, unit: str, daemon_reload: bool
     # failed at once, or was ready already) the verdict and its evidence (the unit's journal) are the news
     why = (f"restart of {unit} enqueued; the probes judge readiness within {deadline_s:g} s (the unit allows "
            f"{allows} to start)" if status.readiness == "pending" else status.why)
-    if plan.unit_file_state == "disabled" and status.readiness in ("pending", "ready"):
+    if plan.unit_file_state == "disabled" and not plan.was_active and status.readiness in ("pending", "ready"):
+        # a unit started for the first time (a new deployment) that will not come back after a reboot
         why += (f"; {unit} is disabled: it will not start at boot (run_command 'systemctl enable "
                 f"{shlex.quote(check_unit(unit))}' if it should)")
     return Detached(host=host, command=cmd, job_id=out.job_id, elapsed_s=out.duration_s,
