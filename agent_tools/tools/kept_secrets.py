@@ -22,6 +22,8 @@ from ..redact import MARK, secret_spans
 __all__ = ["Kept", "keep_secrets", "shown_text"]
 
 _MARK_RE = re.compile(re.escape(MARK))
+#: the largest changed block (shown characters x written characters) compared character by character
+_MAX_CHAR_WORK = 4_000_000
 
 
 def shown_text(text: str, extra_patterns: Iterable[str | re.Pattern[str]] = ()) -> tuple[str, dict[int, str]]:
@@ -92,8 +94,11 @@ def keep_secrets(original: str | None, edited: str,
                 take(p, p - b_off[j1] + a_off[i1])
         elif inside and i1 < i2:
             changed.append((a_off[i1], a_off[i2], b_off[j1], b_off[j2]))
-    # inside a changed block: a marker in a run of text the file's shown text has at the same place
+    # inside a changed block: a marker in a run of text the file's shown text has at the same place (blocks of
+    # reasonable size only: the character matcher takes time quadratic in them; a marker not found is refused)
     for a0, a1, b0, b1 in changed:
+        if (a1 - a0) * (b1 - b0) > _MAX_CHAR_WORK:
+            continue
         matcher = SequenceMatcher(None, shown[a0:a1], edited[b0:b1], autojunk=False)
         for a, b, size in matcher.get_matching_blocks():
             for p in marks:
