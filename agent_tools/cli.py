@@ -188,7 +188,8 @@ def _probes(d: dict[str, Any]) -> None:
 
 
 #: the marker an output view puts where it left bytes out (agent_tools.output), with the call that reads on
-_VIEW_MARKER_RE = re.compile(r"(… \[\d+ bytes omitted; )job_output\(offset=(\d+)(?:, stream='(stdout|stderr)')?\)"
+_VIEW_MARKER_RE = re.compile(r"(… \[\d+ bytes omitted; )job_output\((?:job_id='[\w-]+', )?offset=(\d+)"
+                             r"(?:, stream='(stdout|stderr)')?\)"
                              r"( reads on from there\] …)")
 
 
@@ -784,7 +785,14 @@ def approvals_list(as_json: JsonOpt = False) -> None:
         _say(_shown(a.id, "bold"), " on ", _shown(a.host), f"  digest {a.command_sha256[:12]}  rule ",
              _shown(a.rule_id), ("  cwd " if a.cwd else ""), _shown(a.cwd or ""), "  ",
              _shown(first[:70] + (" …" if len(first) > 70 or len(first) < len(a.command) else "")),
-             (f"  (+ what it writes: {a.payload.count(chr(10)) + 1} line(s))" if a.payload is not None else ""))
+             (f"  (+ what it writes: {_payload_lines(a.payload)} line(s))" if a.payload is not None else ""))
+
+
+def _payload_lines(shown: str) -> int:
+    """Lines of what a write's approval shows after its first line (which says what the call does): a last line
+    end ends a line, it begins none."""
+    body = shown.split("\n", 1)[1] if "\n" in shown else shown
+    return body.count("\n") + (0 if body.endswith("\n") or not body else 1)
 
 
 @approvals_app.command("approve")

@@ -58,6 +58,7 @@ __all__ = [
     "Outcome",
     "ProbeReport",
     "ResultModel",
+    "drop_repeated_evidence",
     "result_view",
 ]
 
@@ -293,6 +294,7 @@ class JobOutput(ResultModel):
     cut_before: int | None = Field(default=None, description="with tail_lines: the page ends at the output's end, "
                                                              "and this many bytes of those lines before offset are "
                                                              "not shown (0: none)")
+    next: str = Field(default="", description="with grep and no match: the other stream's matches")
 
 
 class JobCancelResult(ResultModel):
@@ -342,6 +344,30 @@ class JobList(ResultModel):
     note: str = ""
 
 
+_SEE_PROBES = "(see probes)"
+
+
+def drop_repeated_evidence(node: Any) -> bool:
+    """In every dict with a ``why`` and ``probes``, the probes' evidence said again in ``why`` is replaced by
+    "(see probes)" (each fact once: the evidence stays in its probe). True when something was dropped."""
+    changed = False
+    if isinstance(node, dict):
+        why, probes = node.get("why"), node.get("probes")
+        if isinstance(why, str) and isinstance(probes, list):
+            for p in probes:
+                ev = p.get("evidence") if isinstance(p, dict) else None
+                if isinstance(ev, str) and len(ev) > len(_SEE_PROBES) and ev in why:
+                    why = why.replace(ev, _SEE_PROBES)
+                    changed = True
+            node["why"] = why
+        for v in node.values():
+            changed = drop_repeated_evidence(v) or changed
+    elif isinstance(node, list):
+        for v in node:
+            changed = drop_repeated_evidence(v) or changed
+    return changed
+
+
 def result_view(result: BaseModel) -> dict[str, Any]:
     """The model-facing JSON of a tool result (what every adapter sends and the CLI's ``--json`` prints).
 
@@ -351,7 +377,7 @@ def result_view(result: BaseModel) -> dict[str, Any]:
     ``[]``, an empty :class:`~agent_tools.output.OutputView`, ``readiness="none"``); a required field is always
     kept, ``None`` included (``exit_status: null`` means "died by a signal"); an output view holding its whole
     stream is ``{"text": ...}`` (its byte counts appear only when bytes were left out, its ``note`` when cleaning
-    changed something); a float with an integral
+    said something); a float with an integral
     value is written as an integer (``15`` for ``15.0``: the same text JavaScript's ``JSON.stringify`` gives,
     so clients that compare the text content with ``structuredContent`` see one payload).
 

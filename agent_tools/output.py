@@ -37,8 +37,8 @@ from pydantic import BaseModel, Field
 from .display import has_escapes, safe_text
 from .redact import redact_slice
 
-__all__ = ["VIEW_CONTEXT_BYTES", "OutputView", "clean_text", "clean_window", "make_view", "split_budget",
-           "view_request"]
+__all__ = ["BINARY", "VIEW_CONTEXT_BYTES", "OutputView", "clean_text", "clean_window", "make_view", "name_job",
+           "split_budget", "view_request"]
 
 VIEW_CONTEXT_BYTES = 4096
 """Bytes read past each cut of a view or page, only to find secrets that straddle the cut (a PEM private key block
@@ -55,8 +55,9 @@ class OutputView(BaseModel):
 
     ``text`` holds the head and tail of the stream, cleaned; when bytes were left out, a marker line
     ``… [N bytes omitted; job_output(offset=O) reads on from there] …`` stands where they were (``O`` is the
-    stream offset of the first byte left out). ``total_bytes`` counts every byte the command wrote
-    to this stream (raw, before cleaning); the full bytes stay on the host and ``job_output`` pages them.
+    stream offset of the first byte left out; a tool result's marker names its job too, ``job_id=...``).
+    ``total_bytes`` counts every byte the command wrote to this stream (raw, before cleaning); the full bytes
+    stay on the host and ``job_output`` pages them.
     """
 
     text: str = Field(default="", description="head + tail of the stream, cleaned for reading")
@@ -65,12 +66,22 @@ class OutputView(BaseModel):
     offset: int = Field(default=0, description="stream offset (bytes) where `text` begins (new output of a "
                                                "job_status call starts after what was shown before)")
     note: str = Field(default="", description="what cleaning did to `text` (colours removed, redraws collapsed, "
-                                               "control characters shown as escapes)")
+                                               "control characters shown as escapes, binary data escaped)")
 
     @property
     def truncated(self) -> bool:
         """True when ``text`` does not hold every byte of the stream."""
         return self.omitted_bytes > 0
+
+
+#: the call in a view's marker (``… [N bytes omitted; job_output(offset=O) reads on from there] …``)
+_MARKER_CALL_RE = re.compile(r"(bytes omitted[^;\n]*; job_output\()(offset=\d+)")
+
+
+def name_job(text: str, job_id: str) -> str:
+    """``text`` (an output view's) with its markers' ``job_output`` calls naming ``job_id``, as every other
+    ``next`` of a result does (a view is built before it is known whose job it shows)."""
+    return _MARKER_CALL_RE.sub(lambda m: f"{m.group(1)}job_id={job_id!r}, {m.group(2)}", text)
 
 
 def _progress_key(part: str) -> str:
@@ -163,6 +174,12 @@ def make_view(head: bytes, tail: bytes, total_bytes: int, *, stream: str = "stdo
         ``tail`` were asked for with :func:`view_request`: the bytes past each cut are then context only. None:
         ``head`` and ``tail`` are the view.
     """
+    if _binary(head) and (tail or len(head) >= total_bytes) and total_bytes > sum(split_budget(BINARY_VIEW_BYTES)):
+        # escaped binary data is noise to read: a short head and tail, and a note that says what it is
+        keep_head, keep_tail = split_budget(BINARY_VIEW_BYTES)
+        view = _cut_view(head, tail or head, total_bytes, keep_head, keep_tail, stream, start)
+        view.note = BINARY
+        return view
     view = _make_view(head, tail, total_bytes, stream=stream, start=start, budget=budget)
     notes = []
     for part in (head, tail):
@@ -175,6 +192,22 @@ def make_view(head: bytes, tail: bytes, total_bytes: int, *, stream: str = "stdo
             notes.append(ESCAPES_SHOWN)
     view.note = "; ".join(n for n in (COLOURS_REMOVED, REDRAWS_COLLAPSED, ESCAPES_SHOWN) if n in notes)
     return view
+
+
+#: bytes of a binary stream a view shows (head and tail, escaped)
+BINARY_VIEW_BYTES = 128
+#: :attr:`OutputView.note` of a binary stream
+BINARY = ("binary data (NUL bytes or invalid UTF-8), shown escaped and short: pipe the command into od -A d -c | "
+          "head to read its bytes, or file - to say what it is")
+
+
+def _binary(data: bytes) -> bool:
+    """Whether a stream's first bytes are binary data rather than text: a NUL byte, or more than a tenth of them
+    not UTF-8 (grep(1) and git decide by NUL bytes; invalid UTF-8 covers random and compressed data)."""
+    sample = data[:4096]
+    if not sample:
+        return False
+    return b"\0" in sample or sample.decode("utf-8", "replace").count("\ufffd") * 10 > len(sample)
 
 
 #: :attr:`OutputView.note` when the bytes held SGR colour sequences, which cleaning removes

@@ -414,8 +414,8 @@ async def test_a_large_output_says_at_which_offset_to_read_on(state_dir: Path) -
     async with tk, model_for(tk) as model, model_for(tk, max_result_tokens=10_000) as wide:
         # one large stream: the view's own marker (head + tail of 6 KiB fit a result of 10,000 tokens)
         _, out = await wide.read("run_command", {"host": "local", "command": "seq 1 200000", "budget_s": 20})
-        m = re.search(r"\n… \[(\d+) bytes omitted; job_output\(offset=(\d+)\) reads on from there\] …\n",
-                      out["stdout"]["text"])
+        m = re.search(rf"\n… \[(\d+) bytes omitted; job_output\(job_id='{out['job_id']}', offset=(\d+)\) reads on "
+                      r"from there\] …\n", out["stdout"]["text"])
         assert m, out["stdout"]["text"][:2000]
         offset = int(m.group(2))
         head = out["stdout"]["text"][:m.start() + 1]
@@ -430,7 +430,7 @@ async def test_a_large_output_says_at_which_offset_to_read_on(state_dir: Path) -
             shown = out[stream]["text"]
             # (the view's own marker was cut out with the middle: the adapter's says the whole gap in bytes)
             m = re.search(rf"… \[(?:\d+ chars cut to fit the result size|\d+ bytes omitted \(\d+ of them to fit "
-                          rf"the result size\)); job_output\(offset=(\d+){extra}\) reads on "
+                          rf"the result size\)); job_output\(job_id='{out['job_id']}', offset=(\d+){extra}\) reads on "
                           r"from there\] …\n", shown)
             assert m, shown[:1500]
             kept = shown[:m.start()]

@@ -53,7 +53,7 @@ async def test_no_result_is_over_600_tokens_by_default(state_dir: Path, tokens: 
         shown = out["stdout"]["text"]
         assert shown.startswith("1\n2\n") and shown.endswith("200000\n")
         # the marker says where job_output reads on: the first byte left out
-        m = re.search(r"job_output\(offset=(\d+)\) reads on", shown)
+        m = re.search(rf"job_output\(job_id='{out['job_id']}', offset=(\d+)\) reads on", shown)
         assert m, shown
         head = shown[:shown.index("\n… [") + 1]
         assert full.startswith(head) and int(m.group(1)) == len(head.encode())

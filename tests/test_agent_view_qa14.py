@@ -174,7 +174,8 @@ async def test_the_one_marker_left_in_a_huge_output_agrees_with_omitted_bytes(st
         text, res = await model.read("run_command", {"host": "local", "command": "seq 1 300000", "budget_s": 20})
         assert tokens(text) <= 600, text
         view = res["stdout"]
-        markers = re.findall(r"… \[(\d+) bytes omitted[^\]]*job_output\(offset=(\d+)\) reads on", view["text"])
+        markers = re.findall(rf"… \[(\d+) bytes omitted[^\]]*job_output\(job_id='{res['job_id']}', offset=(\d+)\) "
+                             "reads on", view["text"])
         assert len(markers) == 1 and "chars shortened" not in view["text"], text
         assert int(markers[0][0]) == view["omitted_bytes"], text
         assert view["omitted_bytes"] == view["total_bytes"] - len(re.sub(r"… \[[^\]]*\] …\n", "", view["text"]))

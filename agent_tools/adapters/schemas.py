@@ -49,7 +49,7 @@ import anyio
 import structlog
 from pydantic import BaseModel, TypeAdapter
 
-from ..outcomes import ErrorOutcome
+from ..outcomes import ErrorOutcome, drop_repeated_evidence
 from ..tools.toolkit import Toolkit, ToolSpec
 
 __all__ = [
@@ -331,7 +331,7 @@ def _dumps(data: Any) -> str:
 _MIN_TEXT_CHARS = 160
 #: what stands where a result's text was cut to fit the result size (the words a model reads)
 _MARKER = "\n… [{n} chars cut to fit the result size] …\n"
-_VIEW_MARKER_RE = re.compile(r"bytes omitted; job_output\(offset=(\d+)")
+_VIEW_MARKER_RE = re.compile(r"bytes omitted; job_output\((?:job_id='[\w-]+', )?offset=(\d+)")
 
 
 _EXPLAIN_RE = re.compile(r"(?i)\w*(?:error|exception)\b|\berrno\b|\bfatal\b|denied|refused|no such|not found"
@@ -402,10 +402,16 @@ def _water_level(lengths: list[int], budget: int) -> int:
     return ordered[-1] if ordered else 0
 
 
+#: a visible escape agent_tools.display.safe_text writes for one control or format character
+_ESCAPE_RE = re.compile(r"\\(?:x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8}|[0abtnvfre])")
+
+
 def _raw_bytes_at_most(text: str) -> int:
     """Bytes of host output that ``text`` (cleaned by agent_tools.output) stands for, never overestimated:
-    U+FFFD stands for >= 1 raw byte, ``\\0`` for 1 NUL byte; removed escapes and CRs only make it larger."""
-    return max(0, len(text.encode()) - 2 * text.count("\ufffd") - text.count("\\0"))
+    U+FFFD stands for >= 1 raw byte, a visible escape (``\\0``, ``\\x1b``, ``\\u202e``) for >= 1 byte; removed
+    colours and CRs only make it larger."""
+    escapes = sum(len(m.group()) - 1 for m in _ESCAPE_RE.finditer(text)) if "\\" in text else 0
+    return max(0, len(text.encode()) - 2 * text.count("\ufffd") - escapes)
 
 
 def _text_slots(node: Any, path: tuple[str | int, ...] = ()) -> list[tuple[dict[str, Any], tuple[str | int, ...]]]:
@@ -423,9 +429,10 @@ def _text_slots(node: Any, path: tuple[str | int, ...] = ()) -> list[tuple[dict[
 
 
 def _shrink_text_slot(item: tuple[dict[str, Any], tuple[str | int, ...]], keep: int,
-                      originals: dict[int, tuple[str, Any]]) -> bool:
+                      originals: dict[int, tuple[str, Any]], job_id: Any = None) -> bool:
     """Cut the slot's text to about ``keep`` characters, always from its text as the tool gave it (kept in
-    ``originals`` by the slot's id), so the marker and ``omitted_bytes`` count every character cut."""
+    ``originals`` by the slot's id), so the marker and ``omitted_bytes`` count every character cut (``job_id``:
+    the result's job, named in the marker's call)."""
     slot, path = item
     stream = ", stream='stderr'" if path and "stderr" in str(path[-1]) else ""
     if len(slot["text"]) <= max(keep, _MIN_TEXT_CHARS):
@@ -452,7 +459,8 @@ def _shrink_text_slot(item: tuple[dict[str, Any], tuple[str | int, ...]], keep: 
             found = _VIEW_MARKER_RE.search(text)
             if found:  # never point past the view's own gap
                 at = min(at, int(found.group(1)))
-        return f"job_output(offset={at}{stream}) reads on from there"
+        job = f"job_id={job_id!r}, " if isinstance(job_id, str) else ""
+        return f"job_output({job}offset={at}{stream}) reads on from there"
 
     view = "omitted_bytes" in slot or "total_bytes" not in slot  # an output view (a file's text has total_bytes)
     new, removed = _shorten_middle(text, keep, resume if view and "path" not in slot else None)
@@ -460,9 +468,10 @@ def _shrink_text_slot(item: tuple[dict[str, Any], tuple[str | int, ...]], keep: 
         return False
     # the view's own marker cut out with the middle: it is no output; the one marker left says the whole gap
     own = re.search(r"… \[\d+ bytes omitted; job_output\([^)]*\) reads on from there\] …\n?", removed)
-    cut_bytes = len(removed.encode()) - (len(own.group().encode()) if own else 0)
+    cut_bytes = _raw_bytes_at_most(removed.replace(own.group(), "", 1) if own else removed)
     if isinstance(omitted, int):
-        slot["omitted_bytes"] = omitted + cut_bytes
+        total = slot.get("total_bytes")
+        slot["omitted_bytes"] = min(omitted + cut_bytes, total) if isinstance(total, int) else omitted + cut_bytes
         if own:
             new = re.sub(r"\[\d+ chars cut to fit the result size;",
                          f"[{omitted + cut_bytes} bytes omitted ({cut_bytes} of them to fit the result size);", new,
@@ -515,7 +524,8 @@ def bound_result(result: dict[str, Any], *, max_chars: int = DEFAULT_MAX_RESULT_
     moved forward to its start and ``cut_before`` grown by what was left out. Any other result, each step only
     while the JSON is still too long: (1) shorten output texts (``stdout``/``stderr`` views: head + tail with a
     marker that gives the offset job_output reads on from, ``omitted_bytes`` raised by what was cut); (2) shorten
-    any other long string the same way; (3) drop the tail of the longest lists. Every change is named in
+    any other long string the same way; (3) drop the tail of the longest lists (a page of a list,
+    ``list_jobs``'s ``jobs`` with ``total``, gets ``next_offset`` after the last item shown). Every change is named in
     ``shortened``. A result that still does not fit is replaced by its top-level scalars and the note.
 
     :param result: a JSON-ready dict (as :meth:`Toolkit.dispatch` returns).
@@ -538,7 +548,10 @@ def bound_result(result: dict[str, Any], *, max_chars: int = DEFAULT_MAX_RESULT_
         mid = (lo + hi) // 2
         attempt = _bound_chars(result, mid)
         if fits(attempt):
-            best, lo = attempt, mid + 1
+            # (the longest that fits: a larger bound can shorten differently, so the last try is not always it)
+            if best is None or len(_dumps(attempt)) >= len(_dumps(best)):
+                best = attempt
+            lo = mid + 1
         else:
             hi = mid - 1
     bounded = best if best is not None else _bound_chars(result, 500)
@@ -559,9 +572,11 @@ def _is_page(result: dict[str, Any]) -> bool:
 def _fit_page(result: dict[str, Any], fits: Callable[[dict[str, Any]], bool], note: str,
               tail_note: str = "") -> dict[str, Any]:
     """The page with the longest head of its text that fits together with ``note`` (binary search; a byte page is
-    cut where the bound falls, so a larger ``limit`` never shows less, and ``next_offset`` reads on from the first
-    byte left out). A ``grep`` page (lines ``OFFSET:line``) keeps whole lines only, and its ``next_offset`` is the
-    offset of the first line left out, where the search goes on. A ``tail_lines`` page (``cut_before`` set) keeps
+    cut at the last line end before the bound, or where the bound falls when there is none: a larger ``limit``
+    never shows less, but for the part of a line such a cut leaves to the next page; ``next_offset`` reads on from
+    the first byte left out). A ``grep`` page
+    (lines ``OFFSET:line``) keeps whole lines only, and its ``next_offset`` is the offset of the first line left
+    out, where the search goes on. A ``tail_lines`` page (``cut_before`` set) keeps
     the longest *end* instead, with ``tail_note`` (:func:`_fit_tail_page`): it was asked for the output's end."""
     text: str = result["text"]
     grep = isinstance(result.get("grep"), str)
@@ -570,8 +585,8 @@ def _fit_page(result: dict[str, Any], fits: Callable[[dict[str, Any]], bool], no
 
     def head(n: int) -> str:
         kept = text[:n]
-        if grep and n < len(text):
-            kept = kept[:kept.rfind("\n") + 1]
+        if n < len(text) and (grep or "\n" in kept):
+            kept = kept[:kept.rfind("\n") + 1]  # whole lines (a byte page without a line end is cut where it falls)
         return kept
 
     def cut(n: int) -> dict[str, Any]:
@@ -631,28 +646,18 @@ def _fit_tail_page(result: dict[str, Any], fits: Callable[[dict[str, Any]], bool
     return cut(lo)
 
 
-_SEE_PROBES = "(see probes)"
+
+def _pages(data: dict[str, Any], key: str) -> bool:
+    """Whether ``data[key]`` is a page of a longer list (``list_jobs``: a top-level list with ``total``, and
+    ``next_offset`` set while more follow), so ``next_offset`` is its offset plus its length."""
+    return "." not in key and isinstance(data.get(key), list) and isinstance(data.get("total"), int) \
+        and isinstance(data.get("next_offset", 0), int | None)
 
 
-def _drop_repeated_evidence(node: Any) -> bool:
-    """In every dict with a ``why`` and ``probes``, the probes' evidence said again in ``why`` is replaced by
-    "(see probes)" (each fact once: the evidence stays in its probe). True when something was dropped."""
-    changed = False
-    if isinstance(node, dict):
-        why, probes = node.get("why"), node.get("probes")
-        if isinstance(why, str) and isinstance(probes, list):
-            for p in probes:
-                ev = p.get("evidence") if isinstance(p, dict) else None
-                if isinstance(ev, str) and len(ev) > len(_SEE_PROBES) and ev in why:
-                    why = why.replace(ev, _SEE_PROBES)
-                    changed = True
-            node["why"] = why
-        for v in node.values():
-            changed = _drop_repeated_evidence(v) or changed
-    elif isinstance(node, list):
-        for v in node:
-            changed = _drop_repeated_evidence(v) or changed
-    return changed
+def _page_end(data: dict[str, Any]) -> int:
+    """Where the page of :func:`_pages` ends: ``next_offset``, or ``total`` on the last page."""
+    end = data.get("next_offset")
+    return end if isinstance(end, int) else int(data["total"])
 
 
 def _failing(item: Any) -> bool:
@@ -691,11 +696,11 @@ def _bound_chars(result: dict[str, Any], max_chars: int) -> dict[str, Any]:
             changed = True
         return changed
 
-    if _drop_repeated_evidence(data):
+    if drop_repeated_evidence(data):
         notes.append("probe evidence said again in why replaced by (see probes)")
     slots = _text_slots(data)
     if size() > max_chars and shrink(slots, lambda item: str(item[0]["text"]),
-                                     lambda item, keep: _shrink_text_slot(item, keep, originals)):
+                                     lambda item, keep: _shrink_text_slot(item, keep, originals, data.get("job_id"))):
         notes.append("output text shortened to fit the result size; the markers say where job_output reads on "
                      "(all output stays on the host)")
     if size() > max_chars:
@@ -721,12 +726,17 @@ def _bound_chars(result: dict[str, Any], max_chars: int) -> dict[str, Any]:
         for lst, where in lists:
             total = len(lst)
             kept_failing = False
+            # a page of a longer list ends after the items shown: paging on skips none (set with each item
+            # dropped, so the size counts it)
+            end = _page_end(data) if _pages(data, where) else None
             i = len(lst) - 1
             while i >= 1 and size() > max_chars:  # the first item stays, and every failing probe
                 if _failing(lst[i]):
                     kept_failing = True
                 else:
                     lst.pop(i)
+                    if end is not None:
+                        data["next_offset"] = end - (total - len(lst))
                 i -= 1
             if len(lst) < total:
                 notes.append(f"{where}: showing {len(lst)} of {total} items (the first and every failing one)"
@@ -734,6 +744,9 @@ def _bound_chars(result: dict[str, Any], max_chars: int) -> dict[str, Any]:
             if size() <= max_chars:
                 break
     if size() > max_chars:
+        paged = [k for k, v in data.items() if isinstance(v, list) and _pages(data, k)]
+        if paged:  # no item is shown: the next page begins with the first of this one
+            data["next_offset"] = _page_end(data) - len(data[paged[0]])
         scalars = {k: v for k, v in data.items() if not isinstance(v, dict | list)}
         data = {k: (v if not isinstance(v, str) or k in _WHOLE_KEYS else _shorten_middle(v, 400)[0])
                 for k, v in scalars.items()}

@@ -16,7 +16,11 @@ the rules, in order:
 3. readiness ``pending`` means *keep following*, also after the command itself exited 0 (a
    ``systemctl restart --no-block`` exits at once while the service loads for minutes).
 4. readiness ``ready``: go on with the task.
-5. no probes: ``running`` is followed; ``exited`` with status 0 is done.
+5. no probes: ``running`` is followed (a command that runs until stopped, such as ``watch``, gets what to run
+   instead and ``job_cancel``); ``exited`` with status 0 is done.
+
+A non-zero exit status that is an answer (``grep`` 1: no line matched) or has a known cause (127: not installed)
+is said as such (:mod:`agent_tools.jobs.exits`) instead of "it failed: fix the cause".
 
 The next calls are data (:class:`NextCall`: tool, arguments, a short note) rendered to text in one place,
 :func:`render`, so another rendering (a command line instead of a tool call) reuses the same decisions.
@@ -73,6 +77,12 @@ class JobFacts:
         (:func:`agent_tools.jobs.terminal.interactive_need`'s ``next``; ``""``: nothing of the kind).
     :param leftovers: how many processes the job's ended command left running still run (``job_cancel`` stops
         them); 0 while it runs; -1 while its monitor is still looking for them (another look tells).
+    :param exit_note: what a non-zero exit status means when it is an answer or has a known cause
+        (:func:`agent_tools.jobs.exits.exit_note`; ``""``: a plain failure).
+    :param endless: the command runs until stopped, and what to run instead
+        (:func:`agent_tools.jobs.exits.never_ends`; ``""``: it ends by itself).
+    :param endless_follow: following such a command still shows something (a log it follows).
+    :param unit_only: its only probes are ``systemd_unit`` ones: readiness rests on the unit's state alone.
     """
 
     job_id: str
@@ -90,6 +100,10 @@ class JobFacts:
     killed_by: str = ""
     needs: str = ""
     leftovers: int = 0
+    exit_note: str = ""
+    endless: str = ""
+    endless_follow: bool = False
+    unit_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -184,8 +198,16 @@ def _guide(f: JobFacts) -> Guidance:
     if f.readiness in FINAL_READINESS:
         # "failed" also follows "ready" (the unit died later: see probes.readiness), so it is not "never ready"
         word = "readiness failed" if f.readiness == "failed" else "it was not ready by its deadline"
-        nexts = (*inspect, *(() if inspect or not f.output_cut else (stderr,)),
-                 NextCall(None, note=f"{word}: read the evidence in why, fix the cause, then try again"))
+        if f.units and "\njournal:\n" in ready_why:
+            # why holds the unit's journal already (service_status would show it again): what to fix, and the call
+            # that tries again once it is fixed
+            unit = f.units[0]
+            nexts = (NextCall(None, note=f"{word}: why holds {unit}'s journal; fix the cause (run_command 'systemctl "
+                                         f"cat {unit}' shows its unit file)"),
+                     NextCall("restart_service", {"host": f.host, "unit": unit}, "once it is fixed"))
+        else:
+            nexts = (*inspect, *(() if inspect or not f.output_cut else (stderr,)),
+                     NextCall(None, note=f"{word}: read the evidence in why, fix the cause, then try again"))
         if f.state == "running":
             nexts += (cancel,)
         return Guidance(summary, ready_why or both(), nexts, True)
@@ -194,12 +216,14 @@ def _guide(f: JobFacts) -> Guidance:
             nexts = (NextCall(None, note="the job's outcome is unknown: check the host's state before acting (do "
                                          "not assume success)"), *wrote)
         elif f.state == "not_started":
-            nexts = (NextCall(None, note="it never started (nothing ran): run the command again if it is still "
-                                         "wanted"),)
+            nexts = (NextCall(None, note="it never started (nothing ran): why says what stopped it; once that is "
+                                         "fixed, run the command again if it is still wanted"),)
         elif f.state == "killed":
             nexts = (NextCall(None, note="it was killed; run it again only if that is still wanted"), *wrote)
         elif f.needs:
             nexts = (NextCall(None, note=f.needs),)
+        elif f.exit_note:
+            nexts = (NextCall(None, note=f.exit_note), *wrote)
         else:
             nexts = (*((stderr,) if f.output_cut else ()),
                      NextCall(None, note="it failed: fix the cause before running it again"))
@@ -218,13 +242,21 @@ def _guide(f: JobFacts) -> Guidance:
         why = ready_why if f.state == "running" else both()
         return Guidance(summary, why or "waiting for readiness", nexts, False)
     if f.readiness == "ready":
-        nexts = (NextCall(None, note="ready: go on with the task"),)
+        said = ("ready: go on with the task (only the unit's state was checked: it stayed up for its settle window; "
+                "a unit that dies later shows in a later job_status, and an http, port or log probe checks its "
+                "work)" if f.unit_only else "ready: go on with the task")
+        nexts = (NextCall(None, note=said),)
         if f.state == "running":
             nexts += (cancel,)
         why = ready_why if f.state in ("running", "exited") else both()
         return Guidance(summary, why or "ready", nexts + inspect[:1], True)
     # no probes
     if f.state == "running":
+        if f.endless:  # following it never ends: say what to run instead, and how to stop this one
+            stop = NextCall("job_cancel", dict(jid), "stops this job")
+            shows = NextCall(follow.tool, follow.args, "shows what it adds")
+            return Guidance(summary, state_why, (NextCall(None, note=f.endless), stop,
+                                                 *((shows,) if f.endless_follow else ())), False)
         # (not job_output: job_status brings the new output, and a shortened view says where job_output reads on)
         return Guidance(summary, state_why, (follow, cancel), False)
     pages = (NextCall("job_output", {**jid, "offset": 0}, "pages the full output"),) if f.output_cut else ()

@@ -54,7 +54,8 @@ from ..output import VIEW_CONTEXT_BYTES, OutputView, clean_window, view_request
 from ..probes.readiness import judge
 from ..redact import add_secret_values, redact
 from .discover import discover_script, parse_discovery, split_env_line
-from .hints import JobFacts, guide
+from .exits import exit_note, never_ends
+from .hints import JobFacts, NextCall, guide, render
 from .journal import JobRecord, Journal, now
 from .scripts import (
     cancel_request,
@@ -638,7 +639,7 @@ class JobRunner:
             return self._detached(rec, anyio.current_time() - t0, None, why=why, next_hint=(
                 f"job_status(job_id='{job_id}', wait_s=30) settles it once the host answers; do not run the command "
                 "again (it was started)"))
-        why = "still running when its budget ran out; " + _runs_on(rec)
+        why = "still running when its budget ran out; " + _runs_on(rec)  # (budget_s says how long it was)
         if lost is not None:
             why += f" (the connection failed after the command was sent, {lost.message}; a new one saw it running)"
         if not started:
@@ -737,6 +738,7 @@ class JobRunner:
             log.info("job.leftovers", host=rec.host, job_id=rec.job_id, pids=[p.pid for p in left])
         cut = ov.truncated or ev.truncated
         n_left = -1 if left_pending else len(left)
+        self._note_exit(rec, ov.text, ev.text)
         nexts = "" if code == 0 and not n_left else guide(facts_of(rec, state=state, output_cut=cut,
                                                                    leftovers=n_left)).next_text()
         if left and _hard_deadline(rec) is not None:
@@ -747,6 +749,15 @@ class JobRunner:
         return Finished(host=rec.host, command=rec.command, exit_status=code, signal=sig,
                         duration_s=round(elapsed, 3), stdout=ov, stderr=ev, job_id=rec.job_id, leftovers=left,
                         unchecked=unchecked, next=nexts.removeprefix("; "))
+
+    def _note_exit(self, rec: JobRecord, stdout: str, stderr: str) -> None:
+        """Keep with an exited job what its non-zero exit status means (:func:`~agent_tools.jobs.exits.exit_note`),
+        decided once from the output shown when its end was first seen (a later look has no new output), so that
+        every later result says the same."""
+        if rec.exit_status in (None, 0) or "exit_note" in rec.meta:
+            return
+        rec.meta = {**rec.meta, "exit_note": exit_note(rec.command, rec.exit_status, stdout, stderr, rec.host)}
+        self.journal.update(rec.job_id, meta=rec.meta)
 
     def _deadline_killed(self, rec: JobRecord, code: int, views: dict[str, RawView], elapsed: float,
                          limit_s: float | None, survivors: list[int] | None, *, unchecked: str = "") -> Killed:
@@ -1232,6 +1243,8 @@ class JobRunner:
         need = (interactive_need(rec.command, new_err.text, new_out.text,
                                  stdin=str(rec.meta.get("stdin") or "none"))
                 if state == "exited" and code not in (None, 0) else None)
+        if state == "exited":
+            self._note_exit(rec, new_out.text, new_err.text)
         left = [Leftover(pid=p, command=redact(c)) for p, c in st.leftovers] if state != "running" else []
         unchecked = ""
         if state in ("exited", "killed"):
@@ -1436,12 +1449,16 @@ class JobRunner:
         if "\n" in pattern or not pattern:
             raise BadArguments("grep must be one line of regex (grep -iE), not empty")
         f = self._stream_file(rec.job_id, stream)
+        other: Literal["stdout", "stderr"] = "stderr" if stream == "stdout" else "stdout"
+        g = self._stream_file(rec.job_id, other)
         q = shlex.quote(pattern)
         select = f"| tail -n {int(tail_lines)} " if tail_lines is not None else ""
+        # (no match: how many lines of the other stream match, so the answer can say where they are)
         script = (f'[ -d "$(dirname {f})" ] || {{ echo missing; exit 0; }}; s=0; [ -f {f} ] && s=$(wc -c < {f}); '
                   f"n=$(tail -c +{offset + 1} {f} 2>/dev/null | grep -a -c -i -E -e {q}); rc=$?; "
                   f'[ "$rc" -gt 1 ] && {{ echo bad; tail -c +{offset + 1} {f} | grep -a -i -E -e {q} 2>&1 >/dev/null '
-                  f"| head -c 300; exit 0; }}; echo $s ${{n:-0}}; tail -c +{offset + 1} {f} 2>/dev/null | "
+                  f"| head -c 300; exit 0; }}; o=0; [ \"${{n:-0}}\" = 0 ] && o=$(grep -a -c -i -E -e {q} {g} "
+                  f"2>/dev/null); echo $s ${{n:-0}} ${{o:-0}}; tail -c +{offset + 1} {f} 2>/dev/null | "
                   f"grep -a -b -i -E -e {q} {select}| head -c {limit + 4096}")
         with _answer_within(host, self.answer_timeout_s, "job_output"):
             res = await run_on(host, script)
@@ -1452,9 +1469,9 @@ class JobRunner:
         if words[:1] == ["bad"]:
             raise BadArguments(f"grep {pattern!r}: {body.decode('utf-8', 'replace').strip()[:300]} (an extended "
                                "regex, as grep -iE reads it)")
-        if len(words) != 2 or not all(w.isdigit() for w in words):
+        if len(words) != 3 or not all(w.isdigit() for w in words):
             raise ConnectionLost(host.name, f"{host.name}: no answer about job {rec.job_id}'s {stream}")
-        total, count = int(words[0]), int(words[1])
+        total, count, elsewhere = int(words[0]), int(words[1]), int(words[2])
         found: list[tuple[int, bytes]] = []
         used = 0
         for raw in body.split(b"\n"):
@@ -1476,9 +1493,14 @@ class JobRunner:
             nxt = start + len(line) + 1
         # every line asked for was shown (all matches, or the last tail_lines of them): the search is at the end
         complete = len(shown) == (min(count, tail_lines) if tail_lines is not None else count)
+        hint = ""
+        if not count and elsewhere:
+            hint = render([NextCall("job_output", {"job_id": rec.job_id, "stream": other, "grep": pattern},
+                                    f"shows them: {elsewhere} matching line(s) are on {other}, none on {stream}")])
         return JobOutput(job_id=rec.job_id, stream=stream, offset=offset,
                          next_offset=max(total, offset) if complete else nxt, total_bytes=total,
-                         text="".join(s + "\n" for s in shown), grep=pattern, matches=count, eof=complete)
+                         text="".join(s + "\n" for s in shown), grep=pattern, matches=count, eof=complete,
+                         next=hint)
 
     # ------------------------------------------------------------------ input
     async def job_input(self, host: Host, job_id: str, text: str, *, eof: bool = False, newline: bool = True,
@@ -2044,16 +2066,23 @@ def facts_of(rec: JobRecord, *, state: str | None = None, detail: str = "", read
              output_cut: bool = True, needs: str = "", leftovers: int | None = None) -> JobFacts:
     """:class:`~agent_tools.jobs.hints.JobFacts` of a journal row (``state`` overrides the recorded one;
     ``output_cut``, ``needs``: see :class:`~agent_tools.jobs.hints.JobFacts`; ``leftovers``: how many processes its
-    ended command left running still run, default as last recorded)."""
+    ended command left running still run, default as last recorded; the exit note as :meth:`JobRunner._note_exit`
+    kept it)."""
     if leftovers is None:
         leftovers = len(rec.meta.get("leftovers") or [])
     units = tuple(str(p["unit"]) for p in rec.probes if p.get("kind") == "systemd_unit" and p.get("unit"))
-    return JobFacts(job_id=rec.job_id, host=rec.host, state=state or rec.state, readiness=rec.readiness,
+    state = state or rec.state
+    kept = rec.meta.get("exit_note")
+    note = kept if state == "exited" and isinstance(kept, str) else ""
+    endless = never_ends(rec.command) if state == "running" and not rec.probes else None
+    return JobFacts(job_id=rec.job_id, host=rec.host, state=state, readiness=rec.readiness,
                     exit_status=rec.exit_status, signal=rec.signal, detail=detail,
                     readiness_detail=readiness_detail or str(rec.meta.get("readiness_why", "")), units=units,
                     deadline_s=rec.deadline_s, superseded_by=str(rec.meta.get("superseded_by", "")),
                     output_cut=output_cut, killed_by=killed_by(rec, state) or "", needs=needs,
-                    leftovers=leftovers)
+                    leftovers=leftovers, exit_note=note, endless=endless[0] if endless else "",
+                    endless_follow=bool(endless and endless[1]),
+                    unit_only=bool(rec.probes) and all(p.get("kind") == "systemd_unit" for p in rec.probes))
 
 
 def _reached(host: Host) -> dict[str, Any]:

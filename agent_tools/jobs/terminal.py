@@ -1,12 +1,13 @@
 """Commands that wanted a person or a terminal: how their refusal looks, and what to run instead.
 
 Jobs run without a terminal unless started with ``stdin="tty"`` (stdin ``/dev/null``, or a pipe with
-``stdin="pipe"``; no pty, ``TERM=dumb``, ``GIT_EDITOR=true``). Programs that need one notice and stop, and say so on
-stderr: vim warns ``Output is not to a terminal`` and quits when stdin ends, after drawing its screen on stdout
+``stdin="pipe"``; no pty, ``TERM=dumb``, ``GIT_EDITOR=true``). Programs that need one notice and stop, and say so
+on stderr: vim warns ``Output is not to a terminal`` and quits when stdin ends, after drawing its screen on stdout
 (kilobytes of cursor-addressing escapes and ``~`` lines); procps ``top`` says ``failed tty get``; ncurses programs
 say ``Error opening terminal``; ``docker run -it`` says ``the input device is not a TTY``; ``systemctl edit`` says
 ``Cannot edit units if not on a tty``. Programs that ask print a prompt and fail when stdin ends (``passwd``: ``New
-password: Password change has been aborted.``; Python's ``input()`` prompts on stdout). Some give up without asking
+password: Password change has been aborted.``; Python's ``input()`` prompts on stdout; ``ssh-keygen`` leaves
+``Enter file in which to save the key (...): `` as stdout's last, unfinished line). Some give up without asking
 because they cannot: ssh ``Host key verification failed.``, ``git commit`` without ``-m`` ``Aborting commit due to
 empty commit message.``
 :func:`interactive_need` recognises these and names a non-interactive way to get the same thing.
@@ -15,7 +16,7 @@ What counts (a failed command's output is not searched for a phrase wherever it 
 
 * a refusal is taken from stderr (where programs write them), from stdout only when the command sends its
   stderr there (``2>&1``, ``|&``, ``&>``); a prompt from the last line of stdout too (the program stopped
-  there, waiting);
+  there, waiting), and a stream's last line that has no newline and ends in ``:`` or ``?`` is a prompt;
 * a refusal line that names its program (``top: failed tty get``, ``Vim: Warning: ...``) counts only when
   that program is one the command runs: ``mesg: ttyname failed: Inappropriate ioctl for device``, which login
   profiles print, or a file's text that a ``cat`` shows, is not the command's own need.
@@ -27,7 +28,8 @@ import re
 import shlex
 from dataclasses import dataclass
 
-__all__ = ["InteractiveNeed", "drew_screen", "instead_of", "interactive_need", "terminal_need"]
+__all__ = ["InteractiveNeed", "drew_screen", "instead_of", "interactive_need", "programs", "simple_commands",
+           "terminal_need"]
 
 _NEEDS_TTY_RE = re.compile(
     r"(Output is not to a terminal|Input is not from a terminal|failed tty get|Error opening terminal[^\n]*"
@@ -94,7 +96,16 @@ _INSTEAD = {
                  "restart_service(host, unit, daemon_reload=true); systemctl cat UNIT shows the unit",
 }
 #: programs that prompt for input, and how to give it without a prompt
-_ASKS_INSTEAD = {"passwd": "echo 'USER:PASSWORD' | chpasswd"}
+#: (worded so that the redaction of results leaves them whole: ``echo 'USER:PW' | chpasswd`` would be hidden)
+_ASKS_INSTEAD = {"passwd": "chpasswd, which reads USER:PASSWORD lines on stdin",
+                 "ssh-keygen": "ssh-keygen -t ed25519 -f FILE -N '' asks nothing"}
+#: a prompt left on a stream's last, unfinished line (no newline: the program stopped there, waiting), as
+#: ``ssh-keygen``'s ``Enter file in which to save the key (/root/.ssh/id_ed25519): ``
+_UNFINISHED_PROMPT_RE = re.compile(r"[^\n]{1,200}[:?][ \t]*\Z")
+#: a password prompt up to its colon
+_PROMPT_END_RE = re.compile(r"[^\n]*?(?:[Pp]assword|[Pp]assphrase)[^\n:]{0,40}:")
+#: words a prompt line starts with that are no program's name (``Password: ``)
+_PROMPT_WORDS = frozenset({"password", "passphrase"})
 
 #: a line that names the program saying it: ``top: failed tty get``, ``Vim: Warning: ...``, ``/usr/bin/x: ...``
 _PREFIX_RE = re.compile(r"^\s*([A-Za-z0-9_./+-]*[A-Za-z][A-Za-z0-9_.+-]*):\s")
@@ -141,6 +152,19 @@ def _program_of(words: list[str]) -> str:
             continue
         return name
     return ""
+
+
+def simple_commands(command: str) -> list[tuple[str, list[str]]]:
+    """``(program, words)`` of each simple command of ``command``'s lists, pipelines, subshells and substitutions,
+    in order (the words after the program's own name; wrappers such as ``sudo``/``env`` skipped)."""
+    found = []
+    for segment in _SEPARATORS_RE.split(command):
+        words = _words(segment)
+        name = _program_of(words)
+        if name:
+            at = next(i for i, w in enumerate(words) if w.rsplit("/", 1)[-1] == name)
+            found.append((name, words[at + 1:]))
+    return found
 
 
 def programs(command: str) -> list[str]:
@@ -204,12 +228,20 @@ def _prompt(command: str, stderr: str, stdout: str) -> str | None:
     """A password/confirmation prompt or refusal: in stderr's tail, or on the last line of stdout."""
     progs = [p.lower() for p in programs(command)]
     found = [str(m).strip() for m in _PROMPT_RE.findall(stderr[-4000:])]
-    found = [f for f in found if _own(f, progs) or f.startswith("sudo:")]
-    if found:
-        return found[-1]
+    found = [f for f in found if _own(f, progs) or f.startswith("sudo:") or _speaker(f) in _PROMPT_WORDS]
+    if found:  # the prompt, not what followed it on its line ("Password: Traceback (most recent call last):")
+        m = _PROMPT_END_RE.match(found[-1])
+        return m.group(0) if m else found[-1]
     last = stdout.rstrip("\n").rsplit("\n", 1)[-1]
     m = _PROMPT_RE.search(last[-400:])
-    return str(m.group(0)).strip() if m else None
+    if m:
+        return str(m.group(0)).strip()
+    for text in (stdout, stderr):
+        if text and not text.endswith("\n"):
+            m = _UNFINISHED_PROMPT_RE.search(text[-400:])
+            if m:
+                return m.group(0).strip()
+    return None
 
 
 def interactive_need(command: str, stderr: str, stdout: str = "", *, stdin: str = "none") -> InteractiveNeed | None:

@@ -139,9 +139,14 @@ async def _http(host: Host, p: HttpProbe) -> ProbeResult:
     except (OSError, h11.ProtocolError) as exc:
         return ProbeResult("http", p.url, "not_yet", f"{type(exc).__name__}: {exc}")
     text = body[:200].decode("utf-8", "replace").strip()
-    if status == p.expect_status and (p.body_regex is None or re.search(p.body_regex, body.decode("utf-8", "replace"))):
-        return ProbeResult("http", p.url, "passed", f"HTTP {status}", details={"status": status})
-    return ProbeResult("http", p.url, "not_yet", f"HTTP {status} {text[:80]}".strip(), details={"status": status})
+    matched = p.body_regex is None or re.search(p.body_regex, body.decode("utf-8", "replace")) is not None
+    # what was checked is said with the answer: "HTTP 200" alone reads as a pass
+    regex = "" if p.body_regex is None else f", body {'matches' if matched else 'does not match'} {p.body_regex!r}"
+    wanted = "" if status == p.expect_status else f" (expected {p.expect_status})"
+    if status == p.expect_status and matched:
+        return ProbeResult("http", p.url, "passed", f"HTTP {status}{regex}", details={"status": status})
+    return ProbeResult("http", p.url, "not_yet", f"HTTP {status}{wanted}{regex}: {text[:80]}".strip().rstrip(":"),
+                       details={"status": status})
 
 
 @dataclass(frozen=True)

@@ -71,8 +71,8 @@ def _decided(reports: list[ProbeReport], *, command_failed: bool = False) -> lis
     return out
 
 
-def _brief(results: list[ProbeResult]) -> str:
-    return "; ".join(f"{r.kind} {r.evidence}" for r in results)
+#: the detail of a ready verdict (each probe's evidence is in its report, not said again)
+_ALL_PASSED = "all probes passed (see probes)"
 
 
 async def _with_journal(host: Host, specs: list[dict[str, Any]], failed: list[ProbeResult]) -> str:
@@ -108,8 +108,7 @@ async def judge(host: Host, specs: list[dict[str, Any]], *, readiness: str, stat
     if readiness == "ready":
         idx = [i for i, s in enumerate(specs) if s.get("kind") == "systemd_unit" and not s.get("final")]
         if not idx:
-            return Verdict("ready", "all probes passed: " + "; ".join(f"{r.kind} {r.evidence}" for r in last),
-                           last, specs)
+            return Verdict("ready", _ALL_PASSED, last, specs)
         fresh = await check_probes(host, [specs[i] for i in idx])
         new_specs = list(specs)
         for i, spec in zip(idx, advance([specs[i] for i in idx], fresh), strict=True):
@@ -124,8 +123,7 @@ async def judge(host: Host, specs: list[dict[str, Any]], *, readiness: str, stat
             detail = "it was ready, then: " + "; ".join(f"{r.kind} {r.target}: {r.evidence}" for r in dead)
             return Verdict("failed", detail + (f"\njournal:\n{journal}" if journal else ""), reports, new_specs,
                            journal, fresh)
-        return Verdict("ready", "all probes passed: " + "; ".join(f"{r.kind} {r.evidence}" for r in reports),
-                       reports, new_specs, "", fresh)
+        return Verdict("ready", _ALL_PASSED, reports, new_specs, "", fresh)
 
     results = await check_probes(host, specs)
     new_specs = advance(specs, results)
@@ -144,7 +142,7 @@ async def judge(host: Host, specs: list[dict[str, Any]], *, readiness: str, stat
         return Verdict("failed", f"the command did not succeed ({state_detail})",
                        _decided(reports, command_failed=True), new_specs, "", results, at_end=True)
     if all(r.state == "passed" for r in results):
-        return Verdict("ready", "all probes passed: " + _brief(results), reports, new_specs, "", results)
+        return Verdict("ready", _ALL_PASSED, reports, new_specs, "", results)
     if deadline_s is not None and elapsed_s > deadline_s:
         # due at the deadline; this look may be later, and its evidence is what it saw then
         return Verdict("deadline_exceeded",

@@ -16,7 +16,8 @@ import json
 import re
 import secrets
 import shlex
-from collections.abc import Awaitable
+from collections import Counter
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit
@@ -48,7 +49,8 @@ from ..probes.checks import UNIT_PROPS, advance, check_probes, port_holder, prob
 from ..probes.parse import parse_free, parse_nvidia_smi, parse_systemctl_show, parse_timespan_s
 from ..probes.result import ProbeResult
 from ..probes.specs import probe_from_dict, with_log_units
-from ..redact import redact_slice
+from ..redact import MARK, redact_slice
+from .kept_secrets import keep_secrets, shown_text
 
 if TYPE_CHECKING:
     from ..jobs.journal import JobRecord
@@ -108,6 +110,8 @@ class ServiceStatus(ResultModel):
     main_pid: int = Field(default=0)
     unit_file: str = Field(default="", description="FragmentPath: the unit file to edit")
     drop_ins: list[str] = Field(default_factory=list, description="drop-in files that override it")
+    unit_file_state: str = Field(default="", description="UnitFileState: enabled (starts at boot), disabled (does "
+                                                         "not), static, masked...")
     need_daemon_reload: bool = Field(default=False, description="the unit file changed since systemd read it")
     timeout_start_s: float | None = Field(default=None, description="TimeoutStartSec in seconds (None: infinity)")
     journal: str = Field(default="", description="newest journal lines (matching grep, when given)")
@@ -128,7 +132,8 @@ class FileWritten(ResultModel):
     path: str
     bytes_written: int
     backup_id: str | None = Field(default=None, description="restore_file(host, path, backup_id) undoes this write")
-    diff: str = Field(description="unified diff old → new")
+    diff: str = Field(default="", description="unified diff old → new (left out for a new file: it is the content "
+                                               "sent)")
     next: str = ""
 
 
@@ -180,22 +185,27 @@ class HttpResponse(ResultModel):
     body: str = Field(default="", description="the body as text, when it is not JSON (first 16 KiB)")
     body_bytes: int = Field(default=0, description="size of the body in bytes")
     missing: list[str] = Field(default_factory=list, description="fields asked for that the body does not have")
-    note: str = Field(default="", description="set when the port is held by a process that is not the main process "
-                                              "(or a child of it) of the unit a job follows on that port")
+    note: str = Field(default="", description="a field asked for that is close to one the body has; a port held by "
+                                              "a process that is not the main process (or a child of it) of the "
+                                              "unit a job follows on that port")
 
 
+#: systemctl refused for the login user (polkit: "Access denied", "Interactive authentication required.")
+_ACCESS_DENIED_RE = re.compile(r"Access denied|Interactive authentication required|authentication is required",
+                               re.IGNORECASE)
 _ENOENT = ("No such file or directory", "No such file", "Not a directory", "Directory nonexistent")
 _EACCES = ("Permission denied", "Operation not permitted")
 #: how a host's shell prefixes its own error lines ("bash: line 1: ", "/bin/sh: 1: ", "sh: 1: cannot open ")
 _SHELL_PREFIX = re.compile(r"^(?:[\w/.-]*/)?(?:ba|da|z|k|mk)?sh: (?:line )?\d+: (?:cannot open )?", re.MULTILINE)
 
 
-def file_error(host: str, path: str, doing: str, stderr: bytes | str) -> AgentToolsError:
+def file_error(host: str, path: str, doing: str, stderr: bytes | str, root: str = "") -> AgentToolsError:
     """The error of a failed file operation, by what the host's tools printed (strerror(3) texts of coreutils and
     the shell): ENOENT/ENOTDIR → :class:`NotFound`, EACCES/EPERM → :class:`PermissionDenied`, anything else →
     :class:`BadArguments` with the host's words.
 
     :param doing: the verb for the message ("read", "write", "restore").
+    :param root: an alias that reaches the same machine as root (:func:`root_alias`), named for EACCES/EPERM.
     """
     text = (stderr.decode("utf-8", "replace") if isinstance(stderr, bytes) else stderr).strip()
     # a known strerror(3) text is said as it is: the shell's or the tool's own prefix ("bash: line 1: PATH:",
@@ -205,10 +215,22 @@ def file_error(host: str, path: str, doing: str, stderr: bytes | str) -> AgentTo
         if known else _SHELL_PREFIX.sub("", text)[-300:] or "failed"
     message = f"cannot {doing} {path} on {host}: {said}"
     if known in _EACCES:
-        return PermissionDenied(message + " (the login user lacks the rights: another path, or an operator)")
+        other = f"host={root!r} reaches the same machine as root, " if root else ""
+        return PermissionDenied(message + f" (the login user lacks the rights: {other}another path, or an operator)")
     if known in _ENOENT:
         return NotFound(message)
     return BadArguments(message)
+
+
+def root_alias(tk: Toolkit, host: str) -> str:
+    """Another alias of the SSH config that reaches the same ``HostName`` as ``root``, when ``host`` logs in as
+    someone else (a permission failure there may be the login user's), else ``""``."""
+    entries = _config_entries(tk)
+    entry = next((e for e in entries if e.alias == host), None)
+    if entry is None or not entry.hostname or entry.user in (None, "", "root"):
+        return ""
+    return next((e.alias for e in entries if e.alias != host and e.hostname == entry.hostname and e.user == "root"),
+                "")
 
 
 def _no_systemd(host: str, stdout: bytes, stderr: bytes) -> Unsupported | None:
@@ -346,7 +368,7 @@ async def _within(tk: Toolkit, alias: str, aw: Awaitable[T]) -> T:
     raise _no_answer(host, "list_hosts", HOSTS_LOOK_S)
 
 
-_STATUS_PROPS = UNIT_PROPS + ",LoadState,FragmentPath,DropInPaths,NeedDaemonReload,MainPID"
+_STATUS_PROPS = UNIT_PROPS + ",LoadState,FragmentPath,DropInPaths,NeedDaemonReload,MainPID,UnitFileState"
 
 
 async def service_status(tk: Toolkit, host: str, unit: str, journal_lines: int = 10,
@@ -373,7 +395,7 @@ async def service_status(tk: Toolkit, host: str, unit: str, journal_lines: int =
     text = res.stdout.decode("utf-8", "replace")
     show, _, journal = text.partition("@@AT journal\n")
     # journalctl(1) prints "-- No entries --" when nothing matches: that is no journal line of the unit
-    journal = "".join(line for line in journal.splitlines(keepends=True) if line.strip() != "-- No entries --")
+    journal = _once(line for line in journal.splitlines() if line.strip() != "-- No entries --")
     props = parse_systemctl_show(show)
     load = props.get("LoadState", "")
     if load in ("not-found", "bad-setting", "error", "masked"):
@@ -391,12 +413,43 @@ async def service_status(tk: Toolkit, host: str, unit: str, journal_lines: int =
     if not note and props.get("NeedDaemonReload") == "yes":
         note = (f"the unit file changed since systemd read it: restart_service(host='{host}', unit='{unit}', "
                 "daemon_reload=true) applies it")
+    if not note:
+        note = _restarting(props)
     return ServiceStatus(
         host=host, unit=unit, state=f"{active}/{sub}", note=note, result=props.get("Result") or "success",
         exit_status=_int(props.get("ExecMainStatus")), restarts=_int(props.get("NRestarts")),
         main_pid=_int(props.get("MainPID")), unit_file=props.get("FragmentPath", ""),
-        drop_ins=props.get("DropInPaths", "").split(), need_daemon_reload=props.get("NeedDaemonReload") == "yes",
+        drop_ins=props.get("DropInPaths", "").split(), unit_file_state=props.get("UnitFileState", ""),
+        need_daemon_reload=props.get("NeedDaemonReload") == "yes",
         timeout_start_s=parse_timespan_s(props.get("TimeoutStartUSec", "")), journal=journal[-4000:])
+
+
+def _once(lines: Iterable[str]) -> str:
+    """Journal lines with each line said once, where it was last, counted when it came more often (systemd logs
+    a unit file's bad setting at every daemon-reload: the same lines again and again)."""
+    seen = list(lines)
+    counts = Counter(seen)
+    last = {line: i for i, line in enumerate(seen)}
+    return "".join(line + (f" ({counts[line]} times)" if counts[line] > 1 else "") + "\n"
+                   for i, line in enumerate(seen) if last[line] == i)
+
+
+def _restarting(props: dict[str, str]) -> str:
+    """What ``NRestarts`` says (systemd.service(5) ``Restart=``: systemd started the unit again after its main
+    process exited; the count starts again at a start by hand): a unit between two of those restarts
+    (``auto-restart``), or one that needed several, is crash-looping, whatever its state at this instant."""
+    n = _int(props.get("NRestarts"))
+    active, sub = props.get("ActiveState", ""), props.get("SubState", "")
+    if not n and sub != "auto-restart":
+        return ""
+    times = "once" if n == 1 else f"{n} times"
+    if n < 2 and sub != "auto-restart":
+        return f"systemd restarted it {times} after its main process exited (Restart=): the journal shows why"
+    now = {"auto-restart": f"now it exited again ({props.get('Result') or 'exit-code'}, status "
+                           f"{_int(props.get('ExecMainStatus'))}) and waits to be started again",
+           "running": "it runs again for now"}.get(sub, f"now it is {active}/{sub}")
+    return (f"crash-looping: systemd restarted it {times} after its main process exited (Restart=); {now}: the "
+            "journal shows why each run ended")
 
 
 async def _close_units(h: Host, unit: str) -> str:
@@ -424,6 +477,10 @@ def _int(text: str | None) -> int:
         return 0
 
 
+#: systemd-system.conf(5) DefaultTimeoutStartSec: a unit's start timeout unless it sets TimeoutStartSec=
+_DEFAULT_START_S = 90.0
+
+
 @dataclass(frozen=True)
 class RestartPlan:
     """What :func:`restart_service` runs, decided before anything changes (:func:`plan_restart`).
@@ -433,12 +490,16 @@ class RestartPlan:
         ``InvocationID`` at planning time, then the extra probes (log probes from the unit's journal cursor then).
     :param deadline_s: seconds until a restart that is not ready counts as ``deadline_exceeded``.
     :param timeout_s: the unit's ``TimeoutStartUSec`` in seconds (None: unlimited).
+    :param unit_file_state: the unit's ``UnitFileState`` (``enabled``, ``disabled``: it does not start at boot).
+    :param was_active: the unit was active (or starting) before the restart.
     """
 
     command: str
     probes: list[dict[str, Any]]
     deadline_s: float
     timeout_s: float | None
+    unit_file_state: str = ""
+    was_active: bool = False
 
 
 async def plan_restart(tk: Toolkit, host: str, unit: str, daemon_reload: bool = True,
@@ -462,6 +523,10 @@ async def plan_restart(tk: Toolkit, host: str, unit: str, daemon_reload: bool = 
                        f"(service_status(host='{host}', unit=...) or run_command 'systemctl list-units')"
                        + await _close_units(h, unit))
     timeout_s = parse_timespan_s(props.get("TimeoutStartUSec", ""))
+    if props.get("LoadState") in ("bad-setting", "error"):
+        # a unit systemd refused to load shows TimeoutStartUSec=infinity, not a start timeout of its own: the
+        # manager's default (systemd-system.conf(5) DefaultTimeoutStartSec=90s) is what a fixed file gets
+        timeout_s = _DEFAULT_START_S
     if deadline_s is None:
         deadline_s = (timeout_s + 30.0) if timeout_s is not None else 900.0
     for p in extra:  # a log probe counts only what is written from now on: never a line from before the restart
@@ -479,7 +544,8 @@ async def plan_restart(tk: Toolkit, host: str, unit: str, daemon_reload: bool = 
              "old_main_pid": _int(props.get("MainPID")) or None},
             *extra]
     cmd = ("systemctl daemon-reload && " if daemon_reload else "") + f"systemctl restart --no-block {shlex.quote(unit)}"
-    return RestartPlan(cmd, spec, deadline_s, timeout_s)
+    return RestartPlan(cmd, spec, deadline_s, timeout_s, props.get("UnitFileState", ""),
+                       props.get("ActiveState") in ("active", "activating", "reloading"))
 
 
 async def restart_service(tk: Toolkit, host: str, unit: str, daemon_reload: bool = True,
@@ -522,6 +588,15 @@ async def restart_service(tk: Toolkit, host: str, unit: str, daemon_reload: bool
         unit_name = check_unit(unit)
         with contextlib.suppress(AgentToolsError):
             await tk.runner.job_status(h, out.job_id, wait_s=0)
+        said = out.stderr.text
+        if _ACCESS_DENIED_RE.search(said):
+            # the login user may not manage units: no fix of the unit helps; another login does
+            root = root_alias(tk, host)
+            instead = (f"restart_service(host={root!r}, unit={unit_name!r}) does it as root on the same machine"
+                       if root else "use a login that may (root), or ask an operator")
+            return out.model_copy(update={"next": (
+                f"the restart was not enqueued: the login user of {host} may not manage systemd units (systemctl "
+                f"exited {out.exit_status}: access denied), so nothing restarted: {instead}")})
         return out.model_copy(update={"next": (
             f"the restart was not enqueued (systemctl exited {out.exit_status}; stderr says why), so nothing "
             f"restarted: service_status(host={host!r}, unit={unit_name!r}) shows the unit and its journal; fix the "
@@ -545,8 +620,12 @@ async def restart_service(tk: Toolkit, host: str, unit: str, daemon_reload: bool
     allows = f"{timeout_s:g} s" if timeout_s is not None else "unlimited time"
     # while pending, not status.why: it repeats the probes' evidence, which is right below; once decided (the unit
     # failed at once, or was ready already) the verdict and its evidence (the unit's journal) are the news
-    why = (f"restart of {unit} enqueued; the probes judge readiness (the unit allows {allows} to start)"
-           if status.readiness == "pending" else status.why)
+    why = (f"restart of {unit} enqueued; the probes judge readiness within {deadline_s:g} s (the unit allows "
+           f"{allows} to start)" if status.readiness == "pending" else status.why)
+    if plan.unit_file_state == "disabled" and not plan.was_active and status.readiness in ("pending", "ready"):
+        # a unit started for the first time (a new deployment) that will not come back after a reboot
+        why += (f"; {unit} is disabled: it will not start at boot (run_command 'systemctl enable "
+                f"{shlex.quote(check_unit(unit))}' if it should)")
     return Detached(host=host, command=cmd, job_id=out.job_id, elapsed_s=out.duration_s,
                     deadline_s=deadline_s, hard_deadline_s=status.hard_deadline_s, readiness=status.readiness,
                     why=why, probes=status.probes, stdout=out.stdout, stderr=out.stderr, next=status.next)
@@ -573,7 +652,7 @@ async def _unit_and_cursor(h: Host, host: str, unit: str) -> tuple[dict[str, str
     --show-cursor``: "from now on"): the whole journal's, and the unit's own (None when it has no lines yet),
     in one round trip. A log probe reads ``-u UNIT --after-cursor``, which wants a cursor of an entry that
     matches (see :func:`agent_tools.probes.systemd.after_cursor`)."""
-    props = UNIT_PROPS + ",FragmentPath,NeedDaemonReload,LoadState"
+    props = UNIT_PROPS + ",FragmentPath,NeedDaemonReload,LoadState,UnitFileState"
     q = shlex.quote(unit)
     res = await run_on(h, f"systemctl show -p {props} {q}; journalctl -n 0 --show-cursor --no-pager -o cat "
                           f"2>/dev/null; echo '--unit--'; journalctl -u {q} -n 0 --show-cursor --no-pager -o cat "
@@ -615,7 +694,7 @@ async def read_file(tk: Toolkit, host: str, path: str, offset: int = 0, limit: i
         raise BadArguments(f"{path} is a directory on {host}: read_file reads files (run_command 'ls -la {q}' lists "
                            "it)")
     if res.exit_status != 0:
-        raise file_error(host, path, "read", res.stderr)
+        raise file_error(host, path, "read", res.stderr, root_alias(tk, host))
     first, _, window = res.stdout.partition(b"\n")
     total = int(first.strip() or 0)
     before, data = window[: offset - start], window[offset - start :]
@@ -639,11 +718,11 @@ async def _read_all(h: Host, path: str) -> bytes | None:
     return res.stdout if res.exit_status == 0 else None
 
 
-async def _read_existing(h: Host, host: str, path: str) -> bytes:
+async def _read_existing(tk: Toolkit, h: Host, host: str, path: str) -> bytes:
     """The whole file. :raises NotFound: no such file; :raises PermissionDenied: not readable by the login user."""
     res = await run_on(h, f"cat -- {shlex.quote(path)}", max_output_bytes=8 << 20)
     if res.exit_status != 0:
-        raise file_error(host, path, "read", res.stderr)
+        raise file_error(host, path, "read", res.stderr, root_alias(tk, host))
     return res.stdout
 
 
@@ -680,9 +759,14 @@ async def _replace(tk: Toolkit, host: str, path: str, old: bytes | None, data: b
         # the shell's words about the temp file are about the path (`bash: line 2: P.at-tmp.93: Permission denied`)
         temp = r"^(?:\S*sh: (?:line \d+: |\d+: )?(?:cannot create )?)?" + re.escape(path) + r"\.at-tmp\.\d+"
         err = re.sub(temp, path, res.stderr.decode("utf-8", "replace"), flags=re.MULTILINE)
-        raise file_error(host, path, "write", err)
+        raise file_error(host, path, "write", err, root_alias(tk, host))
+    if old is None:  # a new file: its diff would be the content just sent, line for line
+        lines = data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
+        hint = _after_write_hint(host, path, None)
+        return FileWritten(host=host, path=path, bytes_written=len(data),
+                           next=f"created {path} ({lines} lines)" + (f"; {hint}" if hint else ""))
     return FileWritten(host=host, path=path, bytes_written=len(data), backup_id=backup_id,
-                       diff=_diff(old or b"", data, path), next=_after_write_hint(host, path, backup_id))
+                       diff=_diff(old, data, path), next=_after_write_hint(host, path, backup_id))
 
 
 def _after_write_hint(host: str, path: str, backup_id: str | None) -> str:
@@ -703,7 +787,13 @@ def _after_restore_hint(host: str, path: str) -> str:
 
 async def write_file(tk: Toolkit, host: str, path: str, content: str, backup: bool = True,
                      approval_id: str | None = None) -> FileWritten | Denied | NeedsApproval:
-    """Write ``content`` to ``path`` atomically (temp file + rename), keeping a backup; returns the diff."""
+    """Write ``content`` to ``path`` atomically (temp file + rename), keeping a backup; returns the diff.
+
+    ``[REDACTED]`` where the file's text as results show it hides a secret keeps that secret
+    (:mod:`agent_tools.tools.kept_secrets`).
+
+    :raises BadArguments: ``content`` holds ``[REDACTED]`` where the file hides no secret (the value is unknown).
+    """
     _check_path(path)
     h = tk.hosts.get(host)
     decision = await tk.gate(host, f"tee {shlex.quote(path)}", approval_id, payload=content,
@@ -711,7 +801,32 @@ async def write_file(tk: Toolkit, host: str, path: str, content: str, backup: bo
     if decision is not None:
         return decision
     old = await _read_all(h, path)
-    return await _replace(tk, host, path, old, content.encode(), backup)
+    kept = keep_secrets(None if old is None else old.decode("utf-8", "surrogateescape"), content,
+                        _redact_patterns(tk, host))
+    if kept.unknown:
+        raise BadArguments(_unknown_marks("content", path, kept.unknown, old is not None))
+    written = await _replace(tk, host, path, old, kept.text.encode("utf-8", "surrogateescape"), backup)
+    return _said_kept(written, kept.lines)
+
+
+def _redact_patterns(tk: Toolkit, host: str) -> list[str]:
+    """The ``redact:`` patterns results of ``host`` are redacted with (as :meth:`Toolkit.dispatch` does)."""
+    return tk.policy.redact_patterns(host) if tk.policy is not None else []
+
+
+def _unknown_marks(what: str, path: str, lines: list[int], exists: bool) -> str:
+    where = "" if exists else " (there is no such file yet)"
+    return (f"{what} holds {MARK} on line {', '.join(map(str, lines[:8]))}, where {path} hides no secret{where}: "
+            f"{MARK} stands for a secret that results hide, and its value is unknown here; write the real value, "
+            "or keep the line as read_file showed it")
+
+
+def _said_kept(written: FileWritten, lines: list[int]) -> FileWritten:
+    if not lines:
+        return written
+    said = (f"the {MARK} on line {', '.join(map(str, lines[:8]))} kept the file's secret (results hide it; the file "
+            "holds the real value)")
+    return written.model_copy(update={"next": said + ("; " + written.next if written.next else "")})
 
 
 #: characters of a write's content shown to the person approving it (head and tail; the digest binds all of it)
@@ -758,20 +873,38 @@ async def edit_file(tk: Toolkit, host: str, path: str, old: str, new: str, backu
     if decision is not None:
         return decision
     try:
-        raw = await _read_existing(h, host, path)
+        raw = await _read_existing(tk, h, host, path)
     except NotFound as exc:
         raise NotFound(f"{exc.message}: edit_file changes an existing file; write_file creates one") from exc
     text = raw.decode("utf-8", "surrogateescape")
-    count = text.count(old)
-    if count != 1:
-        raise BadArguments(_no_single_match(path, text, old, count))
-    data = text.replace(old, new, 1).encode("utf-8", "surrogateescape")
+    patterns = _redact_patterns(tk, host)
+    shown, hidden = shown_text(text, patterns)
+    lines: list[int] = []
+    if MARK in old or MARK in new:
+        # old and new as results show the file (secrets as [REDACTED]): matched against that text, and each
+        # secret whose marker they keep put back
+        count = shown.count(old)
+        if count != 1:
+            raise BadArguments(_no_single_match(path, shown, old, count, bool(hidden)))
+        at = shown.index(old)
+        kept = keep_secrets(text, shown[:at] + new + shown[at + len(old):], patterns)
+        if kept.unknown:
+            first = shown.count("\n", 0, at)
+            raise BadArguments(_unknown_marks("new", path, [n - first for n in kept.unknown], True))
+        changed, lines = kept.text, kept.lines
+    else:
+        count = text.count(old)
+        if count != 1:
+            raise BadArguments(_no_single_match(path, shown, old, count, bool(hidden)))
+        changed = text.replace(old, new, 1)
+    data = changed.encode("utf-8", "surrogateescape")
     if data == raw:
         raise BadArguments(f"old and new are the same text: {path} is unchanged")
-    return await _replace(tk, host, path, raw, data, backup)
+    return _said_kept(await _replace(tk, host, path, raw, data, backup), lines)
 
 
-def _no_single_match(path: str, text: str, old: str, count: int) -> str:
+def _no_single_match(path: str, text: str, old: str, count: int, secrets: bool = False) -> str:
+    """Why ``old`` does not occur once in ``text`` (the file as results show it, ``secrets``: some hidden)."""
     lines = text.splitlines()
     if count > 1:
         first = old.splitlines()[0] if old.strip() else old
@@ -792,7 +925,10 @@ def _no_single_match(path: str, text: str, old: str, count: int) -> str:
             ws.append("the line is indented with a tab (\\t)")
         hint = (f"; the closest line is {number}: {line[:200]!r} ("
                 + ("; ".join(ws) + ": " if ws else "") + "whitespace and line ends must match exactly)")
-    return f"old does not occur in {path}{hint}; read_file shows the exact text"
+        if MARK in line:
+            hint += f"; {MARK} hides a secret: old and new may hold it as shown, and the file keeps the secret"
+    shows = f"the exact text, secrets as {MARK}" if secrets else "the exact text"
+    return f"old does not occur in {path}{hint}; read_file shows {shows}"
 
 
 async def restore_file(tk: Toolkit, host: str, path: str, backup_id: str,
@@ -821,7 +957,7 @@ async def restore_file(tk: Toolkit, host: str, path: str, backup_id: str,
         err = res.stderr.decode("utf-8", "replace")
         if f"{backup_id}.path" in err or f"/{backup_id}:" in err or f"'{backup_id}'" in err:
             raise NotFound(f"no backup {backup_id} on {host} (backups are kept per host under {BACKUP_DIR})")
-        raise file_error(host, path, "restore", err)
+        raise file_error(host, path, "restore", err, root_alias(tk, host))
     if current == res.stdout:
         return FileRestored(host=host, path=path, backup_id=backup_id,
                             next=f"nothing changed: {path} already held backup {backup_id}'s content")
@@ -950,7 +1086,8 @@ async def http_get(tk: Toolkit, host: str, url: str, fields: list[str] | None = 
     :raises BadArguments: a malformed URL (only ``http://HOST[:PORT]/...``).
     :raises ConnectionRefused: nothing listens there; :raises TargetTimeout: no answer within ``timeout_s``;
         :raises TargetUnreachable: another network failure. All three are retryable; when a job of this
-        toolkit's journal follows a unit with a probe on the same port, the message gives the unit's state.
+        toolkit's journal follows a unit with a probe on the same port, the message gives the unit's state (a
+        refusal while that unit is failed or stopped is not retryable: it lasts until the unit runs again).
     """
     from ..probes.checks import http_get as _get
 
@@ -976,8 +1113,11 @@ async def http_get(tk: Toolkit, host: str, url: str, fields: list[str] | None = 
             raise ConnectionRefused(host, f"GET {url} from {host}: connection refused: nothing listens on {where}; "
                                           f"port {port} listens on {', '.join(elsewhere)} only: GET {alt}",
                                     retryable=False) from exc
-        raise ConnectionRefused(host, f"GET {url} from {host}: connection refused: nothing listens on {where}"
-                                + await _port_owner(tk, h, host, port)) from exc
+        owner = await _port_owner(tk, h, host, port)
+        # the port's unit failed or is stopped: the same GET is refused until it is fixed and started
+        down = bool(re.match(r"; \S+ is (?:failed|inactive)/", owner))
+        raise ConnectionRefused(host, f"GET {url} from {host}: connection refused: nothing listens on {where}" + owner,
+                                retryable=not down) from exc
     except TimeoutError as exc:
         lost = await _link_down(h)  # the server is silent, or the host itself does not answer?
         if lost is not None:
@@ -997,14 +1137,29 @@ async def http_get(tk: Toolkit, host: str, url: str, fields: list[str] | None = 
             data = None
     if data is None:
         text = body[:16384].decode("utf-8", "replace")
-    elif fields:
+    said = ""
+    if data is not None and fields:
         if isinstance(data, dict):
             missing = [f for f in fields if f not in data]
+            said = _close_fields(missing, [str(k) for k in data])
             data = {f: data[f] for f in fields if f in data}
         else:
             missing = list(fields)
+            said = f"the body is a JSON {type(data).__name__}, not an object: fields picks keys of an object"
+    note = "; ".join(n for n in (said, await _foreign_holder(tk, h, host, port)) if n)
     return HttpResponse(host=host, url=url, status=status, data=data, body=text, body_bytes=len(body),
-                        missing=missing, note=await _foreign_holder(tk, h, host, port))
+                        missing=missing, note=note)
+
+
+def _close_fields(missing: list[str], keys: list[str]) -> str:
+    """"did you mean 'version' for 'vers'?" for fields asked for that the body lacks, or the keys it has."""
+    if not missing:
+        return ""
+    close = {f: difflib.get_close_matches(f, keys, n=1, cutoff=0.5) for f in missing}
+    meant = [f"{c[0]!r} for {f!r}" for f, c in close.items() if c]
+    if meant:
+        return f"did you mean {', '.join(meant)}?"
+    return f"the body's fields are {', '.join(repr(k) for k in keys[:12])}" + (" …" if len(keys) > 12 else "")
 
 
 #: listening addresses that take connections to any address of the host (IPv4 and, dual-stack, IPv6)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import shlex
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -51,8 +52,10 @@ from ..outcomes import (
     Killed,
     NeedsApproval,
     NeedsInput,
+    drop_repeated_evidence,
     result_view,
 )
+from ..output import name_job
 from ..redact import MARK, add_secret_values, redact, redact_obj, secret_env_values
 from . import ops
 from .args import (
@@ -144,6 +147,10 @@ HTTP_GET_DESC = "HTTP GET from the host (reaches its 127.0.0.1 services): status
 WAIT_FOR_DESC = "Wait until every probe passes, one fails for good, or deadline_s passes."
 
 
+#: ``unchecked`` of a result after the first on the same host said it in full
+UNCHECKED_AGAIN = "as an earlier result on this host said (the same for each of its jobs)"
+
+
 class Toolkit:
     """The agent-facing tools over a set of hosts.
 
@@ -177,6 +184,8 @@ class Toolkit:
         self.approver = approver
         #: jobs whose call's secrets this process knows (it launched them, or read them back: :meth:`_secrets_of`)
         self._secrets_known: set[str] = set()
+        #: the ``unchecked`` text each host's results said in full (later results refer to it)
+        self._unchecked_said: dict[str, str] = {}
         self.default_budget_s = default_budget_s
         self._specs: dict[str, tuple[ToolSpec, Callable[..., Awaitable[BaseModel]]]] = {}
         self.register(ToolSpec("run_command", RUN_COMMAND_DESC, RunCommandArgs), self.run_command)
@@ -246,7 +255,13 @@ class Toolkit:
             return "; it is in the SSH config: check its HostName"
         # (compared in lower case: `AT-H1` is 'at-h1'; host names are case-insensitive, aliases are not)
         lower = {k.lower(): k for k in known}
-        close = [lower[c] for c in difflib.get_close_matches(alias.lower(), list(lower), n=3, cutoff=0.6)]
+        given = alias.lower()
+        # an alias the name begins with, then a port, domain or path (at-h1:22, at-h1.lan): that alias alone;
+        # else the closest, those sharing the longest beginning first (at-h1x: at-h1 before at-h2)
+        whole = [k for k in lower if given.startswith(k) and given[len(k):][:1] in (":", ".", "/", " ")]
+        close = sorted(difflib.get_close_matches(given, list(lower), n=3, cutoff=0.6),
+                       key=lambda k: -_common_start(k, given))
+        close = [lower[c] for c in ([max(whole, key=len)] if whole else close)]
         said = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
         return f"; {alias!r} is in no SSH config or policy file{said} (list_hosts lists the known hosts)"
 
@@ -272,7 +287,15 @@ class Toolkit:
         if isinstance(out, ErrorOutcome) and out.host and out.kind in _HOST_KINDS:
             other = self.other_name_hint(out.host)
             if other and other not in out.message:
-                out = out.model_copy(update={"message": out.message + other})
+                # this machine by another name: the call with host='local' is the one to make, not this one again
+                local = "host='local'" in other
+                out = out.model_copy(update={"message": out.message + other,
+                                             "retryable": out.retryable and not local})
+        if isinstance(out, JobStatus) and out.state == "not_started" and out.host:
+            # a launch that never reached the host: the same words about the host as its launch's error had
+            other = self.other_name_hint(out.host)
+            if other and other not in out.why:
+                out = out.model_copy(update={"why": out.why + other})
         if isinstance(out, ErrorOutcome) and out.kind == "unknown_host" and out.host:
             hint = self.unknown_host_hint(out.host)
             # a result passes here once per layer (the tool's wrapper, dispatch): the hint is added once
@@ -454,6 +477,10 @@ class Toolkit:
         data = result_view(self._explained(result))
         if "state" in data or "outcome" in data:  # (a job_output page shows no state)
             self._note_look(data.get("job_id"))
+        if isinstance(data.get("job_id"), str):
+            _name_job(data, data["job_id"])
+        drop_repeated_evidence(data)  # each fact once: a probe's evidence stays in its probe
+        self._unchecked_once(data)
         host = data.get("host") or (raw.get("host") if isinstance(raw.get("host"), str) else None)
         extra: list[str] = []
         if self.policy is not None and isinstance(host, str):
@@ -473,6 +500,17 @@ class Toolkit:
         except AgentToolsError:  # an id the journal does not know (a refused call naming one): nothing seen
             return
         self.journal.set_look(job_id, rec.state, rec.readiness)
+
+    def _unchecked_once(self, data: dict[str, Any]) -> None:
+        """A result's ``unchecked`` (what looks for a job's processes cannot see on its host: the same on every job
+        of the host, and nothing a model can change) said in full once per host, then by reference."""
+        text, host = data.get("unchecked"), data.get("host")
+        if not isinstance(text, str) or not text or not isinstance(host, str):
+            return
+        if self._unchecked_said.get(host) == text:
+            data["unchecked"] = UNCHECKED_AGAIN
+        else:
+            self._unchecked_said[host] = text
 
     # ---------------------------------------------------------------- tools
     async def run_command(
@@ -685,9 +723,10 @@ class Toolkit:
                 result.message = f"{result.message} ({note})"
             starting = await self._units_still_starting(host, self.journal.get(job_id))
             if starting:
+                units = " ".join(shlex.quote(u.split(" ", 1)[0]) for u in starting)
                 result.message += (
                     f"; systemd goes on with the start it was asked for, without the job: {', '.join(starting)}. "
-                    "run_command 'systemctl stop UNIT' stops it (restart_service restarts it)")
+                    f"run_command 'systemctl stop {units}' stops it (restart_service restarts it)")
             return result
         except AgentToolsError as exc:
             return _noted(_error(_not_a_launch(exc, "job_cancel", job_id), None, None), notes[0] if notes else None)
@@ -823,6 +862,27 @@ def _check_unicode(value: Any, where: str = "arguments") -> None:
 
 def _escaped(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _common_start(a: str, b: str) -> int:
+    """How many characters ``a`` and ``b`` begin with alike."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def _name_job(node: Any, job_id: str) -> None:
+    """The output views of a result (every ``text`` of a dict in it) with their markers' ``job_output`` calls
+    naming the result's job (:func:`agent_tools.output.name_job`)."""
+    if isinstance(node, dict):
+        if isinstance(node.get("text"), str) and "bytes omitted" in node["text"]:
+            node["text"] = name_job(node["text"], job_id)
+        for value in node.values():
+            _name_job(value, job_id)
+    elif isinstance(node, list):
+        for value in node:
+            _name_job(value, job_id)
 
 
 def _valid_unicode(value: Any) -> Any:
