@@ -202,12 +202,15 @@ BINARY = ("binary data (NUL bytes or invalid UTF-8), shown escaped and short: pi
 
 
 def _binary(data: bytes) -> bool:
-    """Whether a stream's first bytes are binary data rather than text: a NUL byte, or more than a tenth of them
-    not UTF-8 (grep(1) and git decide by NUL bytes; invalid UTF-8 covers random and compressed data)."""
+    """Whether a stream's first bytes are binary data rather than text: more than a tenth of them NUL bytes or
+    not UTF-8. Executables and archives are full of NULs; random and compressed data is mostly invalid UTF-8. A
+    stray NUL or bad byte in text (``find -print0``, a log with a torn write) keeps it text: grep(1)'s one-NUL
+    rule would hide the rest of such a stream behind a 128-byte view."""
     sample = data[:4096]
     if not sample:
         return False
-    return b"\0" in sample or sample.decode("utf-8", "replace").count("\ufffd") * 10 > len(sample)
+    odd = sample.count(b"\0") + sample.decode("utf-8", "replace").count("\ufffd")
+    return odd * 10 > len(sample)
 
 
 #: :attr:`OutputView.note` when the bytes held SGR colour sequences, which cleaning removes

@@ -89,6 +89,13 @@ def dump(m: BaseModel) -> dict[str, Any]:
     return m.model_dump(mode="json")
 
 
+def evidence_of(result: dict[str, Any]) -> str:
+    """A readiness verdict's evidence as the model reads it: ``why`` and each probe's ``evidence`` (a fact is
+    said once, so evidence a probe holds is not repeated in ``why``)."""
+    probes = result.get("probes") or []
+    return "\n".join([result.get("why") or "", *(p.get("evidence") or "" for p in probes)])
+
+
 @asynccontextmanager
 async def toolkit_for(config: Path | str, journal_path: Path, **ssh: Any) -> AsyncIterator[Toolkit]:
     """A Toolkit over the hosts of an OpenSSH client config, with SshSettings overrides for every alias."""

@@ -48,7 +48,7 @@ async def test_a_unit_edit_points_at_daemon_reload_and_a_blocking_restart_at_res
                 "ExecStart=/bin/sh -c 'sleep 6; systemd-notify --ready; exec sleep infinity'\n")
         text, wrote = await model.read("write_file", {"host": HOST, "path": path, "content": unit})
         reload = f"restart_service(host='{HOST}', unit='at-view.service', daemon_reload=true)"
-        assert wrote["next"].startswith(reload), text
+        assert wrote["next"] == f"created {path} (7 lines); {reload} applies it", text
         # a blocking restart (Type=notify: systemctl waits for READY=1) outlives its budget and detaches
         text, out = await model.read("run_command", {"host": HOST, "budget_s": 1,
                                                      "command": "systemctl daemon-reload && systemctl restart at-view"})
@@ -80,7 +80,8 @@ async def test_a_refused_port_names_its_units_state(systemd_hosts: HostPool, tmp
         assert st["readiness"] == "ready", st
         await model.read("run_command", {"host": HOST, "command": "systemctl stop at-port", "budget_s": 30})
         text, err = await model.read("http_get", {"host": HOST, "url": "http://127.0.0.1:39917/"})
-        assert (err["kind"], err["retryable"]) == ("connection_refused", True), text
+        # the unit is stopped: the same GET is refused until it runs again, so not retryable
+        assert (err["kind"], err["retryable"]) == ("connection_refused", False), text
         assert "at-port.service is inactive/dead" in err["message"], text
         assert f"service_status(host='{HOST}', unit='at-port.service')" in err["message"]
         host = HostRegistry(ssh_config=[str(systemd_hosts.ssh_config)]).get(HOST)

@@ -90,7 +90,9 @@ async def test_a_probe_that_fails_to_check_is_its_own_evidence_not_an_internal_e
         assert probes["systemd_unit"]["state"] == "passed", text
         assert probes["http"]["state"] == "failed" and "https is not supported" in probes["http"]["evidence"], text
         assert probes["log"]["state"] == "failed" and "not a valid regular expression" in probes["log"]["evidence"]
-        assert st["readiness"] == "failed" and "cannot be checked" in st["why"], text
+        # why names the probes that decided; their evidence is said once, in probes
+        assert st["readiness"] == "failed" and "http https://127.0.0.1:443/health" in st["why"], text
+        assert "read the evidence (why, and each probe's evidence)" in st["next"], text
         text, jobs = await model.read("list_jobs", {"host": HOST})
         assert jobs.get("outcome") != "error" and out.job_id in text, text
         await run_on(tk.hosts.get(HOST), f"systemctl stop {UNIT}; rm -f /etc/systemd/system/{UNIT}; "

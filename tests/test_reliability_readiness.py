@@ -19,7 +19,7 @@ import pytest
 
 from agent_tools.tools.toolkit import Toolkit
 
-from .reliability_harness import Rel, bounded, dump, on_host, rel, toolkit_for, wait_until
+from .reliability_harness import Rel, bounded, dump, evidence_of, on_host, rel, toolkit_for, wait_until
 
 if TYPE_CHECKING:
     from tests.hosts.nspawn import HostPool
@@ -140,8 +140,8 @@ async def test_unit_dies_after_start(systemd_hosts: HostPool, tmp_path: Path, re
                 misreported += 1
                 return
             for needle in needles:
-                if needle not in st["why"]:
-                    problems.append(f"{name}: {needle!r} missing from the evidence: {st['why'][:800]}")
+                if needle not in evidence_of(st):
+                    problems.append(f"{name}: {needle!r} missing from the evidence: {evidence_of(st)[:800]}")
             if want == "ready":  # and it stays ready on a later look
                 again = dump(await tk.job_status(job_id=out["job_id"]))
                 if again["readiness"] != "ready":
@@ -189,11 +189,11 @@ async def test_ready_unit_later_killed_restarted_or_stopped(systemd_hosts: HostP
         await wait_until(moved_on, 30, "systemd to restart the killed unit")
         got = {name: dump(await tk.job_status(job_id=job)) for name, job in jobs.items()}
         assert got["rr-later-kill.service"]["readiness"] == "failed", got["rr-later-kill.service"]
-        assert "systemd restarted the unit" in got["rr-later-kill.service"]["why"], got["rr-later-kill.service"]
+        assert "systemd restarted the unit" in evidence_of(got["rr-later-kill.service"]), got["rr-later-kill.service"]
         assert got["rr-later-restart.service"]["readiness"] == "ready", got["rr-later-restart.service"]
-        assert "superseded" in got["rr-later-restart.service"]["why"], got["rr-later-restart.service"]
+        assert "superseded" in evidence_of(got["rr-later-restart.service"]), got["rr-later-restart.service"]
         assert got["rr-later-stop.service"]["readiness"] == "ready", got["rr-later-stop.service"]
-        assert "stopped on request" in got["rr-later-stop.service"]["why"], got["rr-later-stop.service"]
+        assert "stopped on request" in evidence_of(got["rr-later-stop.service"]), got["rr-later-stop.service"]
     for name in cases:
         await on_host(pool, host, f"systemctl stop {name}")
 

@@ -396,7 +396,7 @@ async def test_a_budget_too_short_to_connect_is_not_unreachable(real_sshd: RealS
             tiny = dump(await tk.run_command(host=server.alias, command="echo never", budget_s=0.001))
             held = dump(await tk.run_command(host="held", command="echo never", budget_s=0.5))
             for out, how in ((tiny, "too early to say"), (held, "the host answered: TCP connected")):
-                assert out["outcome"] == "error" and out["kind"] == "connecting", out
+                assert out["outcome"] == "error" and out["kind"] == "connecting", (out["message"], out)
                 assert out["retryable"] is True and out["job_id"], out
                 assert how in out["message"] and "nothing was started" in out["message"], out
                 assert tk.journal.get(out["job_id"]).state == "not_started", out

@@ -17,6 +17,8 @@ from agent_tools.hosts.registry import HostRegistry
 from agent_tools.jobs.journal import Journal
 from agent_tools.tools.toolkit import Toolkit
 
+from .reliability_harness import evidence_of
+
 if TYPE_CHECKING:
     from tests.hosts.nspawn import HostPool
 
@@ -77,8 +79,8 @@ async def test_start_timeout_fails_with_journal_evidence(tk: Toolkit) -> None:
     assert out["outcome"] == "detached" and out["deadline_s"] == 35.0, out
     st = await _follow(tk, out["job_id"])
     assert st["readiness"] == "failed", st
-    assert "result=timeout" in st["why"], st["why"]
-    assert "loading weights" in st["why"]  # the unit's own journal lines are the evidence
+    assert "result=timeout" in evidence_of(st), st
+    assert "loading weights" in st["why"], st  # the unit's own journal lines are the evidence
 
 
 async def test_unit_that_never_answers_health_hits_its_deadline(tk: Toolkit) -> None:
@@ -90,7 +92,7 @@ async def test_unit_that_never_answers_health_hits_its_deadline(tk: Toolkit) -> 
     assert out["outcome"] == "detached", out
     st = await _follow(tk, out["job_id"], limit_s=40)
     assert st["readiness"] == "deadline_exceeded", st
-    assert "connection refused" in st["why"]
+    assert "connection refused" in evidence_of(st), st
     await run_on(tk.hosts.get(host), "systemctl stop at-mute.service at-slow.service")
 
 

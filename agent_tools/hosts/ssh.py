@@ -615,20 +615,25 @@ class SshHost:
         live = [t for t in self._attempts if not t.done()]
         if not live or (s.liveness_timeout_s > 0 and len(live) < _MAX_ATTEMPTS
                         and anyio.current_time() - self._attempt_t0 > s.liveness_timeout_s):
-            resolved = await self._resolve(self._target(), user=s.username, port=s.port)  # its ConnectTimeout
-            self._timing = s.timing(resolved.config)
-            live = [t for t in self._attempts if not t.done()]
-            now = anyio.current_time()
-            if not live or (s.liveness_timeout_s > 0 and len(live) < _MAX_ATTEMPTS
-                            and now - self._attempt_t0 > s.liveness_timeout_s):
-                info = _AttemptInfo(asyncio.get_running_loop().time())
-                task = self._background.spawn(self._attempt(resolved, info))
-                self._attempts.add(task)
-                self._attempt_info[task] = info
-                task.add_done_callback(self._attempts.discard)
-                task.add_done_callback(lambda t: self._attempt_info.pop(t, None))
-                self._attempt_t0 = now
-                live.append(task)
+            # Shielded: the config is read in a worker thread that runs to its end anyway, and the attempt it
+            # leads to is started even when the caller's time ran out meanwhile (attempts outlive callers), so a
+            # caller that gave up while resolving sees an attempt under way: "too early to say", not "the host
+            # does not answer" (connect_progress).
+            with anyio.CancelScope(shield=True):
+                resolved = await self._resolve(self._target(), user=s.username, port=s.port)  # its ConnectTimeout
+                self._timing = s.timing(resolved.config)
+                live = [t for t in self._attempts if not t.done()]
+                now = anyio.current_time()
+                if not live or (s.liveness_timeout_s > 0 and len(live) < _MAX_ATTEMPTS
+                                and now - self._attempt_t0 > s.liveness_timeout_s):
+                    info = _AttemptInfo(asyncio.get_running_loop().time())
+                    task = self._background.spawn(self._attempt(resolved, info))
+                    self._attempts.add(task)
+                    self._attempt_info[task] = info
+                    task.add_done_callback(self._attempts.discard)
+                    task.add_done_callback(lambda t: self._attempt_info.pop(t, None))
+                    self._attempt_t0 = now
+                    live.append(task)
         task = live[-1]
         wait_s = self._timing.connect_timeout_s
         if self._unanswered and s.liveness_timeout_s > 0:

@@ -207,7 +207,8 @@ def _guide(f: JobFacts) -> Guidance:
                      NextCall("restart_service", {"host": f.host, "unit": unit}, "once it is fixed"))
         else:
             nexts = (*inspect, *(() if inspect or not f.output_cut else (stderr,)),
-                     NextCall(None, note=f"{word}: read the evidence in why, fix the cause, then try again"))
+                     NextCall(None, note=f"{word}: read the evidence (why, and each probe's evidence), fix the cause, "
+                                         "then try again"))
         if f.state == "running":
             nexts += (cancel,)
         return Guidance(summary, ready_why or both(), nexts, True)
