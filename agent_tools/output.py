@@ -30,12 +30,14 @@ The CLI never writes these views raw: it shows them through :mod:`agent_tools.di
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
 from .display import has_escapes, safe_text
-from .redact import redact_slice
+from .redact import redact_slice, redact_slices
 
 __all__ = ["BINARY", "VIEW_CONTEXT_BYTES", "OutputView", "clean_text", "clean_window", "make_view", "name_job",
            "split_budget", "view_request"]
@@ -132,6 +134,23 @@ def clean_window(data: bytes, start: int, end: int) -> str:
     start, end = _char_boundary(data, start), _char_boundary(data, end)
     before, part, after = _clean(data[:start]), _clean(data[start:end]), _clean(data[end:])
     return redact_slice(before + part + after, len(before), len(before) + len(part))
+
+
+def clean_lines(data: bytes, lines: Sequence[tuple[int, int]]) -> list[str]:
+    """:func:`clean_window` of each ``(start, end)`` of ``lines`` (bytes, in ``data``), in one pass: ``data`` is
+    cleaned piece by piece between the cuts and its secrets are found once, so many lines of one window cost one
+    window, not one window each (a search matching thousands of lines)."""
+    ranges = [(_char_boundary(data, a), _char_boundary(data, b)) for a, b in lines]
+    cuts = sorted({0, len(data), *(p for r in ranges for p in r)})
+    at: dict[int, int] = {}
+    pieces: list[str] = []
+    n = 0
+    for a, b in itertools.pairwise(cuts):
+        at[a] = n
+        pieces.append(_clean(data[a:b]))
+        n += len(pieces[-1])
+    at[len(data)] = n
+    return redact_slices("".join(pieces), [(at[a], at[b]) for a, b in ranges])
 
 
 def _char_boundary(data: bytes, pos: int) -> int:

@@ -704,6 +704,14 @@ def redact_slice(text: str, start: int, end: int, extra_patterns: Iterable[str |
     return _apply(text, secret_spans(text, extra_patterns), start, end)
 
 
+def redact_slices(text: str, ranges: Iterable[tuple[int, int]],
+                  extra_patterns: Iterable[str | re.Pattern[str]] = ()) -> list[str]:
+    """:func:`redact_slice` of each ``(start, end)`` of ``ranges`` (characters) in one window: its secrets are
+    found once, whatever the number of slices (a search's many matching lines in one stretch of output)."""
+    spans = secret_spans(text, extra_patterns)
+    return [_apply(text, spans, start, end) for start, end in ranges]
+
+
 #: characters a span hidden in an approval prompt may not hold: through them hidden text could be code (``$``, a
 #: backquote, ``<(``), end a command or a quoted string, change how bash reads what follows, or expand into other
 #: words (a glob's ``* ? [ ]``, braces, ``~``: ``sshpass -p /usr/sbin/[hr]e* ssh h`` runs reboot). A literal

@@ -50,7 +50,7 @@ from ..outcomes import (
     NeedsInput,
     ProbeReport,
 )
-from ..output import VIEW_CONTEXT_BYTES, OutputView, clean_window, view_request
+from ..output import VIEW_CONTEXT_BYTES, OutputView, clean_lines, clean_window, view_request
 from ..probes.readiness import judge
 from ..redact import add_secret_values, redact
 from .discover import discover_script, parse_discovery, split_env_line
@@ -1485,11 +1485,16 @@ class JobRunner:
         windows = _context_windows([(start, start + len(line)) for start, line in found], total)
         found = found[: sum(n for _, _, n in windows)]  # lines past the context budget wait for the next page
         around = await self._read_windows(host, rec, stream, [(a, b) for a, b, _ in windows])
+        # each window cleaned once for all of its lines (thousands of matches must not mean thousands of windows)
+        cleaned: dict[int, str] = {}
+        for a, data in around:
+            mine = [(start, line) for start, line in found if a <= start and start + len(line) <= a + len(data)]
+            texts = clean_lines(data, [(start - a, start - a + len(line)) for start, line in mine])
+            cleaned.update((start, text) for (start, _), text in zip(mine, texts, strict=True))
         shown: list[str] = []
         nxt = offset
         for start, line in found:
-            a, data = next((a, d) for a, d in around if a <= start and start + len(line) <= a + len(d))
-            shown.append(f"{start}:{clean_window(data, start - a, start - a + len(line))[:1000]}")
+            shown.append(f"{start}:{cleaned[start][:1000]}")
             nxt = start + len(line) + 1
         # every line asked for was shown (all matches, or the last tail_lines of them): the search is at the end
         complete = len(shown) == (min(count, tail_lines) if tail_lines is not None else count)

@@ -9,7 +9,7 @@ Environment:
                                     packages (systemd-container, mmdebstrap, ...) first when root
     AGENT_TOOLS_SYSTEMD_HOSTS=N     how many hosts to boot (default 2)
     AGENT_TOOLS_KEEP_HOSTS=1        reuse a healthy running pool and leave it running after the session
-    AGENT_TOOLS_TESTHOSTS_POOL=K    which pool (0..9, default 0): pools run side by side, each with its own
+    AGENT_TOOLS_TESTHOSTS_POOL=K    which pool (0..29, default 0): pools run side by side, each with its own
                                     state dir, lock, bridge, subnet and netns names
     AGENT_TOOLS_TESTHOSTS_STATE=DIR state dir (default /run/agent-tools-testhosts, -K for pool K)
     AGENT_TOOLS_TESTHOSTS_WAIT=S    how long to wait for another session's pool (default 900 s)

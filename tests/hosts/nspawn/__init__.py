@@ -6,7 +6,7 @@ own network namespace (``ip netns add NAME``); a veth pair links it to a bridge 
 (``at-br0``, first free /24 of 10.220-254.0.0, normally 10.220.0.1/24), and host ``at-hN`` answers on
 .(10+N):22 of that subnet.
 
-Several pools can run on one machine side by side: ``AGENT_TOOLS_TESTHOSTS_POOL=K`` (0..9, default 0)
+Several pools can run on one machine side by side: ``AGENT_TOOLS_TESTHOSTS_POOL=K`` (0..29, default 0)
 gives pool K its own state dir, lock, bridge (``at-brK``), netns/machine/veth names (``atK-hN``) and subnet;
 the hosts keep their names (``at-h1``...) as ssh aliases and hostnames inside the pool.
 

@@ -16,8 +16,8 @@ POOL_ENV = "AGENT_TOOLS_TESTHOSTS_POOL"
 
 def _pool_id() -> int:
     raw = os.environ.get(POOL_ENV, "") or "0"
-    if not raw.isdigit() or int(raw) > 9:
-        raise ValueError(f"{POOL_ENV}={raw!r}: expected a pool number 0..9")
+    if not raw.isdigit() or int(raw) > 29:
+        raise ValueError(f"{POOL_ENV}={raw!r}: expected a pool number 0..29")
     return int(raw)
 
 
