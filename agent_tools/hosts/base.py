@@ -17,6 +17,8 @@ from typing import Protocol, runtime_checkable
 import anyio
 from anyio.abc import ByteStream
 
+from ..errors import HostError
+
 __all__ = ["ConnectProgress", "ExecResult", "Host", "HostProcess", "run_on"]
 
 
@@ -161,14 +163,26 @@ async def run_on(
             if len(buf) < max_output_bytes:
                 buf.extend(chunk[: max_output_bytes - len(buf)])
 
+    write_error: HostError | None = None
     try:
         if stdin:
-            await proc.write_stdin(stdin)
-        await proc.close_stdin()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(pump, proc.read_stdout, out)
-            tg.start_soon(pump, proc.read_stderr, err)
-        result = await proc.wait()
+            try:
+                await proc.write_stdin(stdin)
+            except HostError as exc:
+                # a command that ends without reading all of its input (it failed first: "permission denied")
+                # closes the channel under the write; its exit status and output still say what happened
+                write_error = exc
+        if write_error is None:
+            await proc.close_stdin()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(pump, proc.read_stdout, out)
+                tg.start_soon(pump, proc.read_stderr, err)
+            result = await proc.wait()
+        except HostError:
+            if write_error is not None:
+                raise write_error from None  # the transport dropped: the write's error says so first
+            raise
     finally:
         with anyio.CancelScope(shield=True):
             await proc.close()

@@ -1115,7 +1115,8 @@ async def http_get(tk: Toolkit, host: str, url: str, fields: list[str] | None = 
                                     retryable=False) from exc
         owner = await _port_owner(tk, h, host, port)
         # the port's unit failed or is stopped: the same GET is refused until it is fixed and started
-        down = bool(re.match(r"; \S+ is (?:failed|inactive)/", owner))
+        # (not while a restart of it is under way: then the port opens once the unit is up)
+        down = bool(re.match(r"; \S+ is (?:failed|inactive)/", owner)) and "a restart is under way" not in owner
         raise ConnectionRefused(host, f"GET {url} from {host}: connection refused: nothing listens on {where}" + owner,
                                 retryable=not down) from exc
     except TimeoutError as exc:
