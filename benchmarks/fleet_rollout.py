@@ -11,8 +11,10 @@ worker over its own Toolkit. Both sides share the event loop with the nodes' SSH
   restart (``plan_restart`` + ``run_command`` keyed on the host) followed by ``job_status`` to readiness, and
   ``http_get`` of ``/get_server_info``.
 
-Between rollouts every node's unit is put back (the original text written, a restart followed to readiness),
-untimed. Rounds alternate A B, B A. Goal: A's wall time at most 1.3x B's.
+Between rollouts every node's unit is put back (the original text written, a restart followed to readiness; a
+node slow under the load gets more tries), untimed. Rounds alternate A B, B A. A side that does not verify every
+host loses that sample (the note names each host and what it said), not the scenario; a reset that cannot bring
+every node back ends the measuring with what was measured. Goal: A's wall time at most 1.3x B's.
 
 ``fleet_activity``: ``FleetSteps`` of 20 ``fleet.host_memory`` activities (wall time / 20) against a direct
 ``Toolkit.host_memory`` call: what one activity costs on top of its tool call (scheduling, history, two round
@@ -24,6 +26,7 @@ from __future__ import annotations
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,7 @@ from agent_tools.tools.toolkit import Toolkit
 from .env import BenchEnv
 from .stats import Row, Side, Target, progress
 
-__all__ = ["fleet_rollout"]
+__all__ = ["LostRound", "fleet_rollout", "measure"]
 
 _PROBES = [{"kind": "http", "url": "http://127.0.0.1:{port}/health"},
            {"kind": "log", "unit": UNIT, "pattern": "The server is fired up and ready to roll!",
@@ -52,10 +55,14 @@ def _d(out: Any) -> dict[str, Any]:
 
 
 async def _follow(tk: Toolkit, job_id: str) -> dict[str, Any]:
+    """The job's status once its readiness settled, or its error (a retryable one after 30 tries a second apart)."""
+    errors = 0
     while True:
         st = _d(await tk.job_status(job_id=job_id, wait_s=1.0))
-        if st.get("outcome") == "error" and st.get("retryable"):
-            continue  # a node slow under the whole fleet's load: ask again, as the activity's retry would
+        if st.get("outcome") == "error" and st.get("retryable") and errors < 30:
+            errors += 1  # a node slow under the whole fleet's load: ask again, as the activity's retry would
+            await anyio.sleep(1.0)
+            continue
         if st.get("readiness") in ("ready", "failed", "deadline_exceeded") or st.get("outcome") == "error":
             return st
 
@@ -98,20 +105,76 @@ async def _plain_rollout(tk: Toolkit, hosts: list[str], wave: int, tag: str) -> 
     return [states[h] for h in hosts]
 
 
+class LostRound(Exception):
+    """A round that cannot be counted (a side did not verify every host, a reset did not get every node back):
+    its message names the hosts and what they said."""
+
+
+#: tries of one node's reset restart, and the pause before the next (seconds): a node busy or slow under the
+#: whole fleet's load (a connection lost, a restart not ready in time) gets another
+_RESET_TRIES, _RESET_PAUSE_S = 5, 2.0
+
+
 async def _reset(tk: Toolkit, originals: dict[str, tuple[str, str]]) -> None:
-    """Every node's unit back to its original text, restarted and ready (untimed)."""
+    """Every node's unit back to its original text, restarted and ready (untimed).
+
+    :raises LostRound: a node did not come back in :data:`_RESET_TRIES` tries (all are tried; each one named)."""
+    lost: dict[str, str] = {}
     async with anyio.create_task_group() as tg:
         for host, (path, text) in originals.items():
 
             async def one(host: str = host, path: str = path, text: str = text) -> None:
-                await tk.write_file(host=host, path=path, content=text)
-                for _ in range(3):  # a host busy or slow under the load of the whole fleet: again
+                why = ""
+                for attempt in range(_RESET_TRIES):
+                    if attempt:
+                        await anyio.sleep(_RESET_PAUSE_S)
+                    wrote = _d(await tk.write_file(host=host, path=path, content=text))
+                    if wrote.get("outcome") == "error":
+                        why = f"write_file: {wrote.get('message')}"
+                        continue
                     out = _d(await tk.restart_service(host=host, unit=UNIT))
-                    if out.get("job_id") and (await _follow(tk, str(out["job_id"]))).get("readiness") == "ready":
+                    if not out.get("job_id"):
+                        why = f"restart_service: {out.get('outcome')}: {out.get('message')}"
+                        continue
+                    st = await _follow(tk, str(out["job_id"]))
+                    if st.get("readiness") == "ready":
                         return
-                raise RuntimeError(f"{host}: the reset restart did not become ready: {out}")
+                    why = f"restart {st.get('readiness')}: {st.get('why') or st.get('message')}"
+                lost[host] = why
 
             tg.start_soon(one)
+    if lost:
+        raise LostRound("the reset did not bring back " + "; ".join(f"{h}: {w}" for h, w in sorted(lost.items())))
+
+
+def _not_verified(hosts: dict[str, dict[str, Any]]) -> str:
+    """The hosts of a rollout's final status that are not ``verified``, each with its state and note."""
+    return "; ".join(f"{h}: {v.get('state')}: {v.get('note')}" for h, v in sorted(hosts.items())
+                     if v.get("state") != "verified")
+
+
+async def measure(rounds: int, sides: list[tuple[str, Callable[[], Awaitable[None]], list[float]]],
+                  reset: Callable[[], Awaitable[None]], notes: list[str]) -> None:
+    """``rounds`` rounds of every side (its order flipped every round), each timed into its list, with ``reset``
+    (untimed) after each. A side that raises :class:`LostRound` loses that sample only: its message goes to
+    ``notes`` (and the progress line) and the rounds go on; a reset that raises it ends the measuring there
+    (the nodes are not in the state a rollout starts from), with what was measured so far."""
+    for r in range(rounds):
+        for name, fn, out in sides[:: 1 if r % 2 == 0 else -1]:
+            progress(f"fleet_rollout: round {r + 1}/{rounds} side {name}")
+            t0 = time.perf_counter()
+            try:
+                await fn()
+                out.append(time.perf_counter() - t0)
+            except LostRound as exc:
+                notes.append(f"round {r + 1} side {name} not counted: {exc}")
+                progress(f"fleet_rollout: {notes[-1]}")
+            try:
+                await reset()
+            except LostRound as exc:
+                notes.append(f"stopped after round {r + 1} side {name}: {exc}")
+                progress(f"fleet_rollout: {notes[-1]}")
+                return
 
 
 async def fleet_rollout(env: BenchEnv, p: Any) -> list[Row]:
@@ -132,6 +195,7 @@ async def fleet_rollout(env: BenchEnv, p: Any) -> list[Row]:
     sb: list[float] = []
     act: list[float] = []
     direct: list[float] = []
+    lost: list[str] = []
     with tempfile.TemporaryDirectory(prefix="agent-tools-bench-fleet-") as tmp:
         root = Path(tmp)
         up, stop = anyio.Event(), anyio.Event()
@@ -170,20 +234,17 @@ async def fleet_rollout(env: BenchEnv, p: Any) -> list[Row]:
                                                 task_queue=queue)
                         final = await h.result()
                         if final["counts"].get("verified") != n:
-                            raise RuntimeError(f"FleetRollout did not verify every host: {final['counts']}")
+                            raise LostRound(f"FleetRollout did not verify every host ({final['counts']}): "
+                                            + _not_verified(final["hosts"]))
 
                     async def side_b() -> None:
                         states = await _plain_rollout(tk_b, aliases, wave, uuid.uuid4().hex[:8])
                         if states.count("verified") != n:
-                            raise RuntimeError(f"the plain loop did not verify every host: {states}")
+                            raise LostRound("the plain loop did not verify every host: " + "; ".join(
+                                f"{a}: {st}" for a, st in zip(aliases, states, strict=True) if st != "verified"))
 
-                    for r in range(rounds):
-                        for name, fn, out in (("A", side_a, sa), ("B", side_b, sb))[:: 1 if r % 2 == 0 else -1]:
-                            progress(f"fleet_rollout: round {r + 1}/{rounds} side {name}")
-                            t0 = time.perf_counter()
-                            await fn()
-                            out.append(time.perf_counter() - t0)
-                            await _reset(tk_b, originals)
+                    await measure(rounds, [("A", side_a, sa), ("B", side_b, sb)], lambda: _reset(tk_b, originals),
+                                  lost)
                     k = 20
                     steps = [{"activity": "fleet.host_memory", "args": {"host": aliases[0]}}] * k
                     for _ in range(p.pick(5, 2)):
@@ -200,7 +261,9 @@ async def fleet_rollout(env: BenchEnv, p: Any) -> list[Row]:
     return [Row("fleet_rollout", f"rollout of {n} embedded nodes in waves of {wave}: FleetRollout vs the same "
                                  "steps in a plain anyio loop over the Toolkit",
                 Side("FleetRollout (dev server, 1 worker)", "s", sa), Side("anyio loop over Toolkit", "s", sb),
-                Target("max_ratio", 1.3), note="wall time per rollout; model load 1 s per node"),
+                Target("max_ratio", 1.3), note="wall time per rollout; model load 1 s per node"
+                + "".join(f"; {x}" for x in lost),
+                pending_reason="" if sa and sb else (lost[-1] if lost else "no round was measured")),
             Row("fleet_activity", "one activity (fleet.host_memory in FleetSteps) vs the direct tool call",
                 Side("activity", "ms", act), Side("Toolkit.host_memory", "ms", direct), Target("report"),
                 note="per call; the activity adds scheduling, history and the server's round trips")]

@@ -15,6 +15,7 @@ from agent_tools.hosts.base import Host
 from agent_tools.jobs.journal import Journal
 from agent_tools.jobs.manager import DEFAULT_JOBS_DIR, JobRunner
 
+from .fleet_harness import stack, temporal  # noqa: F401  (fixtures of the fleet suites)
 from .reliability_harness import child_script, private_sshd, rel, run_log  # noqa: F401  (fixtures of the fault suite)
 from .sshd import RealSshd, real_sshd  # noqa: F401  (fixture)
 

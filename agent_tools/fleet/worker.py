@@ -15,21 +15,15 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from ..tools.toolkit import Toolkit
 from .activities import FleetActivities
+from .client import connect
 from .workflow import FleetRollout, FleetSteps, HostJob
 
-__all__ = ["WORKFLOWS", "build_worker", "connect", "run_worker"]
+__all__ = ["HEARTBEAT_THROTTLE_S", "WORKFLOWS", "build_worker", "connect", "run_worker"]
 
 log = structlog.get_logger(__name__)
 
 #: the workflow classes a fleet worker runs (the Replayer takes the same list)
 WORKFLOWS = [FleetRollout, FleetSteps, HostJob]
-
-
-async def connect(target: str, namespace: str = "default") -> Client:
-    """A Temporal client of the server at ``target`` (``HOST:PORT``).
-
-    :raises RuntimeError: the server cannot be reached (temporalio's own error)."""
-    return await Client.connect(target, namespace=namespace)
 
 
 def sandbox_runner() -> SandboxedWorkflowRunner:
@@ -38,18 +32,30 @@ def sandbox_runner() -> SandboxedWorkflowRunner:
     return SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules("agent_tools"))
 
 
-def build_worker(client: Client, task_queue: str, toolkit: Toolkit, *, max_concurrent_activities: int = 64,
-                 poll_s: float = 1.0, sticky_timeout_s: float = 10.0) -> Worker:
-    """A :class:`temporalio.worker.Worker` running the fleet workflows and activities (not started).
+#: the longest the SDK holds back an activity's heartbeats (it sends at most one per this interval, at most 0.8 of
+#: the heartbeat timeout): a cancel request reaches an activity only in the answer to a heartbeat, so this is about
+#: how long a running step takes to learn of a rollout's cancel (the SDK's default: up to 30-60 s)
+HEARTBEAT_THROTTLE_S = 1.0
 
+
+def build_worker(client: Client, task_queue: str, toolkit: Toolkit, *, max_concurrent_activities: int = 64,
+                 poll_s: float = 1.0, sticky_timeout_s: float = 10.0,
+                 activities: FleetActivities | None = None) -> Worker:
+    """A :class:`temporalio.worker.Worker` running the fleet workflows and activities (not started); activities
+    send a heartbeat about every :data:`HEARTBEAT_THROTTLE_S` seconds while they run.
+
+    :param activities: the activities to run (default: :class:`FleetActivities` over ``toolkit``, following jobs
+        with ``poll_s``-second long polls); a subclass changes what a step does (tests make steps slow or fail).
     :param sticky_timeout_s: how long the server keeps a workflow's next task for this worker (its cached
         workflow state) before any worker of the queue may take it (``sticky_queue_schedule_to_start_timeout``,
         10 s in the SDK): after this worker dies, the rollout waits that long once before another worker
         replays it."""
-    acts = FleetActivities(toolkit, poll_s=poll_s)
+    acts = activities or FleetActivities(toolkit, poll_s=poll_s)
+    throttle = timedelta(seconds=HEARTBEAT_THROTTLE_S)
     return Worker(client, task_queue=task_queue, workflows=WORKFLOWS, activities=acts.all(),
                   workflow_runner=sandbox_runner(), max_concurrent_activities=max_concurrent_activities,
-                  sticky_queue_schedule_to_start_timeout=timedelta(seconds=sticky_timeout_s))
+                  sticky_queue_schedule_to_start_timeout=timedelta(seconds=sticky_timeout_s),
+                  max_heartbeat_throttle_interval=throttle, default_heartbeat_throttle_interval=throttle)
 
 
 async def run_worker(target: str, task_queue: str, toolkit: Toolkit, *, stop: anyio.Event | None = None,

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import asyncssh
-
+from .._asyncssh import asyncssh
 from .ssh_config import expand_tilde
 
 __all__ = ["KnownHostsFiles", "describe_refusal", "known_hosts_files", "lookup", "remember"]

@@ -54,10 +54,10 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 import anyio
-import asyncssh
 import structlog
 from anyio.abc import ByteStream
 
+from .._asyncssh import asyncssh
 from ..errors import (
     AuthenticationFailed,
     ChannelOpenFailed,

@@ -63,9 +63,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import asyncssh
-from asyncssh.config import SSHClientConfig, SSHConfig
-from asyncssh.pattern import WildcardPatternList
+from .._asyncssh import SSHClientConfig, SSHConfig, WildcardPatternList, asyncssh
 
 __all__ = ["CanonicalizeError", "JumpHop", "ResolvedHost", "canonical_name", "expand_tilde", "passwd_home",
            "resolve"]

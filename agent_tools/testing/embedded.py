@@ -58,10 +58,9 @@ from typing import IO, Self, cast
 
 import anyio
 import anyio.lowlevel
-import asyncssh
 import structlog
-from asyncssh.channel import SSHChannel
 
+from .._asyncssh import SSHChannel, asyncssh
 from .ssh_files import known_hosts_line, ssh_config_block
 
 log = structlog.get_logger(__name__)
