@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,6 @@ import pexpect
 from mcp import Client, StdioServerParameters
 from mcp.client.session import ClientRequestContext
 
-import agent_tools
 from agent_tools.adapters.mcp_server import build_mcp_server
 from agent_tools.hosts.local import LocalHost
 from agent_tools.hosts.registry import HostRegistry
@@ -33,18 +31,7 @@ from agent_tools.policy.approvals import ApprovalStore
 from agent_tools.tools.factory import build_toolkit
 from agent_tools.tools.toolkit import Toolkit
 
-REPO = Path(agent_tools.__file__).resolve().parent.parent
-POLICY = REPO / "policies" / "default.yaml"
-
-
-def cli_env(state: Path) -> dict[str, str]:
-    return {**os.environ, "AGENT_TOOLS_STATE_DIR": str(state), "PYTHONPATH": str(REPO), "TERM": "xterm-256color",
-            "COLUMNS": "200", "PAGER": "cat"}
-
-
-def cli(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agent_tools.cli", *args], capture_output=True, text=True,
-                          env=cli_env(state), stdin=subprocess.DEVNULL, timeout=60, check=False)
+from .test_approvals_cli import POLICY, REPO, cli, cli_env  # the CLI as a person runs it, in its own state dir
 
 
 def structured(result: types.CallToolResult) -> dict[str, Any]:
