@@ -37,10 +37,10 @@ from collections.abc import Sequence
 from pydantic import BaseModel, Field
 
 from .display import has_escapes, safe_text
-from .redact import redact_slice, redact_slices
+from .redact import redact_slices
 
-__all__ = ["BINARY", "VIEW_CONTEXT_BYTES", "OutputView", "clean_text", "clean_window", "make_view", "name_job",
-           "split_budget", "view_request"]
+__all__ = ["BINARY", "VIEW_CONTEXT_BYTES", "OutputView", "clean_lines", "clean_text", "clean_window", "make_view",
+           "name_job", "split_budget", "view_request"]
 
 VIEW_CONTEXT_BYTES = 4096
 """Bytes read past each cut of a view or page, only to find secrets that straddle the cut (a PEM private key block
@@ -131,9 +131,7 @@ def clean_window(data: bytes, start: int, end: int) -> str:
     :param start: where the slice begins in ``data`` (bytes; moved back to a UTF-8 character boundary).
     :param end: where it ends (bytes; likewise).
     """
-    start, end = _char_boundary(data, start), _char_boundary(data, end)
-    before, part, after = _clean(data[:start]), _clean(data[start:end]), _clean(data[end:])
-    return redact_slice(before + part + after, len(before), len(before) + len(part))
+    return clean_lines(data, [(start, end)])[0]
 
 
 def clean_lines(data: bytes, lines: Sequence[tuple[int, int]]) -> list[str]:

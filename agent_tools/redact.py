@@ -80,8 +80,8 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["MARK", "add_patterns", "add_secret_values", "is_secret_name", "may_hold_code", "redact", "redact_argv",
-           "redact_event", "redact_obj", "redact_slice", "review_gaps", "review_text", "secret_env_values",
-           "secret_spans"]
+           "redact_event", "redact_obj", "redact_slice", "redact_slices", "review_gaps", "review_text",
+           "secret_env_values", "secret_spans"]
 
 MARK = "[REDACTED]"
 """The marker that replaces a secret."""
@@ -701,7 +701,7 @@ def redact_slice(text: str, start: int, end: int, extra_patterns: Iterable[str |
     :param text: the window: the slice plus context on both sides.
     :param start: where the slice begins in ``text`` (characters). :param end: where it ends.
     """
-    return _apply(text, secret_spans(text, extra_patterns), start, end)
+    return redact_slices(text, [(start, end)], extra_patterns)[0]
 
 
 def redact_slices(text: str, ranges: Iterable[tuple[int, int]],
